@@ -1,0 +1,138 @@
+"""`python -m engine run|show`: generate a trace from the shell, or inspect one.
+
+User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
+stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, NoReturn, Sequence
+
+from .errors import EngineError
+from .metrics import summarize
+from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
+from .trace import Trace
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m engine", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="generate from a prompt and print the timings")
+    run.add_argument("prompt")
+    run.add_argument("--model", default=None, help="hub id or local folder (default: SmolLM2-135M)")
+    run.add_argument("--device", default=None, help="cpu, cuda or auto (default)")
+    run.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (CUDA)")
+    run.add_argument("--max-new-tokens", type=int, default=64,
+                     help=f"1..{MAX_NEW_TOKENS_LIMIT} (default 64)")
+    run.add_argument("--max-prompt-tokens", type=int, default=2048)
+    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    run.add_argument("--top-k", type=int, default=0, help="0 = off")
+    run.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--raw", action="store_true", help="no chat template")
+    run.add_argument("--no-kv-cache", action="store_true", help="recompute everything each step")
+    run.add_argument("--no-attention", action="store_true", help="do not record attention")
+    run.add_argument("--no-hidden", action="store_true", help="do not record hidden states")
+    run.add_argument("--out", default=None, help="write the trace to this file")
+    show = sub.add_parser("show", help="summarize a trace file")
+    show.add_argument("file")
+    show.add_argument("--json", action="store_true", help="machine-readable JSON")
+    return parser
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def _print_summary(trace: Trace) -> None:
+    summary = summarize(trace)
+    rate = summary.decode_tokens_per_s
+    print(f"model        {trace.model.name} ({trace.device}, {trace.model.dtype})")
+    print(f"tokens       {summary.prompt_tokens} prompt, {summary.output_tokens} generated "
+          f"(stop: {trace.stop_reason})")
+    print(f"TTFT         {_ms(summary.ttft_ms)}")
+    print(f"ITL p50/p90  {_ms(summary.itl_p50_ms)} / {_ms(summary.itl_p90_ms)}")
+    print(f"decode       {'n/a' if rate is None else f'{rate:.1f}'} tokens/s")
+    print(f"KV cache     {trace.kv_bytes:,} bytes")
+    print(f"text         {trace.output_text}")
+
+
+def show_json(trace: Trace) -> dict[str, Any]:
+    """The `show --json` document (stable keys; see README)."""
+    m = trace.model
+    return {
+        "model": {"name": m.name, "layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads,
+                  "head_dim": m.head_dim, "dtype": m.dtype, "param_count": m.param_count},
+        "device": trace.device,
+        "settings": trace.settings.to_dict(),
+        "prompt": trace.prompt,
+        "prompt_token_ids": list(trace.prompt_token_ids),
+        "output_token_ids": list(trace.output_token_ids),
+        "output_text": trace.output_text,
+        "stop_reason": trace.stop_reason,
+        "ttft_ms": trace.ttft_ms,
+        "itl_ms": list(trace.itl_ms),
+        "summary": summarize(trace).to_dict(),
+        "steps": [{"phase": s.phase, "token_id": s.token_id, "token_text": s.text,
+                   "piece": s.piece, "latency_ms": s.latency_ms, "kv_bytes": s.kv_bytes,
+                   "context_len": s.context_len, "chosen_prob": s.chosen_prob}
+                  for s in trace.steps],
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .loader import load_model
+    from .runner import Run
+    from .tracefile import save_trace
+
+    settings = GenerationSettings(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, chat_template=not args.raw,
+        kv_cache=not args.no_kv_cache, record_attention=not args.no_attention,
+        record_hidden=not args.no_hidden, max_prompt_tokens=args.max_prompt_tokens)
+    if not args.prompt.strip():
+        raise EngineError("the prompt is empty")
+    lm = load_model(args.model, device=args.device, dtype=args.dtype,
+                    progress=lambda msg: print(msg, file=sys.stderr))
+    trace = Run(lm, args.prompt, settings).run_all()
+    _print_summary(trace)
+    if args.out:
+        save_trace(trace, args.out)
+        print(f"trace        {args.out}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .tracefile import load_trace
+
+    trace = load_trace(args.file)
+    if args.json:
+        json.dump(show_json(trace), sys.stdout, ensure_ascii=False, indent=1)
+        print()
+    else:
+        _print_summary(trace)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if os.environ.get("INFERENCE_EXPLORER_DEBUG") == "1":
+        return _run(args) if args.command == "run" else _show(args)
+    try:
+        return _run(args) if args.command == "run" else _show(args)
+    except EngineError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

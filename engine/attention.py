@@ -1,0 +1,116 @@
+"""Recording attention weights without giving up sdpa.
+
+transformers' `AttentionInterface` lets a model call a named attention function. Ours computes the
+layer's output with the stock sdpa function (so tokens and speed match the unrecorded model) and,
+only while a :func:`recording` context is active, also the softmax weights from the post-RoPE
+query and the keys it is handed — the same formula eager attention uses.
+
+The model's implementation is switched to ours only inside :func:`recording`, and always switched
+back on exit, so a model shared by many sessions never keeps an instrument attached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+RECORDING_ATTENTION = "inference_explorer_sdpa"
+
+_active: contextvars.ContextVar["AttentionRecorder | None"] = contextvars.ContextVar(
+    "inference_explorer_recorder", default=None)
+
+
+@dataclass(slots=True)
+class AttentionRecorder:
+    """Collects one forward pass's attention weights for the chosen layers.
+
+    `last_query_only` keeps just the newest query row (used when the cache is off and every
+    step recomputes the whole sequence, but only the new token's row is wanted).
+    """
+
+    layers: frozenset[int] | None = None
+    last_query_only: bool = False
+    captured: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def wants(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
+
+    def take(self, batch_index: int = 0) -> torch.Tensor | None:
+        """Stack captured layers in layer order → (L_rec, H, T, S) float16 on the CPU; reset."""
+        if not self.captured:
+            return None
+        stacked = torch.stack([self.captured[k][batch_index] for k in sorted(self.captured)])
+        self.captured = {}
+        return stacked.to(device="cpu", dtype=torch.float16)
+
+
+def attention_weights(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
+                      scaling: float, last_query_only: bool = False) -> torch.Tensor:
+    """softmax(q·kᵀ · scaling + mask) in float32, as eager attention computes it.
+
+    query (B, H, T, D) post-RoPE; key (B, KVH, S, D) = the whole cache after this step's update.
+    Returns (B, H, T, S), or (B, H, 1, S) with `last_query_only`.
+    """
+    groups = query.shape[1] // key.shape[1]
+    keys = repeat_kv(key, groups).float()  # (B, H, S, D)
+    q = query.float()
+    if last_query_only:
+        q = q[:, :, -1:, :]
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling  # (B, H, T, S)
+    t, s = scores.shape[-2], scores.shape[-1]
+    if attention_mask is None:
+        q_pos = torch.arange(s - t, s, device=scores.device)[:, None]
+        allowed = torch.arange(s, device=scores.device)[None, :] <= q_pos  # (T, S) causal
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    else:
+        mask = attention_mask[..., -t:, -s:]
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.float()
+    return torch.softmax(scores, dim=-1)
+
+
+def _recording_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attention_mask: torch.Tensor | None,
+                    scaling: float | None = None, dropout: float = 0.0,
+                    **kwargs: Any) -> tuple[torch.Tensor, None]:
+    out = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                 dropout=dropout, **kwargs)
+    recorder = _active.get()
+    layer = getattr(module, "layer_idx", None)
+    if recorder is not None and layer is not None and recorder.wants(layer):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        recorder.captured[layer] = attention_weights(query, key, attention_mask, scale,
+                                                     recorder.last_query_only)
+    return out
+
+
+AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
+ALL_MASK_ATTENTION_FUNCTIONS.register(RECORDING_ATTENTION, sdpa_mask)
+
+
+@contextlib.contextmanager
+def recording(model: Any, recorder: AttentionRecorder | None) -> Iterator[AttentionRecorder | None]:
+    """Route `model`'s attention through the recorder for the duration; always restore it.
+
+    With `recorder=None` nothing is changed: the model runs its usual sdpa path.
+    """
+    if recorder is None:
+        yield None
+        return
+    previous = model.config._attn_implementation
+    token = _active.set(recorder)
+    model.set_attn_implementation(RECORDING_ATTENTION)
+    try:
+        yield recorder
+    finally:
+        model.set_attn_implementation(previous)
+        _active.reset(token)

@@ -1,0 +1,207 @@
+"""The instrumented generation loop: plain functions around the model, not `model.generate`.
+
+`prefill()` runs the whole prompt once and fills the KV cache; `decode_one_token()` runs one token
+against it; with the cache off, `forward_full()` recomputes the whole sequence every step. A
+:class:`Run` strings them together as a generator that yields each :class:`Step` the moment it is
+done, checks a stop flag between steps, and can hand out its (partial) :class:`Trace` any time.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from . import __version__
+from .attention import AttentionRecorder, recording
+from .detok import IncrementalDetokenizer
+from .errors import InputError
+from .kvcache import cache_layer_bytes
+from .loader import LoadedModel
+from .sampling import choose_token
+from .settings import GenerationSettings
+from .trace import Step, Trace
+
+Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
+
+
+def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
+    """Token ids of the prompt: wrapped in the model's chat template (as a user turn) by default."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                             add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+def _forward(model: Any, input_ids: torch.Tensor, cache: DynamicCache | None,
+             want_hidden: bool) -> Forward:
+    out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None,
+                output_hidden_states=want_hidden, logits_to_keep=1)
+    hidden = None
+    if want_hidden:
+        hidden = torch.stack([h[0, -1] for h in out.hidden_states])  # (L+1, hidden)
+    return out.logits[0, -1], hidden
+
+
+def prefill(model: Any, prompt_ids: torch.Tensor, cache: DynamicCache | None,
+            want_hidden: bool = False) -> Forward:
+    """One forward over the whole prompt (1, T); fills `cache` and returns the last logits."""
+    return _forward(model, prompt_ids, cache, want_hidden)
+
+
+def decode_one_token(model: Any, token: torch.Tensor, cache: DynamicCache,
+                     want_hidden: bool = False) -> Forward:
+    """One forward of a single token (1, 1) against the cache, which grows by one position."""
+    return _forward(model, token, cache, want_hidden)
+
+
+def forward_full(model: Any, all_ids: torch.Tensor, want_hidden: bool = False) -> Forward:
+    """Cache off: recompute the whole sequence (1, S) to get the next token's logits."""
+    return _forward(model, all_ids, None, want_hidden)
+
+
+def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
+    ids: set[int] = set()
+    configured = getattr(lm.model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    if lm.tokenizer.eos_token_id is not None:
+        ids.add(lm.tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def _now(device: torch.device) -> float:
+    """Wall clock in ms; on CUDA, synchronize first so queued kernels are counted."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() * 1000.0
+
+
+class Run:
+    """One generation. Iterate it to run the steps; `trace()` returns what is done so far."""
+
+    def __init__(self, lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None,
+                 stop_event: threading.Event | None = None) -> None:
+        settings = settings or GenerationSettings()
+        if not prompt or not prompt.strip():
+            raise InputError("the prompt is empty")
+        start = time.perf_counter()
+        ids = prepare_prompt(lm.tokenizer, prompt, settings.chat_template)
+        self.tokenize_ms = (time.perf_counter() - start) * 1000.0
+        if len(ids) > settings.max_prompt_tokens:
+            raise InputError(f"the prompt is {len(ids)} tokens; the limit is "
+                             f"{settings.max_prompt_tokens}")
+        if lm.spec.max_context and len(ids) + settings.max_new_tokens > lm.spec.max_context:
+            raise InputError(f"prompt ({len(ids)}) + new tokens ({settings.max_new_tokens}) exceed "
+                             f"the model's context of {lm.spec.max_context} tokens")
+        layers = settings.attention_layers
+        if layers is not None and any(not 0 <= k < lm.spec.layers for k in layers):
+            raise InputError(f"attention layers must be between 0 and {lm.spec.layers - 1}")
+        if settings.seed is None:
+            settings = settings.with_seed(random.randrange(2**31))
+        self.lm, self.prompt, self.settings = lm, prompt, settings
+        self.prompt_ids = ids
+        self.steps: list[Step] = []
+        self.stop_reason = "running"
+        self.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._stop = stop_event or threading.Event()
+
+    def stop(self) -> None:
+        """Ask the run to stop before its next step; what is done stays in the trace."""
+        self._stop.set()
+
+    def __iter__(self) -> Iterator[Step]:
+        return self._steps()
+
+    def run_all(self) -> Trace:
+        for _ in self:
+            pass
+        return self.trace()
+
+    def _steps(self) -> Iterator[Step]:
+        lm, s = self.lm, self.settings
+        model, device = lm.model, lm.device
+        generator = None
+        if not s.greedy:
+            generator = torch.Generator(device=device).manual_seed(s.seed)
+        recorder = None
+        if s.record_attention:
+            recorder = AttentionRecorder(layers=frozenset(s.attention_layers)
+                                         if s.attention_layers is not None else None)
+        detok = IncrementalDetokenizer(lm.tokenizer)
+        eos = eos_token_ids(lm)
+        sequence = torch.tensor([self.prompt_ids], device=device)  # (1, S)
+        cache = DynamicCache(config=model.config) if s.kv_cache else None
+        n_prompt = len(self.prompt_ids)
+        for i in range(s.max_new_tokens):
+            if self._stop.is_set():
+                self.stop_reason = "stopped"
+                return
+            if recorder is not None:
+                recorder.last_query_only = i > 0 and cache is None
+            start = _now(device)
+            with torch.inference_mode(), recording(model, recorder):
+                if i == 0:
+                    logits, hidden = prefill(model, sequence, cache, s.record_hidden)
+                elif cache is not None:
+                    logits, hidden = decode_one_token(model, sequence[:, -1:], cache, s.record_hidden)
+                else:
+                    logits, hidden = forward_full(model, sequence, s.record_hidden)
+                token = choose_token(logits, s.temperature, s.top_k, s.top_p, generator)
+                probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
+                top = torch.topk(probs, s.record_top_k)
+                chosen_prob = float(probs[token])
+                chosen_rank = int((probs > probs[token]).sum())
+                attention = recorder.take() if recorder is not None else None
+                hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
+                top_ids = top.indices.cpu().numpy().astype(np.int64)
+                top_probs = top.values.cpu().numpy().astype(np.float32)
+            latency = _now(device) - start
+            sequence = torch.cat([sequence, torch.tensor([[token]], device=device)], dim=1)
+            per_layer = cache_layer_bytes(cache) if cache is not None else (0,) * lm.spec.layers
+            last = token in eos or i == s.max_new_tokens - 1
+            text = detok.push(token) + (detok.flush() if last else "")
+            step = Step(
+                index=i, phase="prefill" if i == 0 else "decode", token_id=token,
+                piece=lm.tokenizer.convert_ids_to_tokens(token), text=text,
+                position=n_prompt + i, context_len=n_prompt + i, latency_ms=latency,
+                kv_bytes=sum(per_layer), kv_bytes_per_layer=per_layer,
+                top_ids=top_ids, top_probs=top_probs, chosen_prob=chosen_prob,
+                chosen_rank=chosen_rank,
+                attention=attention.numpy() if attention is not None else None, hidden=hidden_np)
+            self.steps.append(step)
+            yield step
+            if token in eos:
+                self.stop_reason = "eos"
+                return
+        self.stop_reason = "length"
+
+    def trace(self) -> Trace:
+        """The trace so far; a run stopped or still going keeps every finished step."""
+        tok = self.lm.tokenizer
+        special = set(tok.all_special_ids)
+        layers = self.settings.attention_layers
+        recorded = (tuple(range(self.lm.spec.layers)) if layers is None else layers) \
+            if self.settings.record_attention else ()
+        return Trace(
+            model=self.lm.spec, settings=self.settings, prompt=self.prompt,
+            prompt_token_ids=tuple(self.prompt_ids),
+            prompt_pieces=tuple(tok.convert_ids_to_tokens(self.prompt_ids)),
+            prompt_special=tuple(i in special for i in self.prompt_ids),
+            steps=tuple(self.steps), stop_reason=self.stop_reason,
+            tokenize_ms=self.tokenize_ms, device=str(self.lm.device),
+            attention_layers=recorded, created_at=self.created_at, engine_version=__version__)
+
+
+def generate_trace(lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None) -> Trace:
+    """Run a whole generation and return its trace (no streaming)."""
+    return Run(lm, prompt, settings).run_all()

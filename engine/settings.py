@@ -1,0 +1,71 @@
+"""GenerationSettings: what a run was asked to do, checked once, recorded in the trace."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .errors import InputError
+
+MAX_NEW_TOKENS_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationSettings:
+    """Options of one generation; temperature 0 (the default) means greedy decoding.
+
+    top_k 0 and top_p 1.0 switch those filters off. `seed` None draws a fresh seed, which the run
+    records so a sampled trace can be reproduced. `attention_layers` None records every layer.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    chat_template: bool = True
+    kv_cache: bool = True
+    record_attention: bool = True
+    attention_layers: tuple[int, ...] | None = None
+    record_hidden: bool = True
+    record_top_k: int = 10
+    max_prompt_tokens: int = 2048
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+            raise InputError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}, "
+                             f"got {self.max_new_tokens}")
+        if not 0.0 <= self.temperature <= 5.0:
+            raise InputError(f"temperature must be between 0 and 5, got {self.temperature}")
+        if self.top_k < 0:
+            raise InputError(f"top-k must be 0 (off) or positive, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InputError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            raise InputError(f"seed must be a non-negative integer, got {self.seed}")
+        if not 1 <= self.record_top_k <= 100:
+            raise InputError(f"recorded top-k must be between 1 and 100, got {self.record_top_k}")
+        if self.max_prompt_tokens < 1:
+            raise InputError("the prompt token limit must be positive")
+        if self.attention_layers is not None:
+            object.__setattr__(self, "attention_layers", tuple(sorted(set(self.attention_layers))))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def with_seed(self, seed: int) -> "GenerationSettings":
+        return replace(self, seed=seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if data["attention_layers"] is not None:
+            data["attention_layers"] = list(data["attention_layers"])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GenerationSettings":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if known.get("attention_layers") is not None:
+            known["attention_layers"] = tuple(known["attention_layers"])
+        return cls(**known)

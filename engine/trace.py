@@ -1,0 +1,136 @@
+"""The Trace: everything one run measured, the single contract between engine and UI.
+
+Frozen dataclasses. Numbers that can be derived (TTFT, ITL, output text) are properties, not
+stored twice. Array fields are numpy arrays; `eq=False` because numpy equality is elementwise —
+compare traces with :func:`traces_equal`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .settings import GenerationSettings
+from .spec import ModelSpec
+
+PHASES = ("prefill", "decode")
+STOP_REASONS = ("eos", "length", "stopped", "running")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Step:
+    """One forward pass and the token it produced.
+
+    The prefill step runs the whole prompt and yields the first output token; each decode step
+    runs one token. `context_len` is the number of positions that step attended over (the cache
+    length after it); `position` is the produced token's position. `latency_ms` is the step's own
+    wall time, sampling and recording included (CUDA: synchronized). Attention is
+    (L_rec, H, T_query, context_len) float16 — T_query is the prompt length for prefill, 1 for a
+    decode step; `hidden` is (layers + 1, hidden_size): the embedding output, then each layer's
+    output, at the last position.
+    """
+
+    index: int
+    phase: str
+    token_id: int
+    piece: str
+    text: str
+    position: int
+    context_len: int
+    latency_ms: float
+    kv_bytes: int
+    kv_bytes_per_layer: tuple[int, ...]
+    top_ids: np.ndarray
+    top_probs: np.ndarray
+    chosen_prob: float
+    chosen_rank: int
+    attention: np.ndarray | None = None
+    hidden: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Trace:
+    model: ModelSpec
+    settings: GenerationSettings
+    prompt: str
+    prompt_token_ids: tuple[int, ...]
+    prompt_pieces: tuple[str, ...]
+    prompt_special: tuple[bool, ...]
+    steps: tuple[Step, ...]
+    stop_reason: str
+    tokenize_ms: float
+    device: str
+    attention_layers: tuple[int, ...]
+    created_at: str
+    engine_version: str
+
+    def __post_init__(self) -> None:
+        if self.stop_reason not in STOP_REASONS:
+            raise ValueError(f"unknown stop reason {self.stop_reason!r}")
+
+    @property
+    def output_token_ids(self) -> tuple[int, ...]:
+        return tuple(s.token_id for s in self.steps)
+
+    @property
+    def output_text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    @property
+    def prefill(self) -> Step | None:
+        return self.steps[0] if self.steps else None
+
+    @property
+    def decode_steps(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.phase == "decode")
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Request to first output token: tokenization plus the prefill step."""
+        return self.tokenize_ms + self.steps[0].latency_ms if self.steps else None
+
+    @property
+    def itl_ms(self) -> tuple[float, ...]:
+        """Gap between consecutive output tokens, one per decode step (first token excluded)."""
+        return tuple(s.latency_ms for s in self.decode_steps)
+
+    @property
+    def token_times_ms(self) -> tuple[float, ...]:
+        """When each output token was ready, from the request (engine time, for replay pacing)."""
+        times, now = [], self.tokenize_ms
+        for step in self.steps:
+            now += step.latency_ms
+            times.append(now)
+        return tuple(times)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.steps[-1].kv_bytes if self.steps else 0
+
+
+def _array_equal(a: object, b: object) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+            and a.shape == b.shape and np.array_equal(a, b))
+
+
+def traces_equal(a: Trace, b: Trace) -> bool:
+    """Exact equality, arrays included (dtype, shape and every value)."""
+    for f in fields(Trace):
+        if f.name != "steps" and getattr(a, f.name) != getattr(b, f.name):
+            return False
+    if len(a.steps) != len(b.steps):
+        return False
+    for sa, sb in zip(a.steps, b.steps):
+        for f in fields(Step):
+            va, vb = getattr(sa, f.name), getattr(sb, f.name)
+            same = _array_equal(va, vb) if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray) else va == vb
+            if not same:
+                return False
+    return True
