@@ -101,8 +101,13 @@ def _run(args: argparse.Namespace) -> int:
         record_hidden=not args.no_hidden, max_prompt_tokens=args.max_prompt_tokens)
     if not args.prompt.strip():
         raise EngineError("the prompt is empty")
+    interactive = sys.stderr.isatty()
+    if not interactive:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     lm = load_model(args.model, device=args.device, dtype=args.dtype,
-                    progress=lambda msg: print(msg, file=sys.stderr))
+                    progress=(lambda msg: print(msg, file=sys.stderr)) if interactive else None)
     trace = Run(lm, args.prompt, settings).run_all()
     _print_summary(trace)
     if args.out:

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 RECORDING_ATTENTION = "inference_explorer_sdpa"
@@ -56,25 +56,26 @@ def attention_weights(query: torch.Tensor, key: torch.Tensor, attention_mask: to
     """softmax(q·kᵀ · scaling + mask) in float32, as eager attention computes it.
 
     query (B, H, T, D) post-RoPE; key (B, KVH, S, D) = the whole cache after this step's update.
+    Query heads are grouped by the KV head they share (head h uses KV head h // (H / KVH), as
+    `repeat_kv` lays them out), so keys are never copied per query head.
     Returns (B, H, T, S), or (B, H, 1, S) with `last_query_only`.
     """
-    groups = query.shape[1] // key.shape[1]
-    keys = repeat_kv(key, groups).float()  # (B, H, S, D)
-    q = query.float()
     if last_query_only:
-        q = q[:, :, -1:, :]
-    scores = torch.matmul(q, keys.transpose(-1, -2)) * scaling  # (B, H, T, S)
-    t, s = scores.shape[-2], scores.shape[-1]
-    if attention_mask is None:
-        q_pos = torch.arange(s - t, s, device=scores.device)[:, None]
-        allowed = torch.arange(s, device=scores.device)[None, :] <= q_pos  # (T, S) causal
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    else:
+        query = query[:, :, -1:, :]
+    b, h, t, d = query.shape
+    kvh, s = key.shape[1], key.shape[2]
+    q = query.float().reshape(b, kvh, (h // kvh) * t, d)  # (B, KVH, G·T, D)
+    scores = torch.matmul(q, key.float().transpose(-1, -2)).view(b, h, t, s) * scaling  # (B, H, T, S)
+    if attention_mask is not None:
         mask = attention_mask[..., -t:, -s:]
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask.float()
+    elif t > 1:  # no mask given means plain causal; a single new query sees the whole cache
+        q_pos = torch.arange(s - t, s, device=scores.device)[:, None]
+        allowed = torch.arange(s, device=scores.device)[None, :] <= q_pos  # (T, S)
+        scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1)
 
 

@@ -122,7 +122,7 @@ def _use_sdpa(model: Any) -> None:
 def _load_default(say: Progress) -> tuple[Any, Any, bool]:
     gguf = default_gguf_path()
     cache_dir = _default_cache_dir(gguf)
-    if (cache_dir / _COMPLETE_MARK).is_file():
+    if is_complete_cache(cache_dir):
         say(f"Loading cached model from {cache_dir}")
         model, tokenizer = _load_folder(cache_dir)
         return model, tokenizer, True
@@ -143,6 +143,11 @@ def load_gguf(gguf: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def is_complete_cache(folder: Path) -> bool:
+    """Only a folder whose completion mark was written last (inside the temp folder) is trusted."""
+    return (folder / _COMPLETE_MARK).is_file()
+
+
 def write_model_cache(model: Any, tokenizer: Any, cache_dir: Path, origin: dict[str, Any]) -> None:
     """Write config, safetensors weights and tokenizer into `cache_dir`, atomically.
 
@@ -161,13 +166,25 @@ def write_model_cache(model: Any, tokenizer: Any, cache_dir: Path, origin: dict[
         save_model(model, str(tmp / "model.safetensors"))
         tokenizer.save_pretrained(tmp)
         (tmp / _COMPLETE_MARK).write_text(json.dumps(origin))
+        if cache_dir.exists() and not is_complete_cache(cache_dir):
+            _discard(cache_dir)  # a stale, incomplete folder from an older crash
         try:
             os.rename(tmp, cache_dir)
         except OSError:
-            if not (cache_dir / _COMPLETE_MARK).is_file():
+            if not is_complete_cache(cache_dir):  # else another process won the race
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _discard(folder: Path) -> None:
+    """Move a folder aside (atomic), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=folder.name + ".stale-", dir=folder.parent))
+    try:
+        os.rename(folder, trash / "old")
+    except OSError:
+        pass
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _load_folder(folder: Path) -> tuple[Any, Any]:
@@ -182,8 +199,6 @@ def _load_folder(folder: Path) -> tuple[Any, Any]:
 def _load_hf(source: str, say: Progress) -> tuple[Any, Any]:
     """A local folder or hub id; safetensors only, never remote code."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     path = Path(source).expanduser()
     looks_local = source.startswith((".", "/", "~")) or path.exists() or source.count("/") > 1
     if looks_local and not path.is_dir():
@@ -195,7 +210,7 @@ def _load_hf(source: str, say: Progress) -> tuple[Any, Any]:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = " (offline: only models already in the Hugging Face cache can load)" if offline else ""
         raise ModelLoadError(f"cannot load model {source!r}{hint}: {_first_line(err)}") from None
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if not is_causal_lm(config):
         raise ModelLoadError(
             f"{source!r} is a {config.model_type!r} model, not a causal (decoder-only) language model"
         )
@@ -207,6 +222,21 @@ def _load_hf(source: str, say: Progress) -> tuple[Any, Any]:
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"cannot load model {source!r}: {_first_line(err)}") from None
     return model, tokenizer
+
+
+def is_causal_lm(config: Any) -> bool:
+    """Decoder-only next-token models; encoders (BERT-like, even with a causal head) are not."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return False
+    if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not config.is_decoder:
+        return False
+    archs = getattr(config, "architectures", None) or []
+    return not archs or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,0 +1,145 @@
+"""Engine benchmark: HF generate vs a bare KV-cache loop vs the engine with full recording.
+
+All variants run side by side in one process, interleaved over several rounds, on the same prompt
+and token count; we report medians and ratios (the machine is shared and noisy, so absolute
+numbers drift, ratios measured together do not). Also cold (GGUF) and warm (cached) load times.
+
+    python bench/engine_bench.py [--tokens 64] [--rounds 3] [--out bench/out/engine.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from engine import GenerationSettings, Run, load_model  # noqa: E402
+from engine.loader import CACHE_ENV  # noqa: E402
+from engine.runner import prepare_prompt  # noqa: E402
+
+PROMPT = "Explain in a few sentences why the sky is blue."
+
+
+class _Clock:
+    """A streamer for model.generate that timestamps every put() (first put = the prompt)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def put(self, _value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter() * 1000)
+
+    def end(self) -> None:
+        pass
+
+
+def run_generate(lm, ids: list[int], n: int) -> tuple[float, list[float]]:
+    clock = _Clock()
+    inputs = torch.tensor([ids])
+    start = time.perf_counter() * 1000
+    lm.model.generate(inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False, streamer=clock)
+    token_times = clock.times[1:]
+    return token_times[0] - start, [b - a for a, b in zip(token_times, token_times[1:])]
+
+
+@torch.inference_mode()
+def run_bare(lm, ids: list[int], n: int) -> tuple[float, list[float]]:
+    """The floor: prefill + argmax decode with a DynamicCache, nothing recorded."""
+    model = lm.model
+    start = time.perf_counter() * 1000
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=1)
+    token = out.logits[0, -1].argmax()
+    times = [time.perf_counter() * 1000]
+    for _ in range(n - 1):
+        out = model(input_ids=token.view(1, 1), cache=cache, use_cache=True, logits_to_keep=1)
+        token = out.logits[0, -1].argmax()
+        int(token)
+        times.append(time.perf_counter() * 1000)
+    return times[0] - start, [b - a for a, b in zip(times, times[1:])]
+
+
+def run_engine(lm, n: int, record: bool) -> tuple[float, list[float]]:
+    settings = GenerationSettings(max_new_tokens=n, record_attention=record, record_hidden=record)
+    run = Run(lm, PROMPT, settings)
+    trace = run.run_all()
+    return trace.ttft_ms, list(trace.itl_ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default="bench/out/engine.json")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        old = os.environ.get(CACHE_ENV)
+        os.environ[CACHE_ENV] = tmp
+        t = time.perf_counter()
+        load_model()
+        cold = time.perf_counter() - t
+        t = time.perf_counter()
+        lm = load_model()
+        warm = time.perf_counter() - t
+        if old is None:
+            del os.environ[CACHE_ENV]
+        else:
+            os.environ[CACHE_ENV] = old
+
+    ids = prepare_prompt(lm.tokenizer, PROMPT, True)
+    variants = {
+        "generate": lambda: run_generate(lm, ids, args.tokens),
+        "bare_loop": lambda: run_bare(lm, ids, args.tokens),
+        "engine_full_recording": lambda: run_engine(lm, args.tokens, True),
+        "engine_no_recording": lambda: run_engine(lm, args.tokens, False),
+    }
+    for fn in variants.values():  # warm-up
+        fn()
+    samples: dict[str, dict[str, list[float]]] = {k: {"ttft": [], "itl": []} for k in variants}
+    for _ in range(args.rounds):
+        for name, fn in variants.items():
+            ttft, itl = fn()
+            samples[name]["ttft"].append(ttft)
+            samples[name]["itl"].append(statistics.median(itl))
+    result = {name: {"ttft_ms": statistics.median(s["ttft"]), "itl_ms": statistics.median(s["itl"])} for name, s in samples.items()}
+    bare = result["bare_loop"]["itl_ms"]
+    for name in result:
+        result[name]["itl_vs_bare"] = result[name]["itl_ms"] / bare
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+                   f"threads {torch.get_num_threads()}",
+        "device": str(lm.device),
+        "prompt_tokens": len(ids),
+        "new_tokens": args.tokens,
+        "rounds": args.rounds,
+        "load_cold_s": cold,
+        "load_warm_s": warm,
+        "variants": result,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    print("\n| variant | TTFT ms | ITL ms (median) | ITL / bare loop |")
+    print("|---|---|---|---|")
+    for name, r in result.items():
+        print(f"| {name} | {r['ttft_ms']:.1f} | {r['itl_ms']:.1f} | {r['itl_vs_bare']:.2f} |")
+    print(f"\ncold load (GGUF) {cold:.1f} s, warm load (cache) {warm:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The generation loop on a tiny random model: streaming, stop, sampling, recording options."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine import GenerationSettings, InputError, Run, generate_trace
+
+PROMPT = "Tell me about the sea."
+
+
+def test_steps_stream_one_by_one(tiny_lm):
+    run = Run(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=5))
+    seen = []
+    for step in run:
+        seen.append(step.index)
+        assert len(run.trace().steps) == len(seen), "the trace grows as each step is yielded"
+    assert seen == list(range(len(seen)))
+    trace = run.trace()
+    assert trace.steps[0].phase == "prefill"
+    assert all(s.phase == "decode" for s in trace.steps[1:])
+    assert trace.stop_reason in ("eos", "length")
+
+
+def test_stop_flag_keeps_partial_trace(tiny_lm):
+    stop = threading.Event()
+    run = Run(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=50), stop_event=stop)
+    for step in run:
+        if step.index == 2:
+            stop.set()
+    trace = run.trace()
+    assert len(trace.steps) == 3 and trace.stop_reason == "stopped"
+    assert trace.output_token_ids == tuple(s.token_id for s in trace.steps)
+
+
+def test_seeded_sampling_reproduces(tiny_lm):
+    settings = GenerationSettings(max_new_tokens=12, temperature=1.0, top_k=50, top_p=0.95, seed=7)
+    a = generate_trace(tiny_lm, PROMPT, settings)
+    b = generate_trace(tiny_lm, PROMPT, settings)
+    c = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=12, temperature=1.0, seed=8))
+    assert a.output_token_ids == b.output_token_ids
+    assert a.output_token_ids != c.output_token_ids
+    unseeded = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=3, temperature=1.0))
+    assert unseeded.settings.seed is not None, "a drawn seed is recorded for replay"
+
+
+def test_sampled_token_rank_is_recorded(tiny_lm):
+    trace = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=20, temperature=2.0,
+                                                               seed=1))
+    for step in trace.steps:
+        assert step.chosen_rank >= 0
+        if step.chosen_rank < len(step.top_ids):
+            assert step.top_ids[step.chosen_rank] == step.token_id
+            assert step.top_probs[step.chosen_rank] == pytest.approx(step.chosen_prob, rel=1e-5)
+    assert any(s.chosen_rank > 0 for s in trace.steps), "temperature 2 draws lower-ranked tokens"
+
+
+def test_recording_options(tiny_lm):
+    off = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=3, record_attention=False,
+                                                             record_hidden=False, record_top_k=3))
+    assert all(s.attention is None and s.hidden is None for s in off.steps)
+    assert off.attention_layers == () and off.steps[0].top_ids.shape == (3,)
+    one = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=3, attention_layers=(1,)))
+    t = len(one.prompt_token_ids)
+    assert one.attention_layers == (1,)
+    assert one.steps[0].attention.shape == (1, 4, t, t)
+    assert one.steps[1].attention.shape == (1, 4, 1, t + 1)
+    assert one.steps[0].attention.dtype == np.float16
+    assert one.steps[0].hidden.shape == (3, 64)
+
+
+def test_cache_off_same_tokens_same_attention_rows(tiny_lm):
+    on = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=6))
+    off = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=6, kv_cache=False))
+    assert on.output_token_ids == off.output_token_ids
+    assert all(s.kv_bytes == 0 for s in off.steps)
+    for a, b in zip(on.steps, off.steps):
+        assert a.attention.shape == b.attention.shape
+        np.testing.assert_allclose(a.attention.astype(np.float32), b.attention.astype(np.float32),
+                                   atol=1e-3)
+
+
+def test_timings_are_consistent(tiny_lm):
+    trace = generate_trace(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=4))
+    assert trace.ttft_ms == pytest.approx(trace.tokenize_ms + trace.steps[0].latency_ms)
+    assert trace.itl_ms == tuple(s.latency_ms for s in trace.steps[1:])
+    assert all(s.latency_ms > 0 for s in trace.steps)
+    times = trace.token_times_ms
+    assert all(b > a for a, b in zip(times, times[1:]))
+
+
+def test_chat_template_marks_special_tokens(tiny_lm):
+    chat = generate_trace(tiny_lm, "Hi", GenerationSettings(max_new_tokens=1))
+    raw = generate_trace(tiny_lm, "Hi", GenerationSettings(max_new_tokens=1, chat_template=False))
+    assert any(chat.prompt_special) and len(chat.prompt_token_ids) > len(raw.prompt_token_ids)
+    assert raw.prompt_token_ids == tuple(tiny_lm.tokenizer("Hi")["input_ids"])
+
+
+@pytest.mark.parametrize("prompt, settings, message", [
+    ("", {}, "empty"),
+    ("   \n", {}, "empty"),
+    ("word " * 300, {"max_prompt_tokens": 100}, "limit is 100"),
+    ("Hi", {"max_new_tokens": 600}, "context"),
+    ("Hi", {"attention_layers": (5,)}, "layers"),
+])
+def test_bad_prompts(tiny_lm, prompt, settings, message):
+    with pytest.raises(InputError, match=message):
+        Run(tiny_lm, prompt, GenerationSettings(**settings))
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_new_tokens": 0}, {"max_new_tokens": 100_000}, {"temperature": -1}, {"top_p": 0},
+    {"top_k": -2}, {"seed": -1}, {"record_top_k": 0},
+])
+def test_bad_settings(kwargs):
+    with pytest.raises(InputError):
+        GenerationSettings(**kwargs)

@@ -1,0 +1,113 @@
+"""Trace file: exact round trip, no pickle, clear errors on damaged or foreign files."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from engine import GenerationSettings, TraceFormatError, generate_trace, load_trace, save_trace
+from engine.trace import traces_equal
+from engine.tracefile import FORMAT_VERSION, META_KEY, trace_to_bytes
+
+
+@pytest.fixture(scope="module")
+def trace(tiny_lm):
+    return generate_trace(tiny_lm, "Emoji 🌍 and 世界", GenerationSettings(max_new_tokens=6,
+                                                                           temperature=0.8, seed=3))
+
+
+def test_round_trip_is_exact(trace, tmp_path):
+    path = tmp_path / "run.trace.npz"
+    save_trace(trace, path)
+    back = load_trace(path)
+    assert traces_equal(trace, back)
+    assert back.output_text == trace.output_text and back.ttft_ms == trace.ttft_ms
+    assert back.steps[0].attention.dtype == np.float16
+    assert traces_equal(load_trace(path.read_bytes()), trace)
+
+
+def test_traces_equal_notices_differences(trace):
+    other = load_trace(trace_to_bytes(trace))
+    other.steps[1].attention[0, 0, 0, 0] += 1
+    assert not traces_equal(trace, other)
+
+
+def test_partial_trace_round_trips(tiny_lm):
+    from engine import Run
+
+    run = Run(tiny_lm, "Hello", GenerationSettings(max_new_tokens=20))
+    for step in run:
+        if step.index == 1:
+            run.stop()
+    partial = run.trace()
+    assert partial.stop_reason == "stopped"
+    assert traces_equal(load_trace(trace_to_bytes(partial)), partial)
+
+
+def _rewrite_meta(data: bytes, change) -> bytes:
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(arrays[META_KEY].tobytes())
+    change(meta)
+    arrays[META_KEY] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    return out.getvalue()
+
+
+def test_unknown_version_is_refused(trace):
+    newer = _rewrite_meta(trace_to_bytes(trace), lambda m: m.update(version=FORMAT_VERSION + 1))
+    with pytest.raises(TraceFormatError, match="newer"):
+        load_trace(newer)
+
+
+def test_foreign_format_is_refused(trace):
+    foreign = _rewrite_meta(trace_to_bytes(trace), lambda m: m.update(format="something-else"))
+    with pytest.raises(TraceFormatError, match="not an Inference Explorer trace"):
+        load_trace(foreign)
+
+
+@pytest.mark.parametrize("cut", [10, 1000, -200])
+def test_truncated_file_is_refused(trace, cut):
+    data = trace_to_bytes(trace)
+    with pytest.raises(TraceFormatError):
+        load_trace(data[:cut])
+
+
+def test_random_bytes_and_other_zips_are_refused():
+    with pytest.raises(TraceFormatError):
+        load_trace(b"\x00" * 100)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        zf.writestr("hello.txt", "hi")
+    with pytest.raises(TraceFormatError, match="no metadata"):
+        load_trace(buffer.getvalue())
+
+
+def test_pickled_arrays_are_never_loaded(trace):
+    with np.load(io.BytesIO(trace_to_bytes(trace)), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["step0.top_ids"] = np.array([object()], dtype=object)
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    with pytest.raises(TraceFormatError):
+        load_trace(out.getvalue())
+
+
+def test_wrong_dtype_is_refused(trace):
+    with np.load(io.BytesIO(trace_to_bytes(trace)), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["step0.attention"] = arrays["step0.attention"].astype(np.float64)
+    out = io.BytesIO()
+    np.savez(out, **arrays)
+    with pytest.raises(TraceFormatError, match="dtype"):
+        load_trace(out.getvalue())
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        load_trace(tmp_path / "nope.npz")
