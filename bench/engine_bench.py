@@ -29,7 +29,7 @@ from engine import GenerationSettings, Run, load_model  # noqa: E402
 from engine.loader import CACHE_ENV  # noqa: E402
 from engine.runner import prepare_prompt  # noqa: E402
 
-PROMPT = "Explain in a few sentences why the sky is blue."
+PROMPT = "Write a long story about a lighthouse keeper and a storm."
 
 
 class _Clock:
@@ -81,7 +81,7 @@ def run_engine(lm, n: int, record: bool) -> tuple[float, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default="bench/out/engine.json")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -109,13 +109,16 @@ def main() -> None:
     }
     for fn in variants.values():  # warm-up
         fn()
-    samples: dict[str, dict[str, list[float]]] = {k: {"ttft": [], "itl": []} for k in variants}
+    samples: dict[str, dict[str, list[float]]] = {k: {"ttft": [], "itl": [], "n": []}
+                                                  for k in variants}
     for _ in range(args.rounds):
         for name, fn in variants.items():
             ttft, itl = fn()
             samples[name]["ttft"].append(ttft)
             samples[name]["itl"].append(statistics.median(itl))
-    result = {name: {"ttft_ms": statistics.median(s["ttft"]), "itl_ms": statistics.median(s["itl"])} for name, s in samples.items()}
+            samples[name]["n"].append(len(itl) + 1)
+    result = {name: {"ttft_ms": statistics.median(s["ttft"]), "itl_ms": statistics.median(s["itl"]),
+                     "tokens": min(s["n"])} for name, s in samples.items()}
     bare = result["bare_loop"]["itl_ms"]
     for name in result:
         result[name]["itl_vs_bare"] = result[name]["itl_ms"] / bare

@@ -3,7 +3,13 @@
 A pure library (no Streamlit). The Trace is the one contract between engine and UI.
 """
 
+import os
+
 __version__ = "0.1.0"
+
+# Offline by default: hub ids load only from the local Hugging Face cache unless the user sets
+# HF_HUB_OFFLINE=0 themselves. Must be set before transformers is imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from .errors import EngineError, InputError, ModelLoadError, TraceFormatError  # noqa: E402
 from .loader import LoadedModel, load_model  # noqa: E402
