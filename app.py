@@ -1,10 +1,98 @@
-"""Inference Explorer — Streamlit entry point (router and frame)."""
+"""Inference Explorer — the entry point: router, shared sidebar, cached model, generation lock.
+
+Pages read what this frame puts in `st.session_state`: `lm` (the loaded model or None),
+`generation_lock` (one per process, shared by every session), `settings` (GenerationSettings from
+the sidebar) and `limits`.
+"""
+
+from __future__ import annotations
 
 import os
+import threading
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import streamlit as st  # noqa: E402
 
+from engine import EngineError, GenerationSettings, load_model  # noqa: E402
+
+HOSTED = os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1"
+LIMITS = {"prompt_tokens": 256, "new_tokens": 64} if HOSTED else {"prompt_tokens": 1024,
+                                                                   "new_tokens": 256}
+ASSETS = Path(__file__).parent / "assets"
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def cached_model(source: str):
+    """One model per process, shared by all sessions (a new choice replaces it)."""
+    return load_model(source)
+
+
+@st.cache_resource
+def generation_lock() -> threading.Lock:
+    """Serializes generation across sessions: the model runs one request at a time."""
+    return threading.Lock()
+
+
+def sidebar_model() -> None:
+    st.sidebar.header("Model")
+    source = "default"
+    if not HOSTED:
+        custom = st.sidebar.text_input(
+            "Hugging Face id or local folder", key="model_source", placeholder="default: SmolLM2-135M",
+            help="A causal LM with safetensors weights, already on this machine (offline).")
+        source = custom.strip() or "default"
+    with st.sidebar.status("Loading model…", expanded=False) as status:
+        try:
+            lm = cached_model(source)
+        except EngineError as err:
+            status.update(label="Model not loaded", state="error", expanded=True)
+            st.error(str(err))
+            st.session_state["lm"] = None
+            return
+        spec = lm.spec
+        status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete")
+        st.caption(f"{spec.param_count / 1e6:.0f} M parameters, {spec.layers} layers, "
+                   f"{spec.heads} query / {spec.kv_heads} KV heads, {spec.dtype}; "
+                   f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
+    st.session_state["lm"] = lm
+
+
+def sidebar_settings() -> None:
+    side = st.sidebar
+    side.header("Generation")
+    new = side.slider("Max new tokens", 1, LIMITS["new_tokens"], min(48, LIMITS["new_tokens"]),
+                      help=f"At most {LIMITS['new_tokens']} here.")
+    temp = side.slider("Temperature", 0.0, 2.0, 0.0, 0.05, help="0 = greedy: always the most "
+                       "probable token. Higher values flatten the distribution before sampling.")
+    top_k = side.number_input("Top-k", 0, 1000, 0, help="Sample only among the k most probable "
+                              "tokens; 0 = off.", disabled=temp == 0)
+    top_p = side.slider("Top-p", 0.05, 1.0, 1.0, 0.05, help="Sample from the smallest set of "
+                        "tokens whose probabilities add up to p; 1 = off.", disabled=temp == 0)
+    seed = side.number_input("Seed", 0, 2**31 - 1, 0, help="Same seed, same sampled tokens.",
+                             disabled=temp == 0)
+    chat = side.toggle("Chat template", True, help="Wrap the prompt as a user turn in the "
+                       "model's chat format (adds special tokens).")
+    kv = side.toggle("KV cache", True, help="Off: every step recomputes the whole sequence — "
+                     "same tokens, slower.")
+    attn = side.toggle("Record attention", True, help="Keep every layer's attention weights "
+                       "for the attention pages (costs memory on long prompts).")
+    st.session_state["settings"] = GenerationSettings(
+        max_new_tokens=int(new), temperature=float(temp), top_k=int(top_k), top_p=float(top_p),
+        seed=int(seed), chat_template=chat, kv_cache=kv, record_attention=attn,
+        max_prompt_tokens=LIMITS["prompt_tokens"])
+
+
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")
-st.navigation([st.Page("pages/generate.py", title="Generate", icon="▶️", default=True)]).run()
+st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
+st.session_state["generation_lock"] = generation_lock()
+st.session_state["limits"] = LIMITS
+st.session_state["hosted"] = HOSTED
+page = st.navigation([
+    st.Page("pages/generate.py", title="Generate", icon="▶️", default=True),
+    st.Page("pages/steps.py", title="Steps", icon="📋"),
+])
+sidebar_model()
+sidebar_settings()
+page.run()

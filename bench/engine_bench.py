@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -80,8 +81,8 @@ def run_engine(lm, n: int, record: bool) -> tuple[float, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--out", default="bench/out/engine.json")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -109,19 +110,27 @@ def main() -> None:
     }
     for fn in variants.values():  # warm-up
         fn()
-    samples: dict[str, dict[str, list[float]]] = {k: {"ttft": [], "itl": [], "n": []}
-                                                  for k in variants}
+    # Each round runs every variant once, in a shuffled order; ratios are taken within a round
+    # (paired), so slow drifts of a shared machine cancel out.
+    rng = random.Random(0)
+    rounds: list[dict[str, tuple[float, float, int]]] = []
     for _ in range(args.rounds):
-        for name, fn in variants.items():
-            ttft, itl = fn()
-            samples[name]["ttft"].append(ttft)
-            samples[name]["itl"].append(statistics.median(itl))
-            samples[name]["n"].append(len(itl) + 1)
-    result = {name: {"ttft_ms": statistics.median(s["ttft"]), "itl_ms": statistics.median(s["itl"]),
-                     "tokens": min(s["n"])} for name, s in samples.items()}
-    bare = result["bare_loop"]["itl_ms"]
-    for name in result:
-        result[name]["itl_vs_bare"] = result[name]["itl_ms"] / bare
+        order = list(variants)
+        rng.shuffle(order)
+        measured = {}
+        for name in order:
+            ttft, itl = variants[name]()
+            measured[name] = (ttft, statistics.median(itl), len(itl) + 1)
+        rounds.append(measured)
+    result = {}
+    for name in variants:
+        result[name] = {
+            "ttft_ms": statistics.median(r[name][0] for r in rounds),
+            "itl_ms": statistics.median(r[name][1] for r in rounds),
+            "tokens": min(r[name][2] for r in rounds),
+            "itl_vs_bare": statistics.median(r[name][1] / r["bare_loop"][1] for r in rounds),
+            "itl_vs_generate": statistics.median(r[name][1] / r["generate"][1] for r in rounds),
+        }
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -137,10 +146,11 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
-    print("\n| variant | TTFT ms | ITL ms (median) | ITL / bare loop |")
-    print("|---|---|---|---|")
+    print("\n| variant | tokens | TTFT ms | ITL ms (median) | ITL / bare loop | ITL / generate |")
+    print("|---|---|---|---|---|---|")
     for name, r in result.items():
-        print(f"| {name} | {r['ttft_ms']:.1f} | {r['itl_ms']:.1f} | {r['itl_vs_bare']:.2f} |")
+        print(f"| {name} | {r['tokens']} | {r['ttft_ms']:.1f} | {r['itl_ms']:.1f} | "
+              f"{r['itl_vs_bare']:.3f} | {r['itl_vs_generate']:.3f} |")
     print(f"\ncold load (GGUF) {cold:.1f} s, warm load (cache) {warm:.2f} s")
 
 

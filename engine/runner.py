@@ -175,7 +175,9 @@ class Run:
                 piece=lm.tokenizer.convert_ids_to_tokens(token), text=text,
                 position=n_prompt + i, context_len=n_prompt + i, latency_ms=latency,
                 kv_bytes=sum(per_layer), kv_bytes_per_layer=per_layer,
-                top_ids=top_ids, top_probs=top_probs, chosen_prob=chosen_prob,
+                top_ids=top_ids, top_probs=top_probs,
+                top_pieces=tuple(lm.tokenizer.convert_ids_to_tokens(top_ids.tolist())),
+                chosen_prob=chosen_prob,
                 chosen_rank=chosen_rank,
                 attention=attention.numpy() if attention is not None else None, hidden=hidden_np)
             self.steps.append(step)

@@ -7,7 +7,7 @@ compare traces with :func:`traces_equal`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -43,12 +43,15 @@ class Step:
     kv_bytes_per_layer: tuple[int, ...]
     top_ids: np.ndarray
     top_probs: np.ndarray
+    top_pieces: tuple[str, ...]
     chosen_prob: float
     chosen_rank: int
     attention: np.ndarray | None = None
     hidden: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        if len(self.top_pieces) != len(self.top_ids):
+            raise ValueError("top_pieces and top_ids differ in length")
         if self.phase not in PHASES:
             raise ValueError(f"unknown phase {self.phase!r}")
 
@@ -111,6 +114,11 @@ class Trace:
     @property
     def kv_bytes(self) -> int:
         return self.steps[-1].kv_bytes if self.steps else 0
+
+    def prefix(self, n: int) -> "Trace":
+        """The trace as it stood after its first `n` steps (for replaying at the recorded pace)."""
+        return replace(self, steps=self.steps[:n], stop_reason="running" if n < len(self.steps)
+                       else self.stop_reason)
 
 
 def _array_equal(a: object, b: object) -> bool:

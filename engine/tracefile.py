@@ -56,6 +56,7 @@ def trace_to_bytes(trace: Trace) -> bytes:
     for step in trace.steps:
         record = {name: getattr(step, name) for name in _SCALAR_STEP_FIELDS}
         record["kv_bytes_per_layer"] = list(step.kv_bytes_per_layer)
+        record["top_pieces"] = list(step.top_pieces)
         meta["steps"].append(record)
         for name in _ARRAY_FIELDS:
             value = getattr(step, name)
@@ -124,6 +125,7 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         index = int(record["index"])
         fields = {name: record[name] for name in _SCALAR_STEP_FIELDS}
         fields["kv_bytes_per_layer"] = tuple(int(v) for v in record["kv_bytes_per_layer"])
+        fields["top_pieces"] = tuple(str(v) for v in record["top_pieces"])
         fields.update({name: _array(arrays, index, name) for name in _ARRAY_FIELDS})
         if fields["top_ids"] is None or fields["top_probs"] is None:
             raise TraceFormatError(f"step {index} is missing its top-k arrays")

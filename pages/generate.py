@@ -1,37 +1,134 @@
-"""Generate: type a prompt, watch the model produce tokens (minimal first version)."""
+"""Generate: type a prompt and watch the model run, token by token."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
 
 import streamlit as st
 
-from engine import EngineError, GenerationSettings, Run, load_model, summarize
+from charts import piece_text, step_chart, token_chips_html, topk_chart
+from engine import EngineError, Run, load_trace, summarize
+from engine.tracefile import trace_to_bytes
+
+SAMPLES = {s["title"]: s["prompt"] for s in
+           json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
+MAX_UPLOAD_MB = 50
 
 
-@st.cache_resource(show_spinner="Loading the model (first run converts the GGUF, ~30 s)…")
-def get_model():
-    return load_model()
+def use_sample() -> None:
+    st.session_state["prompt"] = SAMPLES[st.session_state["sample"]]
 
 
-st.title("Inference Explorer")
-with st.form("generate"):
-    prompt = st.text_area("Prompt", "What is the capital of France?")
-    max_new = st.number_input("Max new tokens", 1, 256, 32)
-    go = st.form_submit_button("Generate", type="primary")
-
-if go:
+def load_upload() -> None:
+    upload = st.session_state.get("upload")
+    if upload is None:
+        st.session_state.pop("upload_error", None)
+        return
     try:
-        run = Run(get_model(), prompt, GenerationSettings(max_new_tokens=int(max_new)))
-        out = st.empty()
-        for _ in run:
-            out.markdown(run.trace().output_text)
-        st.session_state["trace"] = run.trace()
+        st.session_state["trace"] = load_trace(upload.getvalue())
+        st.session_state["replay"] = True
+        st.session_state.pop("upload_error", None)
     except EngineError as err:
-        st.error(str(err))
+        st.session_state["upload_error"] = f"{upload.name}: {err}"
 
-trace = st.session_state.get("trace")
-if trace is not None:
+
+def show(trace, chips, metrics, chart, tag: str) -> None:
+    """Draw a (possibly partial) trace into the live slots."""
+    chips.markdown(token_chips_html(trace), unsafe_allow_html=True)
     s = summarize(trace)
-    cols = st.columns(4)
-    cols[0].metric("TTFT", f"{s.ttft_ms:.0f} ms")
-    cols[1].metric("ITL p50", "n/a" if s.itl_p50_ms is None else f"{s.itl_p50_ms:.0f} ms")
-    cols[2].metric("Decode", "n/a" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s")
-    cols[3].metric("KV cache", f"{trace.kv_bytes / 1024:.0f} KiB")
-    st.write(trace.output_text)
+    last = trace.itl_ms[-1] if trace.itl_ms else None
+    with metrics.container():
+        cols = st.columns(5)
+        cols[0].metric("TTFT", "–" if s.ttft_ms is None else f"{s.ttft_ms:.0f} ms",
+                       help="Time to first token: tokenization + prefill of the whole prompt.")
+        cols[1].metric("Last ITL", "–" if last is None else f"{last:.0f} ms",
+                       help="Inter-token latency: the gap before the latest token.")
+        cols[2].metric("Mean ITL", "–" if s.itl_mean_ms is None else f"{s.itl_mean_ms:.0f} ms")
+        cols[3].metric("Decode rate", "–" if s.decode_tokens_per_s is None
+                       else f"{s.decode_tokens_per_s:.1f} tok/s", help="Decode steps ÷ their time.")
+        cols[4].metric("KV cache", f"{trace.kv_bytes / 1024:,.0f} KiB",
+                       help="Measured from the cache tensors (keys + values, every layer).")
+    chart.plotly_chart(step_chart(trace), width="stretch", key=f"steps-{tag}-{len(trace.steps)}")
+
+
+st.title("Generate")
+st.caption("Type a prompt and watch the model run: prefill reads the whole prompt in one pass, "
+           "then decode produces one token per step, reusing the KV cache.")
+st.selectbox("Sample prompts", list(SAMPLES), index=None, key="sample", on_change=use_sample,
+             placeholder="Pick a sample prompt…")
+with st.form("generate_form", border=False):
+    prompt = st.text_area("Prompt", key="prompt", height=100,
+                          placeholder="Ask the model something… (Ctrl+Enter to generate)")
+    generate = st.form_submit_button("Generate", type="primary", icon="▶️")
+stop = st.button("Stop", icon="⏹️", help="Stop the running generation; the tokens decoded so far "
+                 "are kept.")
+
+chips, metrics, chart = st.empty(), st.empty(), st.empty()
+trace = st.session_state.get("trace")
+if stop and trace is not None and trace.stop_reason == "running":
+    st.session_state["trace"] = trace = replace(trace, stop_reason="stopped")
+
+if generate:
+    lm = st.session_state.get("lm")
+    if lm is None:
+        st.error("No model is loaded — see the sidebar. You can still upload a trace below.")
+    else:
+        lock = st.session_state["generation_lock"]
+        try:
+            run = Run(lm, prompt, st.session_state["settings"])
+            if not lock.acquire(blocking=False):
+                with st.spinner("Busy: another visitor is generating. Waiting for the model…"):
+                    lock.acquire()
+            try:
+                for _ in run:
+                    trace = st.session_state["trace"] = run.trace()
+                    show(trace, chips, metrics, chart, "live")
+            finally:
+                lock.release()
+                if run.steps and run.stop_reason == "running":  # interrupted by Stop
+                    st.session_state["trace"] = replace(run.trace(), stop_reason="stopped")
+            trace = st.session_state["trace"] = run.trace()
+        except EngineError as err:
+            st.error(str(err))
+elif trace is not None and st.session_state.pop("replay", False):
+    for n in range(1, len(trace.steps) + 1):
+        step = trace.steps[n - 1]
+        time.sleep((step.latency_ms + (trace.tokenize_ms if n == 1 else 0)) / 1000)
+        show(trace.prefix(n), chips, metrics, chart, "replay")
+
+if trace is None:
+    st.info("Generate a trace above, or upload one below to replay it.")
+else:
+    show(trace, chips, metrics, chart, "final")
+    reason = {"eos": "the model ended its answer", "length": "the token limit was reached",
+              "stopped": "you pressed Stop", "running": "still running"}[trace.stop_reason]
+    st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
+               f"prompt; stopped because {reason}. Model: {trace.model.name} on {trace.device}.")
+    st.subheader("Why this token?")
+    options = list(range(len(trace.steps)))
+    if options:
+        pick = st.select_slider(
+            "Generated token", options, value=options[-1] if len(options) == 1 else 0,
+            format_func=lambda i: f"{i}: {piece_text(trace.steps[i].piece)!r}", key="pick")
+        step = trace.steps[pick]
+        st.plotly_chart(topk_chart(step), width="stretch")
+        if step.chosen_rank > 0:
+            st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
+                       f"(p = {step.chosen_prob:.3f}), not the most probable token.")
+    st.download_button("Download trace", data=lambda: trace_to_bytes(trace),
+                       file_name="inference-explorer.trace.npz", mime="application/octet-stream",
+                       help="The whole run (tokens, timings, attention, KV sizes) as one file.")
+
+with st.expander("Replay a trace file", expanded=trace is None or "upload_error" in st.session_state):
+    st.file_uploader("Trace file (.npz)", type=["npz"], key="upload", on_change=load_upload,
+                     max_upload_size=MAX_UPLOAD_MB,
+                     help="A file from “Download trace”: it replays at the recorded pace, "
+                          "no model needed.")
+    if "upload_error" in st.session_state:
+        st.error(st.session_state["upload_error"])
+    if trace is not None and st.button("Replay current trace"):
+        st.session_state["replay"] = True
+        st.rerun()

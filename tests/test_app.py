@@ -1,21 +1,82 @@
-"""The Streamlit app through AppTest (no browser): it renders and generates."""
+"""The Streamlit app through AppTest (no browser): frame, pages, with and without a trace."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGES = ["pages/generate.py", "pages/steps.py"]
 
 
-def test_app_generates_and_shows_counters():
-    at = AppTest.from_file(APP, default_timeout=120).run()
+def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
+    if monkeypatch is not None:
+        monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1" if hosted else "0")
+    return AppTest.from_file(APP, default_timeout=180)
+
+
+def generate(at: AppTest, prompt: str, tokens: int = 4) -> AppTest:
+    # AppTest re-runs only the current page after the first run (not the st.navigation entry
+    # point), so sidebar widgets cannot be driven here; set the settings they would produce.
+    at.session_state["settings"] = replace(at.session_state["settings"], max_new_tokens=tokens)
+    at.text_area(key="prompt").set_value(prompt)
+    at.button[0].click()  # the form's Generate button
+    return at.run()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_without_a_trace_says_how_to_get_one(page):
+    at = fresh().run()
+    at.switch_page(page).run()
     assert not at.exception
-    at.text_area[0].set_value("Say hello.")
-    at.number_input[0].set_value(4)
-    at.button[0].click().run()
+    text = " ".join(i.value for i in at.info)
+    assert "Generate" in text and "upload" in text
+
+
+def test_sidebar_frame(monkeypatch):
+    at = fresh(monkeypatch).run()
     assert not at.exception
-    labels = [m.label for m in at.metric]
-    assert labels == ["TTFT", "ITL p50", "Decode", "KV cache"]
-    assert at.session_state["trace"].steps
+    assert at.session_state["lm"].spec.layers == 30
+    assert at.sidebar.text_input(key="model_source") is not None
+    labels = [t.label for t in at.sidebar.toggle]
+    assert labels == ["Chat template", "KV cache", "Record attention"]
+    assert at.session_state["settings"].max_prompt_tokens == 1024
+
+
+def test_hosted_mode_restricts_model_and_limits(monkeypatch):
+    at = fresh(monkeypatch, hosted=True).run()
+    assert not at.exception
+    assert len(at.sidebar.text_input) == 0, "no model picker in hosted mode"
+    assert at.sidebar.slider[0].max == 64
+    assert at.session_state["settings"].max_prompt_tokens == 256
+
+
+def test_generate_then_every_page_shows_the_trace():
+    at = generate(fresh().run(), "Say hello.")
+    assert not at.exception
+    trace = at.session_state["trace"]
+    assert 1 <= len(trace.steps) <= 4 and trace.stop_reason in ("eos", "length")
+    assert [m.label for m in at.metric] == ["TTFT", "Last ITL", "Mean ITL", "Decode rate", "KV cache"]
+    chips = [m.value for m in at.markdown if "ie-chips" in m.value]
+    assert chips and chips[-1].count("ie-gen") == len(trace.steps)
+    assert at.select_slider(key="pick") is not None
+    at.switch_page("pages/steps.py").run()
+    assert not at.exception
+    assert len(at.dataframe[0].value) == len(trace.steps)
+
+
+def test_prompt_over_the_limit_is_a_clear_message(monkeypatch):
+    at = fresh(monkeypatch, hosted=True).run()
+    at = generate(at, "many words " * 200)
+    assert not at.exception
+    assert any("limit is 256" in e.value for e in at.error)
+    assert "trace" not in at.session_state
+
+
+def test_empty_prompt_is_a_clear_message():
+    at = generate(fresh().run(), "   ")
+    assert not at.exception
+    assert any("empty" in e.value for e in at.error)

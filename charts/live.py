@@ -1,0 +1,55 @@
+"""Figures for the Generate page: per-step latency with the KV cache, and a step's top-k."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.trace import Step, Trace
+
+from .tokens import piece_text, visible
+
+PREFILL_COLOR = "#d62728"
+DECODE_COLOR = "#1f77b4"
+KV_COLOR = "#2ca02c"
+
+
+def step_chart(trace: Trace) -> go.Figure:
+    """One bar per step (prefill distinct from decode), KV-cache bytes as a second series."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    steps = trace.steps
+    for phase, color in (("prefill", PREFILL_COLOR), ("decode", DECODE_COLOR)):
+        chosen = [s for s in steps if s.phase == phase]
+        fig.add_trace(go.Bar(
+            x=[s.index for s in chosen], y=[s.latency_ms for s in chosen], name=f"{phase} step",
+            marker_color=color,
+            customdata=[[visible(piece_text(s.piece)), s.context_len] for s in chosen],
+            hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
+                          "<br>context %{customdata[1]} tokens<extra>" + phase + "</extra>"),
+            secondary_y=False)
+    fig.add_trace(go.Scatter(
+        x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps], name="KV cache",
+        mode="lines+markers", line={"color": KV_COLOR},
+        hovertemplate="step %{x}<br>KV cache %{y:,.0f} KiB<extra></extra>"), secondary_y=True)
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.15,
+                      legend={"orientation": "h", "y": 1.12}, hovermode="closest")
+    fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)")
+    fig.update_yaxes(title_text="step latency (ms)", secondary_y=False)
+    fig.update_yaxes(title_text="KV cache (KiB)", secondary_y=True, rangemode="tozero")
+    return fig
+
+
+def topk_chart(step: Step) -> go.Figure:
+    """The model's top candidates at one step, the chosen token marked."""
+    labels = [f"{rank + 1}. {visible(piece_text(p))}" for rank, p in enumerate(step.top_pieces)]
+    chosen = [int(t) == step.token_id for t in step.top_ids]
+    fig = go.Figure(go.Bar(
+        x=[float(p) for p in step.top_probs], y=labels, orientation="h",
+        marker_color=[PREFILL_COLOR if c else "#9ecae1" for c in chosen],
+        text=[("chosen · " if c else "") + f"{float(p):.1%}" for c, p in zip(chosen, step.top_probs)],
+        textposition="auto",
+        hovertemplate="%{y}<br>probability %{x:.4f}<extra></extra>"))
+    fig.update_layout(height=60 + 28 * len(labels), margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="probability (model distribution, temperature 1)", range=[0, 1])
+    return fig

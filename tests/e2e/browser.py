@@ -1,0 +1,116 @@
+"""A real Streamlit server and Debian's Chromium driven by Playwright, for tests and benchmarks.
+
+Waiting follows Streamlit's own e2e suite: `/_stcore/health`, then the `stApp` element's
+connection state CONNECTED and script state notRunning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic"]
+APP_IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+APP_RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
+APP_CONNECTED = '[data-testid="stApp"][data-test-connection-state="CONNECTED"]'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server(log_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start `streamlit run app.py` on a free loopback port; yield its URL; always stop it."""
+    port = free_port()
+    full_env = dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.time() + 120
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"streamlit exited early; see {log_path}")
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                        if resp.read().strip() == b"ok":
+                            break
+                except OSError:
+                    pass
+                if time.time() > deadline:
+                    raise RuntimeError(f"streamlit did not become healthy; see {log_path}")
+                time.sleep(0.3)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def launch_chromium(playwright):
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"Chromium not found at {CHROMIUM}: install Debian's `chromium` "
+                           "(apt-get install chromium); browser tests never skip")
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+def wait_for_app(page, timeout_ms: int = 180_000) -> None:
+    page.wait_for_selector(APP_CONNECTED, timeout=timeout_ms)
+    page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
+
+
+def open_app(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page.goto(url)
+    wait_for_app(page)
+    return page
+
+
+# Records (ms since page load, number of generated-token chips) at every DOM change.
+WATCH_CHIPS = """
+() => {
+  window.__chips = [];
+  const count = () => document.querySelectorAll('.ie-chips .ie-gen').length;
+  let last = -1;
+  new MutationObserver(() => {
+    const n = count();
+    if (n !== last) { last = n; window.__chips.push([performance.now(), n]); }
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
+}
+"""
+
+
+def start_generation(page, prompt: str) -> float:
+    """Type the prompt, submit with Ctrl+Enter; return the page clock at the keypress."""
+    box = page.get_by_role("textbox", name="Prompt", exact=True)
+    box.fill(prompt)
+    page.evaluate(WATCH_CHIPS)
+    t0 = page.evaluate("performance.now()")
+    box.press("Control+Enter")
+    return t0
+
+
+def generate_and_wait(page, prompt: str, timeout_ms: int = 180_000) -> None:
+    """Generate and wait until the run has finished and its summary line is shown."""
+    start_generation(page, prompt)
+    page.get_by_text("stopped because").wait_for(timeout=timeout_ms)
+    wait_for_app(page, timeout_ms)
