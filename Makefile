@@ -32,6 +32,7 @@ test: model
 
 bench: model
 	$(BIN)/python bench/engine_bench.py
+	$(BIN)/python bench/browser_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out

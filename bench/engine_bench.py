@@ -81,8 +81,8 @@ def run_engine(lm, n: int, record: bool) -> tuple[float, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--out", default="bench/out/engine.json")
     args = parser.parse_args()
     torch.manual_seed(0)

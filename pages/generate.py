@@ -35,7 +35,10 @@ def load_upload() -> None:
         st.session_state["upload_error"] = f"{upload.name}: {err}"
 
 
-def show(trace, chips, metrics, chart, tag: str) -> None:
+CHART_EVERY_S = 1.0  # live chart redraws at most this often: plotly redraws cost the CPU the model needs
+
+
+def show(trace, chips, metrics, chart, tag: str, draw_chart: bool = True) -> None:
     """Draw a (possibly partial) trace into the live slots."""
     chips.markdown(token_chips_html(trace), unsafe_allow_html=True)
     s = summarize(trace)
@@ -51,7 +54,8 @@ def show(trace, chips, metrics, chart, tag: str) -> None:
                        else f"{s.decode_tokens_per_s:.1f} tok/s", help="Decode steps ÷ their time.")
         cols[4].metric("KV cache", f"{trace.kv_bytes / 1024:,.0f} KiB",
                        help="Measured from the cache tensors (keys + values, every layer).")
-    chart.plotly_chart(step_chart(trace), width="stretch", key=f"steps-{tag}-{len(trace.steps)}")
+    if draw_chart:
+        chart.plotly_chart(step_chart(trace), width="stretch", key=f"steps-{tag}-{len(trace.steps)}")
 
 
 st.title("Generate")
@@ -83,9 +87,12 @@ if generate:
                 with st.spinner("Busy: another visitor is generating. Waiting for the model…"):
                     lock.acquire()
             try:
+                drawn = 0.0
                 for _ in run:
                     trace = st.session_state["trace"] = run.trace()
-                    show(trace, chips, metrics, chart, "live")
+                    redraw = time.monotonic() - drawn >= CHART_EVERY_S
+                    show(trace, chips, metrics, chart, "live", redraw)
+                    drawn = time.monotonic() if redraw else drawn
             finally:
                 lock.release()
                 if run.steps and run.stop_reason == "running":  # interrupted by Stop
@@ -97,7 +104,7 @@ elif trace is not None and st.session_state.pop("replay", False):
     for n in range(1, len(trace.steps) + 1):
         step = trace.steps[n - 1]
         time.sleep((step.latency_ms + (trace.tokenize_ms if n == 1 else 0)) / 1000)
-        show(trace.prefix(n), chips, metrics, chart, "replay")
+        show(trace.prefix(n), chips, metrics, chart, "replay", n % 8 == 1)
 
 if trace is None:
     st.info("Generate a trace above, or upload one below to replay it.")

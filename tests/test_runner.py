@@ -25,6 +25,16 @@ def test_steps_stream_one_by_one(tiny_lm):
     assert trace.stop_reason in ("eos", "length")
 
 
+def test_model_is_left_clean_between_and_after_steps(tiny_lm):
+    run = Run(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=10))
+    for step in run:
+        assert tiny_lm.model.config._attn_implementation == "sdpa"
+        if step.index == 2:
+            break  # abandoned mid-run, as when a browser session goes away
+    assert tiny_lm.model.config._attn_implementation == "sdpa"
+    assert not tiny_lm.model._forward_hooks and not tiny_lm.model._forward_pre_hooks
+
+
 def test_stop_flag_keeps_partial_trace(tiny_lm):
     stop = threading.Event()
     run = Run(tiny_lm, PROMPT, GenerationSettings(max_new_tokens=50), stop_event=stop)
