@@ -91,6 +91,7 @@ st.session_state["limits"] = LIMITS
 st.session_state["hosted"] = HOSTED
 page = st.navigation([
     st.Page("pages/generate.py", title="Generate", icon="▶️", default=True),
+    st.Page("pages/attention.py", title="Attention", icon="🔦"),
     st.Page("pages/steps.py", title="Steps", icon="📋"),
 ])
 sidebar_model()

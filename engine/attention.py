@@ -37,7 +37,9 @@ class AttentionRecorder:
 
     layers: frozenset[int] | None = None
     last_query_only: bool = False
+    qkv_layer: int | None = None
     captured: dict[int, torch.Tensor] = field(default_factory=dict)
+    qkv: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
 
     def wants(self, layer: int) -> bool:
         return self.layers is None or layer in self.layers
@@ -87,10 +89,15 @@ def _recording_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
                                  dropout=dropout, **kwargs)
     recorder = _active.get()
     layer = getattr(module, "layer_idx", None)
-    if recorder is not None and layer is not None and recorder.wants(layer):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if recorder is None or layer is None:
+        return out
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if recorder.wants(layer):
         recorder.captured[layer] = attention_weights(query, key, attention_mask, scale,
                                                      recorder.last_query_only)
+    if recorder.qkv_layer == layer:
+        recorder.qkv = (query[0].detach().clone(), key[0].detach().clone(),
+                        value[0].detach().clone(), float(scale))
     return out
 
 

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PAGES = ["pages/generate.py", "pages/steps.py"]
+PAGES = ["pages/generate.py", "pages/attention.py", "pages/steps.py"]
 
 
 def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
@@ -80,3 +80,28 @@ def test_empty_prompt_is_a_clear_message():
     at = generate(fresh().run(), "   ")
     assert not at.exception
     assert any("empty" in e.value for e in at.error)
+
+
+def test_attention_page_with_a_trace_and_one_head_view():
+    at = generate(fresh().run(), "Name a colour.", tokens=3)
+    at.switch_page("pages/attention.py").run()
+    assert not at.exception
+    assert [t.label for t in at.tabs][:2] == ["Heatmap", "Head view"]
+    assert len(at.get("plotly_chart")) >= 3
+    frames = [d.value for d in at.dataframe]
+    recomputed = frames[-1]
+    assert list(recomputed.columns)[-2:] == ["softmax (recomputed)", "recorded weight"]
+    assert (recomputed["softmax (recomputed)"] - recomputed["recorded weight"]).abs().max() < 2e-3
+    assert any("1/√64" in m.value for m in at.markdown)
+
+
+def test_attention_page_without_recorded_attention():
+    at = fresh().run()
+    at.session_state["settings"] = replace(at.session_state["settings"], max_new_tokens=2,
+                                           record_attention=False)
+    at.text_area(key="prompt").set_value("Hi")
+    at.button[0].click()
+    at.run()
+    at.switch_page("pages/attention.py").run()
+    assert not at.exception
+    assert any("Record attention" in i.value for i in at.info)
