@@ -90,9 +90,9 @@ st.session_state["generation_lock"] = generation_lock()
 st.session_state["limits"] = LIMITS
 st.session_state["hosted"] = HOSTED
 page = st.navigation([
-    st.Page("pages/generate.py", title="Generate", icon="▶️", default=True),
-    st.Page("pages/attention.py", title="Attention", icon="🔦"),
-    st.Page("pages/steps.py", title="Steps", icon="📋"),
+    st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
+    st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
+    st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
 ])
 sidebar_model()
 sidebar_settings()

@@ -7,6 +7,8 @@ them into one (S, S) matrix per layer and head, S = T + decode steps.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -58,9 +60,9 @@ def downsample(matrix: np.ndarray, labels: list[str], limit: int) -> tuple[np.nd
     n = -(-s // block)
     padded = np.full((n * block, n * block), np.nan, dtype=np.float32)
     padded[:s, :s] = matrix
-    with np.errstate(invalid="ignore"):
-        pooled = np.nanmean(padded.reshape(n, block, n, block), axis=(1, 3)) if np.isfinite(
-            padded).any() else padded[:n, :n]
+    with warnings.catch_warnings():  # all-masked blocks are NaN on purpose
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pooled = np.nanmean(padded.reshape(n, block, n, block), axis=(1, 3))
     names = [f"{i * block}–{min((i + 1) * block, s) - 1}" for i in range(n)]
     return pooled, names, block
 
@@ -112,42 +114,49 @@ def head_view(trace: Trace, layer: int, heads: list[int], query: int, top: int =
 
 def head_summary(trace: Trace) -> dict[str, np.ndarray]:
     """Per (layer, head) over the prefill matrix, averaged over query rows:
-    entropy (nats), weight on the first token, on the previous token, on itself."""
-    prefill = trace.steps[0].attention.astype(np.float64)  # (L, H, T, T)
-    t = prefill.shape[-1]
-    p = np.clip(prefill, 1e-12, 1.0)
-    entropy = -(np.where(prefill > 0, prefill * np.log(p), 0.0)).sum(-1).mean(-1)
-    first = prefill[..., :, 0].mean(-1)
+    entropy (nats), weight on the first token, on the previous token, on itself.
+    Works one layer at a time so a long prompt never needs a float64 copy of every layer."""
+    attention = trace.steps[0].attention  # (L, H, T, T) float16
+    layers, heads, t = attention.shape[0], attention.shape[1], attention.shape[-1]
+    out = {name: np.zeros((layers, heads)) for name in ("entropy", "first", "previous", "self")}
     idx = np.arange(t)
-    self_w = prefill[..., idx, idx].mean(-1)
-    prev = prefill[..., idx[1:], idx[:-1]].mean(-1) if t > 1 else np.zeros(prefill.shape[:2])
-    return {"entropy": entropy, "first": first, "previous": prev, "self": self_w}
+    for li in range(layers):
+        a = attention[li].astype(np.float32)  # (H, T, T)
+        plogp = np.where(a > 0, a * np.log(np.where(a > 0, a, 1.0)), 0.0)
+        out["entropy"][li] = -plogp.sum(-1, dtype=np.float64).mean(-1)
+        out["first"][li] = a[:, :, 0].mean(-1, dtype=np.float64)
+        out["self"][li] = a[:, idx, idx].mean(-1, dtype=np.float64)
+        if t > 1:
+            out["previous"][li] = a[:, idx[1:], idx[:-1]].mean(-1, dtype=np.float64)
+    return out
 
 
 def model_view(trace: Trace, tile: int = 16) -> tuple[go.Figure, int]:
-    """All recorded layers × heads as one mosaic of downsampled prefill maps; returns tile size."""
+    """All recorded layers (columns) × heads (rows) as one mosaic of downsampled prefill maps,
+    square cells; returns the tile pitch (tile size + 1 gap) for mapping clicks back."""
     prefill = trace.steps[0].attention.astype(np.float32)  # (L, H, T, T)
     layers, heads, t = prefill.shape[0], prefill.shape[1], prefill.shape[-1]
     size = min(tile, t)
-    gap = 1
-    mosaic = np.full((layers * (size + gap), heads * (size + gap)), np.nan, dtype=np.float32)
+    step = size + 1
+    mosaic = np.full((heads * step, layers * step), np.nan, dtype=np.float32)
     lower = np.tril(np.ones((t, t), dtype=bool))
     for li in range(layers):
         for h in range(heads):
             small, _, _ = downsample(np.where(lower, prefill[li, h], np.nan), [], size)
-            r, c = li * (size + gap), h * (size + gap)
+            r, c = h * step, li * step
             mosaic[r:r + small.shape[0], c:c + small.shape[1]] = small
-    fig = go.Figure(go.Heatmap(z=mosaic, colorscale="Viridis", zmin=0, zmax=1, hoverongaps=False,
+    top = float(np.nanpercentile(mosaic, 99)) if np.isfinite(mosaic).any() else 1.0
+    fig = go.Figure(go.Heatmap(z=mosaic, colorscale="Viridis", zmin=0, zmax=top, hoverongaps=False,
                                colorbar={"title": {"text": "weight"}},
                                hovertemplate="%{z:.3f}<extra></extra>"))
-    fig.update_layout(height=min(1800, 24 * layers + 120), plot_bgcolor="white",
+    fig.update_layout(height=max(260, int(1000 * heads / max(layers, 1)) + 80), plot_bgcolor="white",
                       margin={"l": 10, "r": 10, "t": 30, "b": 10})
-    step = size + gap
-    fig.update_xaxes(tickvals=[h * step + size / 2 for h in range(heads)],
-                     ticktext=[f"head {h}" for h in range(heads)], side="top", showgrid=False)
-    fig.update_yaxes(tickvals=[li * step + size / 2 for li in range(layers)],
-                     ticktext=[f"L{trace.attention_layers[li]}" for li in range(layers)],
-                     autorange="reversed", showgrid=False)
+    fig.update_xaxes(tickvals=[li * step + size / 2 for li in range(layers)],
+                     ticktext=[f"L{layer}" for layer in trace.attention_layers], side="top",
+                     showgrid=False, title_text="layer")
+    fig.update_yaxes(tickvals=[h * step + size / 2 for h in range(heads)],
+                     ticktext=[f"head {h}" for h in range(heads)], autorange="reversed",
+                     showgrid=False, scaleanchor="x")
     return fig, step
 
 

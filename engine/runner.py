@@ -26,6 +26,7 @@ from .kvcache import cache_layer_bytes
 from .loader import LoadedModel
 from .sampling import choose_token
 from .settings import GenerationSettings
+from .spec import ModelSpec
 from .trace import Step, Trace
 
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
@@ -86,6 +87,18 @@ def _now(device: torch.device) -> float:
     return time.perf_counter() * 1000.0
 
 
+def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: int) -> tuple[int, ...]:
+    """Which layers' attention to keep: the requested ones, or as many evenly spaced layers as fit
+    the budget for the prefill matrices (layers · heads · T² · 2 bytes, float16)."""
+    if not settings.record_attention:
+        return ()
+    if settings.attention_layers is not None:
+        return settings.attention_layers
+    per_layer = spec.heads * prompt_len * prompt_len * 2
+    fit = max(1, min(spec.layers, settings.attention_budget_mb * 2**20 // max(per_layer, 1)))
+    return tuple(sorted({round(i * (spec.layers - 1) / max(fit - 1, 1)) for i in range(fit)}))
+
+
 class Run:
     """One generation. Iterate it to run the steps; `trace()` returns what is done so far."""
 
@@ -108,6 +121,7 @@ class Run:
             raise InputError(f"attention layers must be between 0 and {lm.spec.layers - 1}")
         if settings.seed is None:
             settings = settings.with_seed(random.randrange(2**31))
+        self.recorded_layers = recorded_layers(lm.spec, settings, len(ids))
         self.lm, self.prompt, self.settings = lm, prompt, settings
         self.prompt_ids = ids
         self.steps: list[Step] = []
@@ -134,9 +148,8 @@ class Run:
         if not s.greedy:
             generator = torch.Generator(device=device).manual_seed(s.seed)
         recorder = None
-        if s.record_attention:
-            recorder = AttentionRecorder(layers=frozenset(s.attention_layers)
-                                         if s.attention_layers is not None else None)
+        if self.recorded_layers:
+            recorder = AttentionRecorder(layers=frozenset(self.recorded_layers))
         detok = IncrementalDetokenizer(lm.tokenizer)
         eos = eos_token_ids(lm)
         sequence = torch.tensor([self.prompt_ids], device=device)  # (1, S)
@@ -191,9 +204,6 @@ class Run:
         """The trace so far; a run stopped or still going keeps every finished step."""
         tok = self.lm.tokenizer
         special = set(tok.all_special_ids)
-        layers = self.settings.attention_layers
-        recorded = (tuple(range(self.lm.spec.layers)) if layers is None else layers) \
-            if self.settings.record_attention else ()
         return Trace(
             model=self.lm.spec, settings=self.settings, prompt=self.prompt,
             prompt_token_ids=tuple(self.prompt_ids),
@@ -201,7 +211,7 @@ class Run:
             prompt_special=tuple(i in special for i in self.prompt_ids),
             steps=tuple(self.steps), stop_reason=self.stop_reason,
             tokenize_ms=self.tokenize_ms, device=str(self.lm.device),
-            attention_layers=recorded, created_at=self.created_at, engine_version=__version__)
+            attention_layers=self.recorded_layers, created_at=self.created_at, engine_version=__version__)
 
 
 def generate_trace(lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None) -> Trace:

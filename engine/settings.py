@@ -15,7 +15,8 @@ class GenerationSettings:
     """Options of one generation; temperature 0 (the default) means greedy decoding.
 
     top_k 0 and top_p 1.0 switch those filters off. `seed` None draws a fresh seed, which the run
-    records so a sampled trace can be reproduced. `attention_layers` None records every layer.
+    records so a sampled trace can be reproduced. `attention_layers` None records every layer
+    whose prefill attention fits `attention_budget_mb` (float16); beyond it, evenly spaced layers.
     """
 
     max_new_tokens: int = 64
@@ -30,6 +31,7 @@ class GenerationSettings:
     record_hidden: bool = True
     record_top_k: int = 10
     max_prompt_tokens: int = 2048
+    attention_budget_mb: int = 64
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
@@ -45,6 +47,8 @@ class GenerationSettings:
             raise InputError(f"seed must be a non-negative integer, got {self.seed}")
         if not 1 <= self.record_top_k <= 100:
             raise InputError(f"recorded top-k must be between 1 and 100, got {self.record_top_k}")
+        if self.attention_budget_mb < 1:
+            raise InputError("the attention budget must be at least 1 MB")
         if self.max_prompt_tokens < 1:
             raise InputError("the prompt token limit must be positive")
         if self.attention_layers is not None:

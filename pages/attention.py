@@ -19,7 +19,7 @@ st.title("Attention")
 trace = st.session_state.get("trace")
 if trace is None:
     st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page.")
-    st.page_link("pages/generate.py", label="Go to Generate", icon="▶️")
+    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
     st.stop()
 if not has_attention(trace):
     st.info("This trace was recorded without attention. Switch on “Record attention” in the "
@@ -31,6 +31,10 @@ labels = sequence_labels(trace)
 c1, c2 = st.columns(2)
 layer = c1.selectbox("Layer", trace.attention_layers, key="attn_layer")
 head = c2.selectbox("Head", range(spec.heads), key="attn_head")
+if len(trace.attention_layers) < spec.layers:
+    st.caption(f"Recorded layers: {', '.join(map(str, trace.attention_layers))} of {spec.layers} — "
+               f"evenly spaced, to keep a long prompt's attention within "
+               f"{trace.settings.attention_budget_mb} MB.")
 full = full_attention(trace, layer)  # (H, S, S)
 t = len(trace.prompt_token_ids)
 tabs = st.tabs(["Heatmap", "Head view", "Model view", "Decode steps", "Grouped-query attention",
@@ -59,9 +63,9 @@ with tabs[1]:
 def open_clicked_tile() -> None:
     points = st.session_state["model_view"].selection.points
     if points:
-        step = TILE + 1 if t > TILE else t + 1
-        st.session_state["attn_layer"] = trace.attention_layers[int(points[0]["y"]) // step]
-        st.session_state["attn_head"] = int(points[0]["x"]) // step
+        step = min(TILE, t) + 1
+        st.session_state["attn_layer"] = trace.attention_layers[int(points[0]["x"]) // step]
+        st.session_state["attn_head"] = int(points[0]["y"]) // step
 
 
 with tabs[2]:
@@ -86,7 +90,7 @@ with tabs[3]:
         st.info("This trace has no decode steps yet: generate more than one token.")
     else:
         k = st.slider("Decode step", 1, len(trace.steps) - 1, key="attn_step")
-        play = st.button("▶ Play all steps")
+        play = st.button("Play all steps", icon=":material/play_arrow:")
         slot = st.empty()
         steps = range(k, len(trace.steps)) if play else [k]
         for i in steps:
@@ -117,7 +121,10 @@ with tabs[5]:
         ids = list(trace.prompt_token_ids) + [s.token_id for s in trace.steps[:-1]]
         pos = st.select_slider("Token", range(len(ids)), value=len(ids) - 1,
                                format_func=lambda i: labels[i], key="attn_pos")
-        inputs = capture_qkv(lm, ids, layer)
+        memo = (trace.created_at, tuple(ids), layer)
+        if st.session_state.get("qkv_memo", (None,))[0] != memo:  # one forward per token/layer
+            st.session_state["qkv_memo"] = (memo, capture_qkv(lm, ids, layer))
+        inputs = st.session_state["qkv_memo"][1]
         steps = explain_head(inputs, head, pos)
         d = inputs.query.shape[-1]
         st.markdown(f"Scale = 1/√head_dim = 1/√{d} = **{inputs.scaling:.4f}** — the per-head "

@@ -66,8 +66,8 @@ st.selectbox("Sample prompts", list(SAMPLES), index=None, key="sample", on_chang
 with st.form("generate_form", border=False):
     prompt = st.text_area("Prompt", key="prompt", height=100,
                           placeholder="Ask the model something… (Ctrl+Enter to generate)")
-    generate = st.form_submit_button("Generate", type="primary", icon="▶️")
-stop = st.button("Stop", icon="⏹️", help="Stop the running generation; the tokens decoded so far "
+    generate = st.form_submit_button("Generate", type="primary", icon=":material/play_arrow:")
+stop = st.button("Stop", icon=":material/stop:", help="Stop the running generation; the tokens decoded so far "
                  "are kept.")
 
 chips, metrics, chart = st.empty(), st.empty(), st.empty()

@@ -12,7 +12,7 @@ st.title("Steps")
 trace = st.session_state.get("trace")
 if trace is None:
     st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page.")
-    st.page_link("pages/generate.py", label="Go to Generate", icon="▶️")
+    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
     st.stop()
 
 s = summarize(trace)

@@ -71,7 +71,7 @@ def test_head_summary_matches_numpy(tiny_trace):
 def test_model_view_head_view_and_decode_rows(tiny_trace):
     fig, step = model_view(tiny_trace, tile=4)
     z = np.asarray(fig.data[0].z, dtype=np.float32)
-    assert z.shape == (2 * step, 4 * step)
+    assert z.shape == (4 * step, 2 * step)  # heads down, layers across
     view = head_view(tiny_trace, 0, [0, 1], query=3)
     widths = [tr.line.width for tr in view.data if tr.mode == "lines" and tr.x[0] is not None]
     assert len(widths) == 2 * 4  # 4 visible keys for query 3, two heads

@@ -128,3 +128,21 @@ def test_bad_prompts(tiny_lm, prompt, settings, message):
 def test_bad_settings(kwargs):
     with pytest.raises(InputError):
         GenerationSettings(**kwargs)
+
+
+def test_long_prompt_attention_stays_within_budget(tiny_lm):
+    from engine.runner import recorded_layers
+
+    spec = tiny_lm.spec.__class__(**{**tiny_lm.spec.to_dict(), "layers": 30, "heads": 9,
+                                     "kv_heads": 3})
+    full = recorded_layers(spec, GenerationSettings(), 256)
+    assert full == tuple(range(30))  # 30 · 9 · 256² · 2 B = 35 MB fits 64 MB
+    some = recorded_layers(spec, GenerationSettings(), 512)  # 4.7 MB a layer: 14 fit
+    assert len(some) == 14 and some[0] == 0 and some[-1] == 29
+    assert len(some) * 9 * 512 * 512 * 2 <= 64 * 2**20
+    assert recorded_layers(spec, GenerationSettings(attention_layers=(3,)), 512) == (3,)
+    assert recorded_layers(spec, GenerationSettings(record_attention=False), 8) == ()
+    trace = generate_trace(tiny_lm, "word " * 400, GenerationSettings(max_new_tokens=2,
+                                                                      attention_budget_mb=1))
+    t = len(trace.prompt_token_ids)
+    assert trace.attention_layers == (0,) and trace.steps[0].attention.shape == (1, 4, t, t)
