@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PAGES = ["pages/generate.py", "pages/attention.py", "pages/steps.py"]
+PAGES = ["pages/generate.py", "pages/attention.py", "pages/timing.py", "pages/steps.py"]
 
 
 def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
@@ -105,3 +105,27 @@ def test_attention_page_without_recorded_attention():
     at.switch_page("pages/attention.py").run()
     assert not at.exception
     assert any("Record attention" in i.value for i in at.info)
+
+
+def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "models"))
+    at = generate(fresh().run(), "Name a colour.", tokens=4)
+    at.switch_page("pages/timing.py").run()
+    assert not at.exception
+    labels = [m.label for m in at.metric]
+    assert labels == ["TTFT", "ITL p50", "ITL p90", "ITL p99", "TPOT", "Decode", "Prefill"]
+    measure = next(b for b in at.button if b.label.startswith("Measure"))
+    measure.click().run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    from engine.microbench import ceilings
+
+    ridge = ceilings("cpu").ridge  # the cached measurement the page used
+    for _, row in table.iterrows():
+        assert row["bound by"] == ("compute" if row["FLOP / byte"] > ridge else "memory bandwidth")
+    assert table["bound by"].iloc[1] == "memory bandwidth"  # decode: < 1 FLOP per byte
+    assert (table["MBU"] > 0).all() and (table["MFU"] > 0).all()
+    batch = next(b for b in at.button if b.label == "Run: Batch → throughput")
+    batch.click().run()
+    assert not at.exception
+    assert [p.size for p in at.session_state["sweep-Batch → throughput"]] == [1, 2, 4, 8]

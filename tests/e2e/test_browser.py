@@ -102,7 +102,7 @@ def test_download_then_upload_replays(browser, url, tmp_path):
 def test_every_page_renders(browser, url):
     page = open_app(browser, url)
     generate_and_wait(page, "Name a colour.")
-    for name in ("Attention", "Steps", "Generate"):
+    for name in ("Attention", "Prefill vs decode", "Steps", "Generate"):
         page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
         wait_for_app(page)
         no_exception(page)

@@ -1,0 +1,122 @@
+"""Timing: prefill versus decode, measured, and why one is compute-bound and the other memory-bound."""
+
+from __future__ import annotations
+
+import statistics
+
+import pandas as pd
+import streamlit as st
+
+from charts.timing import roofline_chart, sweep_chart, timeline_chart
+from engine import summarize
+from engine.microbench import ceilings
+from engine.roofline import step_work
+from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
+
+st.title("Prefill vs decode")
+trace = st.session_state.get("trace")
+lm = st.session_state.get("lm")
+if trace is None:
+    st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page.")
+    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
+    st.stop()
+
+
+def ms(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f} ms"
+
+
+s = summarize(trace)
+cols = st.columns(7)
+cols[0].metric("TTFT", ms(s.ttft_ms, 0))
+cols[1].metric("ITL p50", ms(s.itl_p50_ms))
+cols[2].metric("ITL p90", ms(s.itl_p90_ms))
+cols[3].metric("ITL p99", ms(s.itl_p99_ms))
+cols[4].metric("TPOT", ms(s.tpot_ms))
+cols[5].metric("Decode", "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s")
+cols[6].metric("Prefill", "–" if s.prefill_tokens_per_s is None
+               else f"{s.prefill_tokens_per_s:,.0f} tok/s")
+with st.expander("Definitions (as vLLM benchmark_serving and GenAI-Perf define them)"):
+    st.markdown(
+        "- **TTFT** — request to first output token: tokenization + prefill of the whole prompt.\n"
+        "- **ITL** — the gap between two consecutive output tokens; one per token after the first.\n"
+        "- **TPOT** — (end-to-end − TTFT) / (output tokens − 1).\n"
+        "- **Decode rate** — decode steps ÷ their total time; **prefill rate** — prompt tokens ÷ "
+        "prefill time.")
+st.plotly_chart(timeline_chart(trace), width="stretch")
+st.caption("TTFT comes from prefill: the whole prompt goes through the model in one pass. After "
+           "it, every token costs one decode step, and ITL is that step's time.")
+
+st.subheader("Work per step and the roofline")
+device = trace.device.split(":")[0]
+ceil = None
+if st.button("Measure this machine's ceilings", icon=":material/speed:") or \
+        st.session_state.get("ceilings_for") == device:
+    with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds, cached)…"):
+        ceil = ceilings(device)
+    st.session_state["ceilings_for"] = device
+steps = trace.steps
+decode = [x for x in steps if x.phase == "decode"]
+points = {"prefill": (step_work(trace, steps[0]), steps[0].latency_ms)}
+if decode:
+    mid = decode[len(decode) // 2]
+    points["decode (median step)"] = (step_work(trace, mid), statistics.median(trace.itl_ms))
+rows = []
+for name, (work, latency) in points.items():
+    row = {"phase": name, "GFLOPs": work.flops / 1e9, "MB moved": work.bytes / 1e6,
+           "FLOP / byte": work.intensity, "time (ms)": latency,
+           "achieved GFLOP/s": work.flops / latency / 1e6, "achieved GB/s": work.bytes / latency / 1e6}
+    if ceil is not None:
+        row["MFU"] = row["achieved GFLOP/s"] / (ceil.matmul_tflop_s * 1e3)
+        row["MBU"] = row["achieved GB/s"] / ceil.bandwidth_gb_s
+        row["bound by"] = "compute" if work.intensity > ceil.ridge else "memory bandwidth"
+    rows.append(row)
+st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
+st.caption("FLOPs = 2 · (parameters − vocab·hidden) · new tokens + 2 · vocab·hidden (LM head, last "
+           "position) + 4 · layers · heads · head_dim · Σ context. Bytes = all weights once per "
+           "forward + the KV cache read. Intensity = FLOPs / bytes.")
+if ceil is None:
+    st.info("Press the button to measure this machine's memory bandwidth and matmul FLOP/s "
+            "and place both phases on its roofline.")
+else:
+    st.plotly_chart(roofline_chart(ceil, points), width="stretch")
+    st.caption(f"Ceilings measured on {ceil.device}: {ceil.bandwidth_gb_s:.1f} GB/s read "
+               f"bandwidth, {ceil.matmul_tflop_s * 1e3:.0f} GFLOP/s matmul ({ceil.dtype}). Left of "
+               "the ridge a step cannot use the arithmetic units fully: it waits on memory. A "
+               "decode step reads every weight to produce one token per sequence — that is why "
+               "it is memory-bound, and why a busy CPU/GPU utilization figure can mislead: the "
+               "cores are busy waiting for bytes.")
+
+st.subheader("Experiments")
+if lm is None:
+    st.info("Experiments run the model: load one in the sidebar.")
+    st.stop()
+limit = min(st.session_state["limits"]["prompt_tokens"], 512)
+experiments = {  # name: (sweep, sizes, x title, y title, plot tokens/s)
+    "Prompt length → TTFT": (prompt_length_sweep, [16, 64, 128, 256, limit], "prompt tokens",
+                             "prefill time (ms)", False),
+    "Context → ITL": (context_sweep, [16, 128, 256, limit], "tokens already in the KV cache",
+                      "decode step (ms)", False),
+    "Batch → throughput": (batch_sweep, [1, 2, 4, 8], "sequences decoded together (batch)",
+                           "decode tokens/s (all sequences)", True),
+}
+tabs = st.tabs(list(experiments))
+for tab, (name, (sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments.items()):
+    with tab:
+        if st.button(f"Run: {name}", key=f"run-{name}"):
+            bar, found = st.progress(0.0, text="Measuring…"), []
+            for point in sweep(lm, sizes):
+                found.append(point)
+                bar.progress(len(found) / len(sizes),
+                             text=f"{x_title}: {point.size} → {point.ms:.1f} ms")
+            st.session_state[f"sweep-{name}"] = found
+            bar.empty()
+        found = st.session_state.get(f"sweep-{name}")
+        if found:
+            st.plotly_chart(sweep_chart(found, x_title, y_title, rate), width="stretch")
+            st.dataframe(pd.DataFrame([{"size": p.size, "ms": round(p.ms, 2),
+                                        "tokens/s": round(p.tokens_per_s, 1)} for p in found]),
+                         hide_index=True)
+st.caption("Prefill time grows with the prompt (more tokens to compute). A decode step grows only "
+           "slowly with the cache: it is dominated by reading the weights. Batching reuses that "
+           "same read for several sequences — the reason serving engines batch.")
