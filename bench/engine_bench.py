@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import GenerationSettings, Run, load_model  # noqa: E402
 from engine.loader import CACHE_ENV  # noqa: E402
+from engine.microbench import ceilings  # noqa: E402
+from engine.roofline import forward_work  # noqa: E402
 from engine.runner import prepare_prompt  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
@@ -131,6 +133,13 @@ def main() -> None:
             "itl_vs_bare": statistics.median(r[name][1] / r["bare_loop"][1] for r in rounds),
             "itl_vs_generate": statistics.median(r[name][1] / r["generate"][1] for r in rounds),
         }
+    ceil = ceilings(lm.device, refresh=True)
+    mid_context = len(ids) + args.tokens // 2
+    decode_bytes = forward_work(lm.spec, 1, mid_context - 1).bytes
+    for name in result:
+        achieved = decode_bytes / (result[name]["itl_ms"] / 1000) / 1e9
+        result[name]["decode_gb_s"] = achieved
+        result[name]["mbu"] = achieved / ceil.bandwidth_gb_s
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -139,6 +148,8 @@ def main() -> None:
         "prompt_tokens": len(ids),
         "new_tokens": args.tokens,
         "rounds": args.rounds,
+        "ceilings": {"bandwidth_gb_s": ceil.bandwidth_gb_s, "matmul_tflop_s": ceil.matmul_tflop_s},
+        "decode_bytes_per_step": decode_bytes,
         "load_cold_s": cold,
         "load_warm_s": warm,
         "variants": result,
@@ -146,11 +157,15 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
-    print("\n| variant | tokens | TTFT ms | ITL ms (median) | ITL / bare loop | ITL / generate |")
-    print("|---|---|---|---|---|---|")
+    print("\n| variant | tokens | TTFT ms | ITL ms (median) | ITL / bare loop | ITL / generate "
+          "| decode GB/s | MBU |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in result.items():
         print(f"| {name} | {r['tokens']} | {r['ttft_ms']:.1f} | {r['itl_ms']:.1f} | "
-              f"{r['itl_vs_bare']:.3f} | {r['itl_vs_generate']:.3f} |")
+              f"{r['itl_vs_bare']:.3f} | {r['itl_vs_generate']:.3f} | {r['decode_gb_s']:.2f} | "
+              f"{r['mbu']:.2f} |")
+    print(f"\nmeasured read bandwidth {ceil.bandwidth_gb_s:.1f} GB/s, matmul "
+          f"{ceil.matmul_tflop_s * 1e3:.0f} GFLOP/s; decode moves {decode_bytes / 1e6:.0f} MB per step")
     print(f"\ncold load (GGUF) {cold:.1f} s, warm load (cache) {warm:.2f} s")
 
 

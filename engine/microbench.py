@@ -64,7 +64,7 @@ def _best_seconds(fn, device: torch.device, repeats: int) -> float:
     return best
 
 
-def measure_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+def measure_bandwidth(device: torch.device, megabytes: int = 1024, repeats: int = 5) -> float:
     """GB/s reading a buffer far larger than the caches (a sum touches every byte once)."""
     x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
     return x.nbytes / _best_seconds(lambda: x.sum(), device, repeats) / 1e9
@@ -82,7 +82,7 @@ def _cache_file() -> Path:
 
 
 def ceilings(device: torch.device | str, dtype: torch.dtype = torch.float32, refresh: bool = False,
-             megabytes: int = 256, n: int = 1024) -> Ceilings:
+             megabytes: int = 1024, n: int = 1024) -> Ceilings:
     """The measured ceilings for this machine and device, from the cache unless `refresh`."""
     device = torch.device(device)
     key = f"{device_name(device)} | {device.type} | {dtype} | torch {torch.__version__}"
