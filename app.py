@@ -91,6 +91,8 @@ st.session_state["limits"] = LIMITS
 st.session_state["hosted"] = HOSTED
 page = st.navigation([
     st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
+    st.Page("pages/tokens.py", title="Tokens", icon=":material/data_array:"),
+    st.Page("pages/embeddings.py", title="Embeddings", icon=":material/scatter_plot:"),
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/timing.py", title="Prefill vs decode", icon=":material/timer:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),

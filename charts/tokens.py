@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 import html
-from functools import lru_cache
 
+from engine.tokens import Token, piece_bytes
 from engine.trace import Trace
-
-
-@lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet (printable stand-ins for the 256 byte values), reversed."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
-    chars, extra = keep[:], 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(keep, chars)}
 
 
 def piece_text(piece: str) -> str:
     """'Ġthe' → ' the', 'Ċ' → '\\n', '▁the' → ' the'; a piece holding part of a UTF-8 character
     shows its bytes as U+FFFD (that is the honest view of one token on its own)."""
-    decoder = _byte_decoder()
-    if piece and all(ch in decoder for ch in piece):
-        return bytes(decoder[ch] for ch in piece).decode("utf-8", errors="replace")
+    data = piece_bytes(piece)
+    if data is not None:
+        return data.decode("utf-8", errors="replace")
     return piece.replace("▁", " ")
 
 
@@ -54,4 +40,15 @@ def token_chips_html(trace: Trace) -> str:
         title = (f"{step.phase} step {step.index} · id {step.token_id} · {step.latency_ms:.1f} ms"
                  f" · p={step.chosen_prob:.3f} (rank {step.chosen_rank + 1})")
         parts.append(_chip(piece_text(step.piece), title, "gen"))
+    return '<div class="ie-chips">' + "".join(parts) + "</div>"
+
+
+def chips_html(tokens: list[Token]) -> str:
+    """Chips for any token list: readable text, id and the raw bytes on hover."""
+    parts = []
+    for i, tok in enumerate(tokens):
+        label = tok.piece if tok.special else piece_text(tok.piece)
+        data = " ".join(f"{b:02x}" for b in tok.raw)
+        title = f"token {i} · id {tok.id} · bytes {data}" + (" · special" if tok.special else "")
+        parts.append(_chip(label, title, "special" if tok.special else "prompt"))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"

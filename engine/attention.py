@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -105,6 +106,26 @@ AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
 ALL_MASK_ATTENTION_FUNCTIONS.register(RECORDING_ATTENTION, sdpa_mask)
 
 
+_configs: "weakref.WeakKeyDictionary[Any, list[Any]]" = weakref.WeakKeyDictionary()
+
+
+def _attention_configs(model: Any) -> list[Any]:
+    """Every distinct config in the model that selects an attention function (found once)."""
+    if model not in _configs:
+        from transformers import PreTrainedModel
+
+        found = {id(m.config): m.config for m in model.modules() if isinstance(m, PreTrainedModel)}
+        _configs[model] = list(found.values())
+    return _configs[model]
+
+
+def _switch(model: Any, implementation: str) -> None:
+    # What `set_attn_implementation` ends with, minus its validation walk (~0.4 ms a call, paid
+    # twice a step otherwise): our function is registered, so there is nothing to validate.
+    for config in _attention_configs(model):
+        config._attn_implementation_internal = implementation
+
+
 @contextlib.contextmanager
 def recording(model: Any, recorder: AttentionRecorder | None) -> Iterator[AttentionRecorder | None]:
     """Route `model`'s attention through the recorder for the duration; always restore it.
@@ -116,9 +137,9 @@ def recording(model: Any, recorder: AttentionRecorder | None) -> Iterator[Attent
         return
     previous = model.config._attn_implementation
     token = _active.set(recorder)
-    model.set_attn_implementation(RECORDING_ATTENTION)
+    _switch(model, RECORDING_ATTENTION)
     try:
         yield recorder
     finally:
-        model.set_attn_implementation(previous)
+        _switch(model, previous)
         _active.reset(token)

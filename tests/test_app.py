@@ -9,7 +9,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PAGES = ["pages/generate.py", "pages/attention.py", "pages/timing.py", "pages/steps.py"]
+PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
+         "pages/timing.py", "pages/steps.py"]
 
 
 def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
@@ -129,3 +130,22 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
     batch.click().run()
     assert not at.exception
     assert [p.size for p in at.session_state["sweep-Batch → throughput"]] == [1, 2, 4, 8]
+
+
+def test_tokens_and_embeddings_pages_with_a_trace():
+    at = generate(fresh().run(), "The king met the queen.", tokens=3)
+    at.switch_page("pages/tokens.py").run()
+    assert not at.exception
+    chips = [m.value for m in at.markdown if "ie-chips" in m.value]
+    assert len(chips) == 2  # the last run, and the text box
+    assert any("decode back to exactly" in c.value for c in at.caption)
+    table = at.dataframe[-1].value
+    assert len(table) >= 12 and table["× English"].iloc[0] == 1.0
+    at.text_input(key="own_sentence").set_value("Mi frase propia.").run()
+    assert list(at.dataframe[-1].value["language"])[-1] == "yours"
+    at.switch_page("pages/embeddings.py").run()
+    assert not at.exception
+    near = at.dataframe[0].value
+    assert len(near) == 10 and near["cosine similarity"].is_monotonic_decreasing
+    at.button[0].click().run()  # draw the PCA map
+    assert not at.exception and len(at.get("plotly_chart")) >= 3

@@ -84,10 +84,11 @@ def test_download_then_upload_replays(browser, url, tmp_path):
     seen = fresh.evaluate("window.__seen")
     assert any(0 < n < generated for n in seen), "the replay streams at the recorded pace"
     no_exception(fresh)
-    fresh.get_by_test_id("stSidebarNav").get_by_text("Attention", exact=True).click()
-    wait_for_app(fresh)
-    assert fresh.locator(".js-plotly-plot").count() >= 1  # the replayed trace's heatmap
-    no_exception(fresh)
+    for name in ("Tokens", "Embeddings", "Attention"):  # every view of the replayed trace
+        fresh.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
+        wait_for_app(fresh)
+        assert fresh.locator(".js-plotly-plot").count() >= 1
+        no_exception(fresh)
     fresh.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
     wait_for_app(fresh)
 
@@ -102,7 +103,7 @@ def test_download_then_upload_replays(browser, url, tmp_path):
 def test_every_page_renders(browser, url):
     page = open_app(browser, url)
     generate_and_wait(page, "Name a colour.")
-    for name in ("Attention", "Prefill vs decode", "Steps", "Generate"):
+    for name in ("Tokens", "Embeddings", "Attention", "Prefill vs decode", "Steps", "Generate"):
         page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
         wait_for_app(page)
         no_exception(page)

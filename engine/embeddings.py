@@ -1,0 +1,57 @@
+"""The input embedding table: nearest tokens by cosine similarity, and a 2-D PCA map.
+
+`EmbeddingIndex` normalizes the (vocab, hidden) table once per model; a neighbour query is then a
+single matrix-vector product (~50k × 576 on the default model: milliseconds on two cores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .loader import LoadedModel
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Neighbours:
+    ids: np.ndarray  # (k,) int64, most similar first
+    scores: np.ndarray  # (k,) float32 cosine similarity
+
+
+class EmbeddingIndex:
+    def __init__(self, lm: LoadedModel) -> None:
+        table = lm.model.get_input_embeddings().weight.detach().float().cpu()  # (V, d)
+        self.table = table
+        self.unit = torch.nn.functional.normalize(table, dim=-1)  # (V, d) unit rows
+        self.tokenizer = lm.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.unit.shape[0]
+
+    def neighbours(self, token_id: int, k: int = 10, include_self: bool = False) -> Neighbours:
+        return self.neighbours_of(self.table[token_id], k + (0 if include_self else 1),
+                                  exclude=None if include_self else token_id, keep=k)
+
+    def neighbours_of(self, vector: torch.Tensor, k: int = 10, exclude: int | None = None,
+                      keep: int | None = None) -> Neighbours:
+        query = torch.nn.functional.normalize(vector.float(), dim=-1)  # (d,)
+        scores = self.unit @ query  # (V,)
+        if exclude is not None:
+            scores[exclude] = -2.0
+        top = torch.topk(scores, keep or k)
+        return Neighbours(top.indices.numpy().astype(np.int64), top.values.numpy().astype(np.float32))
+
+    def pca_map(self, ids: list[int], background: int = 1500, seed: int = 0
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Project `ids` and a random vocabulary sample onto the first two principal components
+        of both together. Returns (coords of ids (n, 2), background ids, their coords (m, 2))."""
+        rng = np.random.default_rng(seed)
+        sample = rng.choice(self.vocab_size, size=min(background, self.vocab_size), replace=False)
+        rows = torch.cat([self.table[list(ids)], self.table[sample]]).double()  # (n + m, d)
+        centred = rows - rows.mean(0)
+        _, _, v = torch.linalg.svd(centred, full_matrices=False)
+        coords = (centred @ v[:2].T).numpy()  # (n + m, 2)
+        return coords[: len(ids)], sample.astype(np.int64), coords[len(ids):]

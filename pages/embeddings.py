@@ -1,0 +1,86 @@
+"""Embeddings: each token id becomes a vector; similar tokens sit close; RoPE adds position."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from charts.embeddings import embedding_map, rope_angle_chart, rope_score_chart
+from charts.tokens import piece_text, visible
+from engine.embeddings import EmbeddingIndex
+from engine.rope import angles, score_by_distance
+
+
+@st.cache_resource(max_entries=1, show_spinner="Normalizing the embedding table…")
+def embedding_index(source: str, _lm) -> EmbeddingIndex:
+    """One normalized table per loaded model, shared by all sessions."""
+    return EmbeddingIndex(_lm)
+
+
+def label(token_id: int) -> str:
+    return visible(piece_text(lm.tokenizer.convert_ids_to_tokens(int(token_id))))
+
+
+st.title("Embeddings")
+lm = st.session_state.get("lm")
+trace = st.session_state.get("trace")
+if lm is None:
+    st.info("This page reads the model's embedding table: load a model in the sidebar.")
+    st.stop()
+spec = lm.spec
+index = embedding_index(f"{lm.source}|{spec.name}", lm)
+st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
+           f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
+           "close together; closeness here is cosine similarity.")
+
+if trace is not None and trace.model.vocab_size == spec.vocab_size:
+    ids = [i for i, special in zip(trace.prompt_token_ids, trace.prompt_special) if not special]
+else:
+    st.info("No trace yet: Generate one, or upload a trace file, on the Generate page to explore "
+            "your own prompt's tokens. Meanwhile, a sample sentence:")
+    ids = lm.tokenizer(" The king and the queen walked to Paris.", add_special_tokens=False).input_ids
+ids = list(dict.fromkeys(ids))
+st.subheader("Nearest tokens")
+chosen = st.selectbox("Token (from the last prompt)" if trace else "Token", ids, format_func=label)
+probe = st.text_input("…or probe any word", placeholder="e.g.  dog", help="Its first token is used.")
+if probe:
+    probe_ids = lm.tokenizer(probe, add_special_tokens=False).input_ids
+    chosen = probe_ids[0] if probe_ids else chosen
+near = index.neighbours(chosen, 10)
+st.dataframe(pd.DataFrame({"rank": range(1, 11), "token": [label(i) for i in near.ids],
+                           "id": near.ids, "cosine similarity": near.scores.round(4)}),
+             hide_index=True, width="stretch")
+
+st.subheader("A 2-D map")
+if st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or st.session_state.get("map_on"):
+    st.session_state["map_on"] = True
+    neighbour_ids = [int(i) for i in near.ids]
+    coords, sample, background = index.pca_map(ids + neighbour_ids, background=1500)
+    n = len(ids)
+    st.plotly_chart(embedding_map({
+        "prompt token": (coords[:n], [label(i) for i in ids]),
+        "neighbour": (coords[n:], [f"{label(i)} (near {label(chosen)})" for i in neighbour_ids]),
+        "vocabulary sample": (background, [label(i) for i in sample])}), width="stretch")
+    st.caption("The 2 directions of largest variance of these vectors plus 1,500 random "
+               "vocabulary tokens (grey). A projection from 576 dimensions keeps only part of "
+               "the structure: use the table above for exact similarities.")
+
+st.subheader("Position: rotary embeddings (RoPE)")
+theta = spec.rope_theta or 10_000.0
+positions = np.arange(0, 257)
+st.plotly_chart(rope_angle_chart(angles(theta, spec.head_dim, positions), positions),
+                width="stretch")
+st.caption(f"Each head vector ({spec.head_dim} numbers) is split into {spec.head_dim // 2} pairs; "
+           f"pair i turns by position · θ^(−2i/{spec.head_dim}) radians, θ = {theta:,.0f}. Early "
+           "pairs spin fast (fine position), late pairs slowly (coarse position).")
+rng = np.random.default_rng(0)
+q = rng.standard_normal(spec.head_dim)
+k = q + 0.5 * rng.standard_normal(spec.head_dim)
+distances = np.arange(0, 513)
+series = {"similar q and k": score_by_distance(q, k, theta, distances),
+          "unrelated q and k": score_by_distance(q, rng.standard_normal(spec.head_dim), theta,
+                                                 distances)}
+st.plotly_chart(rope_score_chart(distances, series), width="stretch")
+st.caption("The same two vectors, rotated for their positions, give a q·k score that depends "
+           "only on how far apart they are — not on where they sit in the text.")
