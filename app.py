@@ -95,6 +95,7 @@ page = st.navigation([
     st.Page("pages/embeddings.py", title="Embeddings", icon=":material/scatter_plot:"),
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/timing.py", title="Prefill vs decode", icon=":material/timer:"),
+    st.Page("pages/kvcache.py", title="KV cache", icon=":material/memory:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
 ])
 sidebar_model()

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
-         "pages/timing.py", "pages/steps.py"]
+         "pages/timing.py", "pages/kvcache.py", "pages/steps.py"]
 
 
 def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
@@ -149,3 +149,34 @@ def test_tokens_and_embeddings_pages_with_a_trace():
     assert len(near) == 10 and near["cosine similarity"].is_monotonic_decreasing
     at.button[0].click().run()  # draw the PCA map
     assert not at.exception and len(at.get("plotly_chart")) >= 3
+
+
+def test_kv_cache_page_live_memory_calculator_variants_and_blocks():
+    at = generate(fresh().run(), "Write a long story about a dragon.", tokens=8)
+    at.switch_page("pages/kvcache.py").run()
+    assert not at.exception
+    trace = at.session_state["trace"]
+    per_layer = at.dataframe[0].value
+    assert (per_layer["measured (B)"] == per_layer["formula (B)"]).all()
+    calc = at.dataframe[1].value
+    row = calc[calc.model == "Llama-2-13B"].iloc[0]
+    assert row["bytes per token"] == 819_200 and row["total (GiB)"] == 3.125
+    loaded = calc[calc.model.str.endswith("(loaded)")].iloc[0]
+    assert loaded["bytes per token"] == 2 * 30 * 3 * 64 * 2  # the loaded model, fp16 cache
+    next(b for b in at.button if b.label == "Measure memory and quality").click().run()
+    assert not at.exception
+    runs = at.session_state["kv_variants"]
+    assert [r.config.label for r in runs][:3] == ["full cache", "int8 cache", "int4 cache"]
+    assert runs[1].kv_bytes[-1] < runs[0].kv_bytes[-1] and len(runs[1].kl) == len(trace.steps)
+    blocks = at.dataframe[-1].value
+    assert blocks["tokens"].iloc[0] == len(trace.prompt_token_ids) + len(trace.steps)
+
+
+def test_kv_cache_on_off_experiment():
+    at = fresh().run()
+    at.switch_page("pages/kvcache.py").run()
+    at.multiselect[0].set_value([16])
+    next(b for b in at.button if b.label.startswith("Run with and without")).click().run()
+    assert not at.exception
+    results = at.session_state["kv_onoff"]
+    assert [r.new_tokens for r in results] == [16] and all(r.same_tokens for r in results)

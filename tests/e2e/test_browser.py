@@ -84,7 +84,7 @@ def test_download_then_upload_replays(browser, url, tmp_path):
     seen = fresh.evaluate("window.__seen")
     assert any(0 < n < generated for n in seen), "the replay streams at the recorded pace"
     no_exception(fresh)
-    for name in ("Tokens", "Embeddings", "Attention"):  # every view of the replayed trace
+    for name in ("Tokens", "Embeddings", "Attention", "KV cache"):  # views of the replayed trace
         fresh.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
         wait_for_app(fresh)
         assert fresh.locator(".js-plotly-plot").count() >= 1
@@ -103,7 +103,8 @@ def test_download_then_upload_replays(browser, url, tmp_path):
 def test_every_page_renders(browser, url):
     page = open_app(browser, url)
     generate_and_wait(page, "Name a colour.")
-    for name in ("Tokens", "Embeddings", "Attention", "Prefill vs decode", "Steps", "Generate"):
+    for name in ("Tokens", "Embeddings", "Attention", "Prefill vs decode", "KV cache", "Steps",
+                 "Generate"):
         page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
         wait_for_app(page)
         no_exception(page)
