@@ -53,6 +53,7 @@ with tabs[1]:
                 found.append(result)
                 bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
             st.session_state["kv_onoff"] = found
+            bar.empty()
         found = st.session_state.get("kv_onoff")
         if found:
             st.dataframe(pd.DataFrame([{"new tokens": r.new_tokens,
@@ -75,7 +76,7 @@ with tabs[2]:
         "model": x.name, "attention": x.attention, "per-layer rule": x.rule(dtype),
         "bytes per token": x.bytes_per_token(dtype),
         "total (GiB)": round(x.total_bytes(int(context), int(batch), dtype) / 2**30, 3),
-        "source": x.source or "loaded model config"} for x in models]),
+        "source": x.source or None} for x in models]),
         hide_index=True, width="stretch",
         column_config={"source": st.column_config.LinkColumn("source")})
     st.plotly_chart(per_token_bars([x.name for x in models], [x.attention for x in models],
@@ -101,6 +102,7 @@ with tabs[3]:
                 runs.append(run)
                 bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
             st.session_state["kv_variants"] = runs
+            bar.empty()
         runs = st.session_state.get("kv_variants")
         if runs:
             st.dataframe(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),

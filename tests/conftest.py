@@ -10,6 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -38,3 +39,16 @@ def tiny_lm(lm: LoadedModel) -> LoadedModel:
     model.generation_config.eos_token_id = 2
     return LoadedModel(model, lm.tokenizer, spec_from_model(model, "tiny-random-llama"), "tiny",
                        torch.device("cpu"), 0.0, False)
+
+
+def eager_attentions(lm: LoadedModel, ids: list[int]) -> np.ndarray:
+    """(L, H, S, S): transformers' eager attention with output_attentions over the whole sequence,
+    the independent reference for every recorded weight. The model is set back to sdpa."""
+    model = lm.model
+    model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    finally:
+        model.set_attn_implementation("sdpa")
+    return torch.stack([a[0] for a in out.attentions]).float().numpy()

@@ -12,6 +12,8 @@ from charts.attention import (decode_row_chart, downsample, full_attention, gqa_
 from engine import GenerationSettings, generate_trace
 from engine.inspect_head import capture_qkv, explain_head
 
+from .conftest import eager_attentions
+
 
 @pytest.fixture(scope="module")
 def tiny_trace(tiny_lm):
@@ -98,14 +100,7 @@ def test_one_head_recomputation_matches_recorded_and_eager(lm):
     inputs = capture_qkv(lm, ids, layer)
     assert inputs.scaling == pytest.approx(64 ** -0.5)
     full = full_attention(trace, layer)
-    model = lm.model
-    model.set_attn_implementation("eager")
-    try:
-        with torch.inference_mode():
-            out = model(input_ids=torch.tensor([ids]), output_attentions=True)
-    finally:
-        model.set_attn_implementation("sdpa")
-    eager = out.attentions[layer][0, head].float().numpy()
+    eager = eager_attentions(lm, ids)[layer, head]
     for pos in (0, 5, len(ids) - 2, len(ids) - 1):
         steps = explain_head(inputs, head, pos)
         assert steps.weights.sum() == pytest.approx(1.0)
@@ -117,4 +112,4 @@ def test_one_head_recomputation_matches_recorded_and_eager(lm):
     v = torch.from_numpy(inputs.value).repeat_interleave(3, dim=0)[None]
     sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)[0, head]
     np.testing.assert_allclose(explain_head(inputs, head, 5).output, sdpa[5].numpy(), atol=1e-5)
-    assert model.config._attn_implementation == "sdpa"
+    assert lm.model.config._attn_implementation == "sdpa"

@@ -10,6 +10,8 @@ from transformers import DynamicCache
 from engine import GenerationSettings, generate_trace
 from engine.runner import prepare_prompt
 
+from .conftest import eager_attentions
+
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
 N = 40
 
@@ -34,21 +36,9 @@ def recorded(lm):
     return generate_trace(lm, "Name three colours.", GenerationSettings(max_new_tokens=6))
 
 
-def _eager_attentions(lm, ids: list[int]) -> np.ndarray:
-    """(L, H, S, S) from transformers' eager attention with output_attentions on the full sequence."""
-    model = lm.model
-    model.set_attn_implementation("eager")
-    try:
-        with torch.inference_mode():
-            out = model(input_ids=torch.tensor([ids]), output_attentions=True)
-    finally:
-        model.set_attn_implementation("sdpa")
-    return torch.stack([a[0] for a in out.attentions]).float().numpy()
-
-
 def test_recorded_attention_equals_eager(lm, recorded):
     full = list(recorded.prompt_token_ids) + list(recorded.output_token_ids[:-1])
-    eager = _eager_attentions(lm, full)
+    eager = eager_attentions(lm, full)
     t = len(recorded.prompt_token_ids)
     prefill = recorded.steps[0].attention.astype(np.float32)
     assert prefill.shape == (lm.spec.layers, lm.spec.heads, t, t)
