@@ -43,7 +43,8 @@ def sidebar_model() -> None:
             "Hugging Face id or local folder", key="model_source", placeholder="default: SmolLM2-135M",
             help="A causal LM with safetensors weights, already on this machine (offline).")
         source = custom.strip() or "default"
-    with st.sidebar.status("Loading model…", expanded=False) as status:
+    with st.sidebar.status("Loading model… (the very first start converts the GGUF: ~30 s)",
+                           expanded=False) as status:
         try:
             lm = cached_model(source)
         except EngineError as err:

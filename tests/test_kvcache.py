@@ -116,3 +116,13 @@ def test_cache_on_off_same_tokens(tiny_lm):
     assert [r.new_tokens for r in results] == [3, 6]
     assert all(r.same_tokens and len(r.on_ms) == len(r.off_ms) for r in results)
     assert all(r.speedup > 0 for r in results)
+
+
+def test_full_cache_bytes_equal_formula_on_a_tiny_config(tiny_lm):
+    trace = generate_trace(tiny_lm, "a b c d", GenerationSettings(max_new_tokens=6,
+                                                                 record_attention=False))
+    spec = tiny_lm.spec
+    assert spec.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4
+    for step in trace.steps:
+        assert step.kv_bytes == spec.kv_bytes(step.context_len)
+        assert step.kv_bytes_per_layer == (2 * 2 * 16 * 4 * step.context_len,) * 2
