@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
-from engine import EngineError, Run, load_trace, summarize
+from engine import EngineError, Run, TraceFormatError, load_trace, summarize
 from engine.tracefile import trace_to_bytes
 
 SAMPLES = {s["title"]: s["prompt"] for s in
@@ -28,7 +28,10 @@ def load_upload() -> None:
         st.session_state.pop("upload_error", None)
         return
     try:
-        st.session_state["trace"] = load_trace(upload.getvalue())
+        trace = load_trace(upload.getvalue())
+        if not trace.steps:
+            raise TraceFormatError("this trace has no generated tokens to show")
+        st.session_state["trace"] = trace
         st.session_state["replay"] = True
         st.session_state.pop("upload_error", None)
     except EngineError as err:
