@@ -4,11 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 PORT ?= 8501
+CHROMIUM ?= /usr/bin/chromium
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test bench model clean
+.PHONY: setup run test bench model browser clean
 
 setup: $(STAMP)
 
@@ -27,8 +28,15 @@ model: setup
 run: model
 	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
 
-test: model
-	$(BIN)/python -m pytest -q tests
+# The browser tests drive Debian's Chromium (never a downloaded one); install it if missing.
+browser:
+	@test -x $(CHROMIUM) || { command -v apt-get >/dev/null && \
+	  { [ "$$(id -u)" = 0 ] && S= || S=sudo; $$S apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium; }; } || \
+	  echo "Chromium not found at $(CHROMIUM): install it or set CHROMIUM=/path (browser tests need it)"
+
+test: model browser
+	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q tests
 
 bench: model
 	$(BIN)/python bench/engine_bench.py
