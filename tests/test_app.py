@@ -180,3 +180,15 @@ def test_kv_cache_on_off_experiment():
     assert not at.exception
     results = at.session_state["kv_onoff"]
     assert [r.new_tokens for r in results] == [16] and all(r.same_tokens for r in results)
+
+
+def test_every_page_with_a_replayed_trace():
+    from engine import load_trace
+    from engine.tracefile import trace_to_bytes
+
+    at = generate(fresh().run(), "The king met the queen.", tokens=3)
+    at.session_state["trace"] = load_trace(trace_to_bytes(at.session_state["trace"]))
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception, page
+        assert not [i.value for i in at.info if "No trace yet" in i.value], page
