@@ -192,3 +192,16 @@ def test_every_page_with_a_replayed_trace():
         at.switch_page(page).run()
         assert not at.exception, page
         assert not [i.value for i in at.info if "No trace yet" in i.value], page
+
+
+def test_float16_weights_halve_the_kv_cache():
+    at = fresh()
+    at.session_state["weights_dtype"] = "float16"
+    at.run()
+    assert not at.exception
+    lm = at.session_state["lm"]
+    assert lm.spec.dtype == "float16" and lm.spec.kv_bytes_per_token == 23_040
+    at = generate(at, "Say hi.", tokens=3)
+    trace = at.session_state["trace"]
+    assert trace.model.dtype == "float16"
+    assert trace.steps[-1].kv_bytes == 23_040 * trace.steps[-1].context_len
