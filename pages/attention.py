@@ -36,6 +36,9 @@ if len(trace.attention_layers) < spec.layers:
                f"evenly spaced, to keep a long prompt's attention within "
                f"{trace.settings.attention_budget_mb} MB.")
 full = full_attention(trace, layer)  # (H, S, S)
+fmt = st.segmented_control("Chart download format (camera icon in each chart's toolbar)",
+                           ["png", "svg"], default="png", key="attn_format") or "png"
+export = {"toImageButtonOptions": {"format": fmt, "filename": f"attention-L{layer}-H{head}"}}
 t = len(trace.prompt_token_ids)
 tabs = st.tabs(["Heatmap", "Head view", "Model view", "Decode steps", "Grouped-query attention",
                 "One head, step by step"])
@@ -48,7 +51,8 @@ with tabs[0]:
     if block > 1:
         st.caption(f"Aggregated view: {size} tokens shown as {block}×{block}-token blocks "
                    "(mean weight per block).")
-    st.plotly_chart(heatmap(matrix, names, f"layer {layer}, head {head}"), width="stretch")
+    st.plotly_chart(heatmap(matrix, names, f"layer {layer}, head {head}"), width="stretch",
+                    config=export)
     st.caption("Each row is one query token's attention: it sums to 1 over the keys up to itself. "
                "Grey cells are future tokens, masked out by causal attention.")
 
@@ -56,7 +60,7 @@ with tabs[1]:
     query = st.select_slider("Query token", range(full.shape[-1]), value=full.shape[-1] - 1,
                              format_func=lambda i: labels[i])
     shown = st.multiselect("Heads", range(spec.heads), default=list(range(min(3, spec.heads))))
-    st.plotly_chart(head_view(trace, layer, shown, query), width="stretch")
+    st.plotly_chart(head_view(trace, layer, shown, query), width="stretch", config=export)
     st.caption("Line width and opacity follow the weight; the 24 strongest keys per head are drawn.")
 
 
@@ -72,7 +76,7 @@ with tabs[2]:
     fig, _ = model_view(trace, TILE)
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "
                f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open it.")
-    st.plotly_chart(fig, width="stretch", key="model_view", on_select=open_clicked_tile,
+    st.plotly_chart(fig, width="stretch", key="model_view", on_select=open_clicked_tile, config=export,
                     selection_mode="points")
     s = head_summary(trace)
     roles = head_roles(s)
@@ -94,7 +98,8 @@ with tabs[3]:
         slot = st.empty()
         steps = range(k, len(trace.steps)) if play else [k]
         for i in steps:
-            slot.plotly_chart(decode_row_chart(trace, i, layer), width="stretch", key=f"dec-{i}")
+            slot.plotly_chart(decode_row_chart(trace, i, layer), width="stretch", key=f"dec-{i}",
+                              config=export)
             if play:
                 time.sleep(0.3)
         st.caption("At each decode step the newest token's query attends over the whole KV "

@@ -205,3 +205,17 @@ def test_float16_weights_halve_the_kv_cache():
     trace = at.session_state["trace"]
     assert trace.model.dtype == "float16"
     assert trace.steps[-1].kv_bytes == 23_040 * trace.steps[-1].context_len
+
+
+def test_attention_charts_export_as_png_or_svg():
+    import json
+
+    at = generate(fresh().run(), "Name a colour.", tokens=3)
+    at.switch_page("pages/attention.py").run()
+    configs = [json.loads(c.proto.config) for c in at.get("plotly_chart")]
+    assert configs and all(c["toImageButtonOptions"]["format"] == "png" for c in configs)
+    at.session_state["attn_format"] = "svg"
+    at.run()
+    assert not at.exception
+    configs = [json.loads(c.proto.config) for c in at.get("plotly_chart")]
+    assert configs and all(c["toImageButtonOptions"]["format"] == "svg" for c in configs)

@@ -126,3 +126,21 @@ def test_two_sessions_generate_at_once(browser, url):
     assert "planets" not in texts[0] and "fruits" not in texts[1]
     for page in pages:
         page.close()
+
+
+def test_attention_chart_downloads_as_svg(browser, url, tmp_path):
+    page = open_app(browser, url)
+    generate_and_wait(page, "Name a colour.")
+    page.get_by_test_id("stSidebarNav").get_by_text("Attention", exact=True).click()
+    wait_for_app(page)
+    page.get_by_text("svg", exact=True).click()
+    wait_for_app(page)
+    page.wait_for_timeout(1000)
+    page.locator(".js-plotly-plot").first.hover()
+    with page.expect_download() as info:
+        page.locator('.modebar-btn[data-title*="Download"]').first.click()
+    assert info.value.suggested_filename.endswith(".svg")
+    path = tmp_path / "chart.svg"
+    info.value.save_as(path)
+    assert path.read_text().startswith("<svg")
+    page.close()
