@@ -34,10 +34,6 @@ def cache_layer_bytes(cache: Any) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def cache_length(cache: Any) -> int:
-    return int(cache.get_seq_length()) if cache is not None else 0
-
-
 def quantize(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x (B, H, T, D) → (ints, scales (B, H, T, 1) float16); int4 packs two values a byte."""
     qmax = 2 ** (bits - 1) - 1

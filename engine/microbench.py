@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .loader import cache_root
+from .runner import clock_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +48,14 @@ def device_name(device: torch.device) -> str:
     return f"{cpu} ({torch.get_num_threads()} threads)"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _best_seconds(fn, device: torch.device, repeats: int) -> float:
     fn()
     best = float("inf")
     for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
+        start = clock_ms(device)
         fn()
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+        best = min(best, clock_ms(device) - start)
+    return best / 1000.0
 
 
 def measure_bandwidth(device: torch.device, megabytes: int = 1024, repeats: int = 5) -> float:

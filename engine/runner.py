@@ -80,7 +80,7 @@ def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _now(device: torch.device) -> float:
+def clock_ms(device: torch.device) -> float:
     """Wall clock in ms; on CUDA, synchronize first so queued kernels are counted."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -161,7 +161,7 @@ class Run:
                 return
             if recorder is not None:
                 recorder.last_query_only = i > 0 and cache is None
-            start = _now(device)
+            start = clock_ms(device)
             with torch.inference_mode(), recording(model, recorder):
                 if i == 0:
                     logits, hidden = prefill(model, sequence, cache, s.record_hidden)
@@ -178,7 +178,7 @@ class Run:
                 hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
                 top_ids = top.indices.cpu().numpy().astype(np.int64)
                 top_probs = top.values.cpu().numpy().astype(np.float32)
-            latency = _now(device) - start
+            latency = clock_ms(device) - start
             sequence = torch.cat([sequence, torch.tensor([[token]], device=device)], dim=1)
             per_layer = cache_layer_bytes(cache) if cache is not None else (0,) * lm.spec.layers
             last = token in eos or i == s.max_new_tokens - 1

@@ -8,7 +8,6 @@ Each sweep is a generator of points, so the UI can show a progress bar; each poi
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -16,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from .loader import LoadedModel
+from .runner import clock_ms
 
 FILLER = " The quick brown fox jumps over the lazy dog."
 
@@ -33,29 +33,23 @@ def filler_ids(lm: LoadedModel, n: int) -> list[int]:
     return (piece * (n // len(piece) + 1))[:n]
 
 
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() * 1000.0
-
-
 @torch.inference_mode()
 def _prefill(lm: LoadedModel, ids: torch.Tensor) -> tuple[DynamicCache, torch.Tensor, float]:
     cache = DynamicCache(config=lm.model.config)
-    start = _clock(lm.device)
+    start = clock_ms(lm.device)
     out = lm.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
     token = out.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-    return cache, token, _clock(lm.device) - start
+    return cache, token, clock_ms(lm.device) - start
 
 
 @torch.inference_mode()
 def _decode_ms(lm: LoadedModel, cache: DynamicCache, token: torch.Tensor, steps: int) -> float:
     times = []
     for _ in range(steps):
-        start = _clock(lm.device)
+        start = clock_ms(lm.device)
         out = lm.model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
         token = out.logits[:, -1].argmax(-1, keepdim=True)
-        times.append(_clock(lm.device) - start)
+        times.append(clock_ms(lm.device) - start)
     return statistics.median(times)
 
 
