@@ -22,26 +22,18 @@ class Neighbours:
 
 class EmbeddingIndex:
     def __init__(self, lm: LoadedModel) -> None:
-        table = lm.model.get_input_embeddings().weight.detach().float().cpu()  # (V, d)
-        self.table = table
-        self.unit = torch.nn.functional.normalize(table, dim=-1)  # (V, d) unit rows
-        self.tokenizer = lm.tokenizer
+        self.table = lm.model.get_input_embeddings().weight.detach().float().cpu()  # (V, d)
+        self.unit = torch.nn.functional.normalize(self.table, dim=-1)  # (V, d) unit rows
 
     @property
     def vocab_size(self) -> int:
         return self.unit.shape[0]
 
-    def neighbours(self, token_id: int, k: int = 10, include_self: bool = False) -> Neighbours:
-        return self.neighbours_of(self.table[token_id], k + (0 if include_self else 1),
-                                  exclude=None if include_self else token_id, keep=k)
-
-    def neighbours_of(self, vector: torch.Tensor, k: int = 10, exclude: int | None = None,
-                      keep: int | None = None) -> Neighbours:
-        query = torch.nn.functional.normalize(vector.float(), dim=-1)  # (d,)
-        scores = self.unit @ query  # (V,)
-        if exclude is not None:
-            scores[exclude] = -2.0
-        top = torch.topk(scores, keep or k)
+    def neighbours(self, token_id: int, k: int = 10) -> Neighbours:
+        """The k tokens whose embeddings are most cosine-similar to `token_id`'s, itself excluded."""
+        scores = self.unit @ self.unit[token_id]  # (V,)
+        scores[token_id] = -2.0
+        top = torch.topk(scores, k)
         return Neighbours(top.indices.numpy().astype(np.int64), top.values.numpy().astype(np.float32))
 
     def pca_map(self, ids: list[int], background: int = 1500, seed: int = 0
