@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from engine.microbench import Ceilings
-from engine.roofline import Work
+from engine.roofline import Work, utilization
 
 from .live import DECODE_COLOR, PREFILL_COLOR
 
@@ -42,9 +42,8 @@ def roofline_chart(ceil: Ceilings, points: dict[str, tuple[Work, float]]) -> go.
                                hovertemplate="intensity %{x:.2f} FLOP/B<br>ceiling %{y:.1f} "
                                              "GFLOP/s<extra></extra>"))
     for name, (work, ms) in points.items():
-        achieved = work.flops / (ms / 1000)
         fig.add_trace(go.Scatter(
-            x=[work.intensity], y=[achieved / 1e9], mode="markers+text", text=[name],
+            x=[work.intensity], y=[utilization(work, ms).flop_s / 1e9], mode="markers+text", text=[name],
             textposition="top center", name=name, marker={"size": 12, "color":
                                                           PREFILL_COLOR if "prefill" in name else DECODE_COLOR},
             hovertemplate=f"{name}<br>intensity %{{x:.2f}} FLOP/B<br>achieved %{{y:.2f}} GFLOP/s"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .loader import cache_root
+from .loader import cache_root, resolve_dtype
 from .runner import clock_ms
 
 
@@ -75,10 +75,13 @@ def _cache_file() -> Path:
     return cache_root().parent / "ceilings.json"
 
 
-def ceilings(device: torch.device | str, dtype: torch.dtype = torch.float32, refresh: bool = False,
-             megabytes: int = 1024, n: int = 1024) -> Ceilings:
-    """The measured ceilings for this machine and device, from the cache unless `refresh`."""
+def ceilings(device: torch.device | str, dtype: torch.dtype | str = torch.float32,
+             refresh: bool = False, megabytes: int = 1024, n: int = 1024) -> Ceilings:
+    """The measured ceilings for this machine, device and matmul dtype (a model's weights dtype),
+    from the cache unless `refresh`."""
     device = torch.device(device)
+    if isinstance(dtype, str):
+        dtype = resolve_dtype(dtype, device)
     key = f"{device_name(device)} | {device.type} | {dtype} | torch {torch.__version__}"
     path = _cache_file()
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .microbench import Ceilings
 from .spec import ModelSpec
 from .trace import Step, Trace
 
@@ -47,3 +48,23 @@ def step_work(trace: Trace, step: Step) -> Work:
     if trace.settings.kv_cache:
         return forward_work(spec, 1, step.context_len - 1)
     return forward_work(spec, step.context_len, 0, kv_cache=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    """What a step achieved, and against measured ceilings (None when none were measured)."""
+
+    flop_s: float  # FLOPs / time
+    bytes_s: float  # bytes moved / time
+    mfu: float | None  # flop_s / peak matmul FLOP/s
+    mbu: float | None  # bytes_s / measured read bandwidth
+    bound: str | None  # "compute" right of the ridge point, else "memory bandwidth"
+
+
+def utilization(work: Work, ms: float, ceil: Ceilings | None = None) -> Utilization:
+    flop_s, bytes_s = work.flops / (ms / 1000), work.bytes / (ms / 1000)
+    if ceil is None:
+        return Utilization(flop_s, bytes_s, None, None, None)
+    return Utilization(flop_s, bytes_s, flop_s / (ceil.matmul_tflop_s * 1e12),
+                       bytes_s / (ceil.bandwidth_gb_s * 1e9),
+                       "compute" if work.intensity > ceil.ridge else "memory bandwidth")

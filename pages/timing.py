@@ -10,7 +10,7 @@ import streamlit as st
 from charts.timing import roofline_chart, sweep_chart, timeline_chart
 from engine import summarize
 from engine.microbench import ceilings
-from engine.roofline import step_work
+from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 
 st.title("Prefill vs decode")
@@ -48,13 +48,13 @@ st.caption("TTFT comes from prefill: the whole prompt goes through the model in 
            "it, every token costs one decode step, and ITL is that step's time.")
 
 st.subheader("Work per step and the roofline")
-device = trace.device.split(":")[0]
+device, dtype = trace.device.split(":")[0], trace.model.dtype
 ceil = None
 if st.button("Measure this machine's ceilings", icon=":material/speed:") or \
-        st.session_state.get("ceilings_for") == device:
+        st.session_state.get("ceilings_for") == (device, dtype):
     with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds, cached)…"):
-        ceil = ceilings(device)
-    st.session_state["ceilings_for"] = device
+        ceil = ceilings(device, dtype)
+    st.session_state["ceilings_for"] = (device, dtype)
 steps = trace.steps
 decode = [x for x in steps if x.phase == "decode"]
 points = {"prefill": (step_work(trace, steps[0]), steps[0].latency_ms)}
@@ -63,13 +63,12 @@ if decode:
     points["decode (median step)"] = (step_work(trace, mid), statistics.median(trace.itl_ms))
 rows = []
 for name, (work, latency) in points.items():
+    use = utilization(work, latency, ceil)
     row = {"phase": name, "GFLOPs": work.flops / 1e9, "MB moved": work.bytes / 1e6,
            "FLOP / byte": work.intensity, "time (ms)": latency,
-           "achieved GFLOP/s": work.flops / latency / 1e6, "achieved GB/s": work.bytes / latency / 1e6}
+           "achieved GFLOP/s": use.flop_s / 1e9, "achieved GB/s": use.bytes_s / 1e9}
     if ceil is not None:
-        row["MFU"] = row["achieved GFLOP/s"] / (ceil.matmul_tflop_s * 1e3)
-        row["MBU"] = row["achieved GB/s"] / ceil.bandwidth_gb_s
-        row["bound by"] = "compute" if work.intensity > ceil.ridge else "memory bandwidth"
+        row.update({"MFU": use.mfu, "MBU": use.mbu, "bound by": use.bound})
     rows.append(row)
 st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
 st.caption("FLOPs = 2 · (parameters − vocab·hidden) · new tokens + 2 · vocab·hidden (LM head, last "

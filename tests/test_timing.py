@@ -6,7 +6,8 @@ import pytest
 
 from engine import GenerationSettings, generate_trace
 from engine import microbench
-from engine.roofline import forward_work, step_work
+from engine.microbench import Ceilings
+from engine.roofline import Work, forward_work, step_work, utilization
 from engine.spec import ModelSpec
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 
@@ -62,3 +63,24 @@ def test_sweeps_give_one_point_per_size(tiny_lm):
     assert [p.size for p in batch] == [1, 2, 4]
     for p in batch:
         assert p.tokens_per_s == pytest.approx(p.size * 1000 / p.ms)
+
+
+def test_utilization_by_hand():
+    ceil = Ceilings(device="x", bandwidth_gb_s=20.0, matmul_tflop_s=0.1, dtype="float32",
+                    measured_at="now")
+    assert ceil.ridge == 5.0  # 1e11 FLOP/s ÷ 2e10 B/s
+    decode = utilization(Work(flops=2e8, bytes=5e8), ms=50.0, ceil=ceil)
+    assert decode.flop_s == 4e9 and decode.bytes_s == 1e10
+    assert decode.mfu == 0.04 and decode.mbu == 0.5 and decode.bound == "memory bandwidth"
+    prefill = utilization(Work(flops=8e9, bytes=5e8), ms=200.0, ceil=ceil)  # 16 FLOP/B > 5
+    assert prefill.bound == "compute" and prefill.mfu == 0.4
+    bare = utilization(Work(flops=1.0, bytes=1.0), ms=1000.0)
+    assert bare.mfu is None and bare.bound is None and bare.flop_s == 1.0
+
+
+def test_ceilings_follow_the_weights_dtype(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "models"))
+    half = microbench.ceilings("cpu", "float16", megabytes=16, n=64)
+    assert half.dtype == "torch.float16"
+    assert microbench.ceilings("cpu", "float16", megabytes=16, n=64).cached
+    assert not microbench.ceilings("cpu", "float32", megabytes=16, n=64).cached
