@@ -18,6 +18,19 @@ def embedding_index(source: str, _lm) -> EmbeddingIndex:
     return EmbeddingIndex(_lm)
 
 
+@st.cache_data(show_spinner=False)
+def rope_views(theta: float, head_dim: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Angles for positions 0..256 and q·k by distance 0..512 (pure; computed once per model)."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal(head_dim)
+    k = q + 0.5 * rng.standard_normal(head_dim)
+    distances = np.arange(0, 513)
+    series = {"similar q and k": score_by_distance(q, k, theta, distances),
+              "unrelated q and k": score_by_distance(q, rng.standard_normal(head_dim), theta,
+                                                     distances)}
+    return angles(theta, head_dim, np.arange(0, 257)), distances, series
+
+
 def label(token_id: int) -> str:
     return visible(piece_text(lm.tokenizer.convert_ids_to_tokens(int(token_id))))
 
@@ -56,7 +69,10 @@ st.subheader("A 2-D map")
 if st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or st.session_state.get("map_on"):
     st.session_state["map_on"] = True
     neighbour_ids = [int(i) for i in near.ids]
-    coords, sample, background = index.pca_map(ids + neighbour_ids, background=1500)
+    memo = (index.vocab_size, tuple(ids + neighbour_ids))
+    if st.session_state.get("pca_memo", (None,))[0] != memo:  # one SVD per token choice
+        st.session_state["pca_memo"] = (memo, index.pca_map(ids + neighbour_ids, background=1500))
+    coords, sample, background = st.session_state["pca_memo"][1]
     n = len(ids)
     st.plotly_chart(embedding_map({
         "prompt token": (coords[:n], [label(i) for i in ids]),
@@ -68,19 +84,11 @@ if st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or st.session
 
 st.subheader("Position: rotary embeddings (RoPE)")
 theta = spec.rope_theta or 10_000.0
-positions = np.arange(0, 257)
-st.plotly_chart(rope_angle_chart(angles(theta, spec.head_dim, positions), positions),
-                width="stretch")
+angle_table, distances, series = rope_views(theta, spec.head_dim)
+st.plotly_chart(rope_angle_chart(angle_table, np.arange(0, 257)), width="stretch")
 st.caption(f"Each head vector ({spec.head_dim} numbers) is split into {spec.head_dim // 2} pairs; "
            f"pair i turns by position · θ^(−2i/{spec.head_dim}) radians, θ = {theta:,.0f}. Early "
            "pairs spin fast (fine position), late pairs slowly (coarse position).")
-rng = np.random.default_rng(0)
-q = rng.standard_normal(spec.head_dim)
-k = q + 0.5 * rng.standard_normal(spec.head_dim)
-distances = np.arange(0, 513)
-series = {"similar q and k": score_by_distance(q, k, theta, distances),
-          "unrelated q and k": score_by_distance(q, rng.standard_normal(spec.head_dim), theta,
-                                                 distances)}
 st.plotly_chart(rope_score_chart(distances, series), width="stretch")
 st.caption("The same two vectors, rotated for their positions, give a q·k score that depends "
            "only on how far apart they are — not on where they sit in the text.")
