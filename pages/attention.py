@@ -11,16 +11,13 @@ from charts.attention import (decode_row_chart, downsample, full_attention, gqa_
                               head_roles, head_summary, head_view, heatmap, model_view,
                               sequence_labels)
 from engine.inspect_head import capture_qkv, explain_head
+from pages.common import require_trace
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12
 
 st.title("Attention")
-trace = st.session_state.get("trace")
-if trace is None:
-    st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page.")
-    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
-    st.stop()
+trace = require_trace()
 if not has_attention(trace):
     st.info("This trace was recorded without attention. Switch on “Record attention” in the "
             "sidebar and Generate again.")

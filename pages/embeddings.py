@@ -10,6 +10,7 @@ from charts.embeddings import embedding_map, rope_angle_chart, rope_score_chart
 from charts.tokens import piece_text, visible
 from engine.embeddings import EmbeddingIndex
 from engine.rope import angles, score_by_distance
+from pages.common import no_trace_notice
 
 
 @st.cache_resource(max_entries=1, show_spinner="Normalizing the embedding table…")
@@ -50,8 +51,7 @@ st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_si
 if trace is not None and trace.model.vocab_size == spec.vocab_size:
     ids = [i for i, special in zip(trace.prompt_token_ids, trace.prompt_special) if not special]
 else:
-    st.info("No trace yet: Generate one, or upload a trace file, on the Generate page to explore "
-            "your own prompt's tokens. Meanwhile, a sample sentence:")
+    no_trace_notice("Your prompt's tokens will show here; meanwhile, a sample sentence:")
     ids = lm.tokenizer(" The king and the queen walked to Paris.", add_special_tokens=False).input_ids
 ids = list(dict.fromkeys(ids))
 st.subheader("Nearest tokens")

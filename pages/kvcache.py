@@ -12,6 +12,7 @@ from engine.cachelab import cache_on_off, compare_caches
 from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
+from pages.common import no_trace_notice
 
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
 st.title("KV cache")
@@ -22,8 +23,7 @@ tabs = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", 
 
 with tabs[0]:
     if trace is None:
-        st.info("No trace yet. Generate one, or upload a trace file, on the Generate page.")
-        st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
+        no_trace_notice()
     else:
         m = trace.model
         st.plotly_chart(live_memory_chart(trace), width="stretch")

@@ -7,13 +7,10 @@ import streamlit as st
 
 from charts import piece_text
 from engine import summarize
+from pages.common import require_trace
 
 st.title("Steps")
-trace = st.session_state.get("trace")
-if trace is None:
-    st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page.")
-    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
-    st.stop()
+trace = require_trace()
 
 s = summarize(trace)
 st.caption(f"{trace.model.name} on {trace.device} · {s.prompt_tokens} prompt tokens → "

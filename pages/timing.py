@@ -12,14 +12,11 @@ from engine import summarize
 from engine.microbench import ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
+from pages.common import require_trace
 
 st.title("Prefill vs decode")
-trace = st.session_state.get("trace")
+trace = require_trace()
 lm = st.session_state.get("lm")
-if trace is None:
-    st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page.")
-    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
-    st.stop()
 
 
 def ms(value: float | None, digits: int = 1) -> str:

@@ -11,6 +11,7 @@ import streamlit as st
 from charts.embeddings import language_bars
 from charts.tokens import chips_html, token_chips_html
 from engine.tokens import bpe_steps, join_tokens, pre_tokens, text_cost, tokenize
+from pages.common import no_trace_notice
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
 
@@ -25,9 +26,7 @@ if trace is not None:
     st.caption(f"{len(trace.prompt_token_ids)} prompt tokens (special tokens of the chat "
                f"template in purple) and {len(trace.steps)} generated tokens (orange).")
 else:
-    st.info("No trace yet: Generate one, or upload a trace file, on the Generate page to see "
-            "your run's tokens here. Meanwhile, try any text below.")
-    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
+    no_trace_notice("Your run's tokens will show here; meanwhile, try any text below.")
 if lm is None:
     st.info("Load a model in the sidebar to tokenize your own text.")
     st.stop()
