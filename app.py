@@ -1,6 +1,7 @@
 """Inference Explorer — the entry point: router, shared sidebar, cached model, generation lock.
 
 Pages read what this frame puts in `st.session_state`: `lm` (the loaded model or None),
+`compiled_decoder` (a function returning the model's shared, lazily compiled decoder),
 `generation_lock` (one per process, shared by every session), `settings` (GenerationSettings from
 the sidebar) and `limits`.
 """
@@ -16,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings, load_model  # noqa: E402
+from engine.compiled import CompiledDecoder  # noqa: E402
 
 HOSTED = os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1"
 LIMITS = {"prompt_tokens": 256, "new_tokens": 64} if HOSTED else {"prompt_tokens": 1024,
@@ -27,6 +29,12 @@ ASSETS = Path(__file__).parent / "assets"
 def cached_model(source: str, dtype: str):
     """One model per process, shared by all sessions (a new choice replaces it)."""
     return load_model(source, dtype=dtype)
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def cached_decoder(source: str, dtype: str) -> CompiledDecoder:
+    """The model's compiled decode step, shared like the model (it compiles on first use)."""
+    return CompiledDecoder(cached_model(source, dtype))
 
 
 @st.cache_resource
@@ -55,6 +63,7 @@ def sidebar_model() -> None:
             status.update(label="Model not loaded", state="error", expanded=True)
             st.error(str(err))
             st.session_state["lm"] = None
+            st.session_state["compiled_decoder"] = None
             return
         spec = lm.spec
         status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete")
@@ -62,6 +71,7 @@ def sidebar_model() -> None:
                    f"{spec.heads} query / {spec.kv_heads} KV heads, {spec.dtype}; "
                    f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
     st.session_state["lm"] = lm
+    st.session_state["compiled_decoder"] = lambda: cached_decoder(source, dtype)
 
 
 def sidebar_settings() -> None:

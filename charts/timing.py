@@ -10,6 +10,8 @@ from engine.roofline import Work, utilization
 
 from .live import DECODE_COLOR, PREFILL_COLOR
 
+COMPILED_COLOR = "#9467bd"
+
 
 def timeline_chart(trace) -> go.Figure:
     """Tokenization, then prefill as one wide bar, then each decode step, on a time axis (ms)."""
@@ -41,13 +43,15 @@ def roofline_chart(ceil: Ceilings, points: dict[str, tuple[Work, float]]) -> go.
                                name="roofline (measured)", line={"color": "black"},
                                hovertemplate="intensity %{x:.2f} FLOP/B<br>ceiling %{y:.1f} "
                                              "GFLOP/s<extra></extra>"))
-    for name, (work, ms) in points.items():
+    for i, (name, (work, ms)) in enumerate(points.items()):
+        color = PREFILL_COLOR if "prefill" in name else COMPILED_COLOR if "compiled" in name \
+            else DECODE_COLOR
         fig.add_trace(go.Scatter(
-            x=[work.intensity], y=[utilization(work, ms).flop_s / 1e9], mode="markers+text", text=[name],
-            textposition="top center", name=name, marker={"size": 12, "color":
-                                                          PREFILL_COLOR if "prefill" in name else DECODE_COLOR},
+            x=[work.intensity], y=[utilization(work, ms).flop_s / 1e9], mode="markers+text",
+            text=[name], textposition="top center" if i % 2 else "bottom center", name=name,
+            marker={"size": 12, "color": color},
             hovertemplate=f"{name}<br>intensity %{{x:.2f}} FLOP/B<br>achieved %{{y:.2f}} GFLOP/s"
-                          "<extra></extra>"))
+                          f"<br>{ms:.1f} ms<extra></extra>"))
     fig.add_vline(x=ceil.ridge, line_dash="dot",
                   annotation_text=f"ridge {ceil.ridge:.0f} FLOP/B", annotation_position="bottom right")
     fig.update_layout(height=420, margin={"l": 10, "r": 10, "t": 20, "b": 10})

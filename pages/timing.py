@@ -13,6 +13,7 @@ from engine.microbench import ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 from pages.common import require_trace
+from pages.timing_kernels import kernels_section
 
 st.title("Prefill vs decode")
 trace = require_trace()
@@ -58,6 +59,12 @@ points = {"prefill": (step_work(trace, steps[0]), steps[0].latency_ms)}
 if decode:
     mid = decode[len(decode) // 2]
     points["decode (median step)"] = (step_work(trace, mid), statistics.median(trace.itl_ms))
+compared_key = (trace.model.name, dtype, trace.prompt)
+found = st.session_state.get("decode_comparison")  # (key, DecodeComparison) from kernels_section
+comparison = found[1] if found and found[0] == compared_key else None
+if comparison is not None:
+    points["decode, eager (static cache)"] = (comparison.work, comparison.eager_itl_ms)
+    points["decode, compiled"] = (comparison.work, comparison.compiled_itl_ms)
 rows = []
 for name, (work, latency) in points.items():
     use = utilization(work, latency, ceil)
@@ -116,3 +123,5 @@ for tab, (name, (sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments
 st.caption("Prefill time grows with the prompt (more tokens to compute). A decode step grows only "
            "slowly with the cache: it is dominated by reading the weights. Batching reuses that "
            "same read for several sequences — the reason serving engines batch.")
+
+kernels_section(trace, lm, compared_key, comparison, ceil)

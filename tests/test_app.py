@@ -132,6 +132,41 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
     assert [p.size for p in at.session_state["sweep-Batch → throughput"]] == [1, 2, 4, 8]
 
 
+
+def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
+    """The real button path, with the shared decoder swapped for one over the tiny model (a real
+    torch.compile in seconds, not minutes); the table's MBU is bytes / ITL / measured bandwidth."""
+    from engine.compiled import CompiledDecoder
+    from engine.microbench import ceilings
+
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    at = generate(fresh().run(), "Name a colour.", tokens=4)
+    at.session_state["compiled_decoder"] = lambda: CompiledDecoder(tiny_lm, max_tokens=256)
+    at.switch_page("pages/timing.py").run()
+    next(b for b in at.button if b.label.startswith("Measure")).click().run()
+    next(b for b in at.button if b.label == "Compile and compare").click().run()
+    assert not at.exception and not at.error
+    key, result = at.session_state["decode_comparison"]
+    trace = at.session_state["trace"]
+    assert key == (trace.model.name, trace.model.dtype, trace.prompt)
+    assert result.same_tokens and result.rounds == 3 and result.new_tokens == 32
+    kernels = at.dataframe[-1].value
+    assert list(kernels["decode step"]) == ["eager", "compiled"]
+    bandwidth = ceilings("cpu").bandwidth_gb_s * 1e9
+    for ms, mbu in zip(kernels["ITL (ms)"], kernels["MBU"]):
+        assert mbu == pytest.approx(result.work.bytes / (ms / 1000) / bandwidth, abs=2e-3)
+    roofline = at.dataframe[0].value
+    assert list(roofline["phase"])[-2:] == ["decode, eager (static cache)", "decode, compiled"]
+    assert any("identical" in m.value for m in at.markdown)
+
+
+def test_timing_page_compile_is_local_only_when_hosted(monkeypatch):
+    at = generate(fresh(monkeypatch, hosted=True).run(), "Name a colour.", tokens=3)
+    at.switch_page("pages/timing.py").run()
+    assert not at.exception
+    assert not [b for b in at.button if b.label == "Compile and compare"]
+    assert any("run the app locally" in i.value for i in at.info)
+
 def test_tokens_and_embeddings_pages_with_a_trace():
     at = generate(fresh().run(), "The king met the queen.", tokens=3)
     at.switch_page("pages/tokens.py").run()
