@@ -43,12 +43,13 @@ def roofline_chart(ceil: Ceilings, points: dict[str, tuple[Work, float]]) -> go.
                                name="roofline (measured)", line={"color": "black"},
                                hovertemplate="intensity %{x:.2f} FLOP/B<br>ceiling %{y:.1f} "
                                              "GFLOP/s<extra></extra>"))
-    for i, (name, (work, ms)) in enumerate(points.items()):
+    for name, (work, ms) in points.items():
         color = PREFILL_COLOR if "prefill" in name else COMPILED_COLOR if "compiled" in name \
             else DECODE_COLOR
         fig.add_trace(go.Scatter(
             x=[work.intensity], y=[utilization(work, ms).flop_s / 1e9], mode="markers+text",
-            text=[name], textposition="top center" if i % 2 else "bottom center", name=name,
+            text=[name], name=name,  # decode points share one intensity: labels to the side
+            textposition="top center" if "prefill" in name else "middle right",
             marker={"size": 12, "color": color},
             hovertemplate=f"{name}<br>intensity %{{x:.2f}} FLOP/B<br>achieved %{{y:.2f}} GFLOP/s"
                           f"<br>{ms:.1f} ms<extra></extra>"))
