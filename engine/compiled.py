@@ -120,7 +120,8 @@ class CompiledDecoder:
         return self._compiled(token)
 
     @torch.inference_mode()
-    def greedy(self, prompt_ids: list[int], new_tokens: int, compiled: bool) -> tuple[list[int], list[float]]:
+    def greedy(self, prompt_ids: list[int], new_tokens: int,
+               compiled: bool) -> tuple[list[int], list[float]]:
         """Eager prefill, then greedy decode steps; returns the tokens and each decode step's ms."""
         if len(prompt_ids) + new_tokens > self.max_tokens:
             raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
@@ -161,7 +162,8 @@ class CompiledDecoder:
 
 def compare_decode(decoder: CompiledDecoder, prompt_ids: list[int], new_tokens: int = 32,
                    rounds: int = 3, say: Progress | None = None) -> DecodeComparison:
-    """Compile (once), then eager and compiled greedy decodes in alternating order, `rounds` each."""
+    """Compile (once), then eager and compiled greedy decodes in alternating order, `rounds`
+    each."""
     if new_tokens < 2 or rounds < 1:
         raise InputError("the comparison needs at least 2 new tokens and 1 round")
     say = say or (lambda _text, _fraction: None)
