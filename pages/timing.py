@@ -84,7 +84,8 @@ if ceil is None:
 else:
     st.plotly_chart(roofline_chart(ceil, points), width="stretch")
     st.caption(f"Ceilings measured on {ceil.device}: {ceil.bandwidth_gb_s:.1f} GB/s read "
-               f"bandwidth, {ceil.matmul_tflop_s * 1e3:.0f} GFLOP/s matmul ({ceil.dtype}). Left of "
+               f"bandwidth (the best of 8 reads of 1 GB over 1.5 s), "
+               f"{ceil.matmul_tflop_s * 1e3:.0f} GFLOP/s matmul ({ceil.dtype}). Left of "
                "the ridge a step cannot use the arithmetic units fully: it waits on memory. A "
                "decode step reads every weight to produce one token per sequence — that is why "
                "it is memory-bound, and why a busy CPU/GPU utilization figure can mislead: the "
