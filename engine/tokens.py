@@ -8,6 +8,7 @@ string over a 256-character alphabet standing for raw bytes.
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -71,18 +72,19 @@ class MergeStep:
 
 
 def merge_ranks(tokenizer: Any) -> dict[tuple[str, str], int]:
-    """The merge list stored in the tokenizer itself (tokenizer.json), pair → rank."""
-    key = id(tokenizer)
-    if key not in _RANKS:
+    """The merge list stored in the tokenizer itself (tokenizer.json), pair → rank; parsed once
+    per tokenizer object (weakly held: a replaced model's tokenizer never lends its ranks to a
+    new one that happens to reuse its id)."""
+    if tokenizer not in _RANKS:
         model = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
         if model.get("type") != "BPE":
             raise ValueError("this tokenizer is not BPE")
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
-        _RANKS[key] = {pair: rank for rank, pair in enumerate(merges)}
-    return _RANKS[key]
+        _RANKS[tokenizer] = {pair: rank for rank, pair in enumerate(merges)}
+    return _RANKS[tokenizer]
 
 
-_RANKS: dict[int, dict[tuple[str, str], int]] = {}
+_RANKS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str], int]]" = weakref.WeakKeyDictionary()
 
 
 def pre_tokens(tokenizer: Any, text: str) -> list[str]:
