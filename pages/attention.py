@@ -10,8 +10,8 @@ import streamlit as st
 from charts.attention import (decode_row_chart, downsample, full_attention, gqa_groups, has_attention,
                               head_roles, head_summary, head_view, heatmap, model_view,
                               sequence_labels)
-from engine.inspect_head import capture_qkv, explain_head
-from pages.common import require_trace
+from engine.inspect_head import HeadInputs, capture_qkv, explain_head
+from pages.common import memo, model_turn, require_trace
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12
@@ -70,12 +70,13 @@ def open_clicked_tile() -> None:
 
 
 with tabs[2]:
-    fig, _ = model_view(trace, TILE)
+    # model view and head summary: ~1 s together at 450 tokens, so once per trace, not per rerun
+    fig, _ = memo("model_view_memo", (trace, TILE), lambda: model_view(trace, TILE))
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "
                f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open it.")
     st.plotly_chart(fig, width="stretch", key="model_view", on_select=open_clicked_tile, config=export,
                     selection_mode="points")
-    s = head_summary(trace)
+    s = memo("head_summary_memo", (trace,), lambda: head_summary(trace))
     roles = head_roles(s)
     table = pd.DataFrame([{
         "layer": trace.attention_layers[li], "head": h, "entropy (nats)": s["entropy"][li, h],
@@ -123,10 +124,11 @@ with tabs[5]:
         ids = list(trace.prompt_token_ids) + [s.token_id for s in trace.steps[:-1]]
         pos = st.select_slider("Token", range(len(ids)), value=len(ids) - 1,
                                format_func=lambda i: labels[i], key="attn_pos")
-        memo = (trace.created_at, tuple(ids), layer)
-        if st.session_state.get("qkv_memo", (None,))[0] != memo:  # one forward per token/layer
-            st.session_state["qkv_memo"] = (memo, capture_qkv(lm, ids, layer))
-        inputs = st.session_state["qkv_memo"][1]
+        def forward() -> HeadInputs:
+            with model_turn():
+                return capture_qkv(lm, ids, layer)
+
+        inputs = memo("qkv_memo", (trace, lm.model, layer), forward)  # one forward per trace and layer
         steps = explain_head(inputs, head, pos)
         d = inputs.query.shape[-1]
         st.markdown(f"Scale = 1/√head_dim = 1/√{d} = **{inputs.scaling:.4f}** — the per-head "

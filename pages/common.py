@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Callable, Iterator, TypeVar
+
 import streamlit as st
 
 from engine import Trace
+
+T = TypeVar("T")
 
 
 def no_trace_notice(then: str = "") -> None:
@@ -21,3 +26,27 @@ def require_trace() -> Trace:
         no_trace_notice()
         st.stop()
     return trace
+
+
+@contextlib.contextmanager
+def model_turn() -> Iterator[None]:
+    """Hold the process-wide lock while this session runs the shared model (a generation, a
+    sweep, a cache experiment, a compile): one run at a time, so no visitor's timings are
+    measured while another visitor's forward shares the two cores. Waits with a message."""
+    lock = st.session_state["generation_lock"]
+    if not lock.acquire(blocking=False):
+        with st.spinner("Busy: another visitor is using the model. Waiting for it…"):
+            lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def memo(name: str, key: tuple, compute: Callable[[], T]) -> T:
+    """`compute()` once per session for each new `key` (the last one is kept under `name`), so
+    a page's reruns do not redo heavy work. A Trace in the key compares by identity."""
+    held = st.session_state.get(name)
+    if held is None or held[0] != key:
+        held = st.session_state[name] = (key, compute())
+    return held[1]

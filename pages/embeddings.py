@@ -10,7 +10,7 @@ from charts.embeddings import embedding_map, rope_angle_chart, rope_score_chart
 from charts.tokens import piece_text, visible
 from engine.embeddings import EmbeddingIndex
 from engine.rope import angles, score_by_distance
-from pages.common import no_trace_notice
+from pages.common import memo, no_trace_notice
 
 
 @st.cache_resource(max_entries=1, show_spinner="Normalizing the embedding table…")
@@ -43,7 +43,7 @@ if lm is None:
     st.info("This page reads the model's embedding table: load a model in the sidebar.")
     st.stop()
 spec = lm.spec
-index = embedding_index(f"{lm.source}|{spec.name}", lm)
+index = embedding_index(f"{lm.source}|{spec.name}|{spec.dtype}", lm)
 st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
            f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
            "close together; closeness here is cosine similarity.")
@@ -69,10 +69,9 @@ st.subheader("A 2-D map")
 if st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or st.session_state.get("map_on"):
     st.session_state["map_on"] = True
     neighbour_ids = [int(i) for i in near.ids]
-    memo = (index.vocab_size, tuple(ids + neighbour_ids))
-    if st.session_state.get("pca_memo", (None,))[0] != memo:  # one SVD per token choice
-        st.session_state["pca_memo"] = (memo, index.pca_map(ids + neighbour_ids, background=1500))
-    coords, sample, background = st.session_state["pca_memo"][1]
+    coords, sample, background = memo(  # one SVD per model and token choice
+        "pca_memo", (index, tuple(ids + neighbour_ids)),
+        lambda: index.pca_map(ids + neighbour_ids, background=1500))
     n = len(ids)
     st.plotly_chart(embedding_map({
         "prompt token": (coords[:n], [label(i) for i in ids]),

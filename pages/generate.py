@@ -12,6 +12,7 @@ import streamlit as st
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from engine import EngineError, Run, TraceFormatError, load_trace, summarize
 from engine.tracefile import trace_to_bytes
+from pages.common import model_turn
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
@@ -83,21 +84,17 @@ if generate:
     if lm is None:
         st.error("No model is loaded — see the sidebar. You can still upload a trace below.")
     else:
-        lock = st.session_state["generation_lock"]
         try:
             run = Run(lm, prompt, st.session_state["settings"])
-            if not lock.acquire(blocking=False):
-                with st.spinner("Busy: another visitor is generating. Waiting for the model…"):
-                    lock.acquire()
             try:
-                drawn = 0.0
-                for _ in run:
-                    trace = st.session_state["trace"] = run.trace()
-                    redraw = time.monotonic() - drawn >= CHART_EVERY_S
-                    show(trace, chips, metrics, chart, "live", redraw)
-                    drawn = time.monotonic() if redraw else drawn
+                with model_turn():
+                    drawn = 0.0
+                    for _ in run:
+                        trace = st.session_state["trace"] = run.trace()
+                        redraw = time.monotonic() - drawn >= CHART_EVERY_S
+                        show(trace, chips, metrics, chart, "live", redraw)
+                        drawn = time.monotonic() if redraw else drawn
             finally:
-                lock.release()
                 if run.steps and run.stop_reason == "running":  # interrupted by Stop
                     st.session_state["trace"] = replace(run.trace(), stop_reason="stopped")
             trace = st.session_state["trace"] = run.trace()

@@ -12,7 +12,7 @@ from engine.cachelab import cache_on_off, compare_caches
 from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
-from pages.common import no_trace_notice
+from pages.common import model_turn, no_trace_notice
 
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
 st.title("KV cache")
@@ -33,10 +33,9 @@ with tabs[0]:
                     f"**{m.kv_bytes(last.context_len):,} B**; measured from the tensors: "
                     f"**{last.kv_bytes:,} B**" + ("" if trace.settings.kv_cache else
                                                    " (cache off: nothing is kept)."))
+        per_layer = m.kv_bytes(last.context_len) // m.layers if trace.settings.kv_cache else 0
         st.dataframe(pd.DataFrame({"layer": range(m.layers), "measured (B)": last.kv_bytes_per_layer,
-                                   "formula (B)": [2 * m.kv_heads * m.head_dim * m.dtype_bytes *
-                                                   last.context_len if trace.settings.kv_cache
-                                                   else 0] * m.layers}),
+                                   "formula (B)": [per_layer] * m.layers}),
                      hide_index=True, height=200)
 
 with tabs[1]:
@@ -49,9 +48,10 @@ with tabs[1]:
                                       "sequence: 256 tokens takes minutes on two cores.")
         if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
             bar, found = st.progress(0.0), []
-            for result in cache_on_off(lm, prompt, sorted(lengths)):
-                found.append(result)
-                bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
+            with model_turn():
+                for result in cache_on_off(lm, prompt, sorted(lengths)):
+                    found.append(result)
+                    bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
             st.session_state["kv_onoff"] = found
             bar.empty()
         found = st.session_state.get("kv_onoff")
@@ -97,10 +97,11 @@ with tabs[3]:
             configs = [CacheConfig("int8"), CacheConfig("int4"), CacheConfig("window", window, sinks),
                        CacheConfig("window", window, 0)]
             bar, runs = st.progress(0.0), []
-            for run in compare_caches(lm, list(trace.prompt_token_ids),
-                                      list(trace.output_token_ids), configs):
-                runs.append(run)
-                bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
+            with model_turn():
+                for run in compare_caches(lm, list(trace.prompt_token_ids),
+                                          list(trace.output_token_ids), configs):
+                    runs.append(run)
+                    bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
             st.session_state["kv_variants"] = runs
             bar.empty()
         runs = st.session_state.get("kv_variants")

@@ -12,7 +12,7 @@ from engine import summarize
 from engine.microbench import ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
-from pages.common import require_trace
+from pages.common import model_turn, require_trace
 from pages.timing_kernels import kernels_section
 
 st.title("Prefill vs decode")
@@ -109,10 +109,11 @@ for tab, (name, (sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments
     with tab:
         if st.button(f"Run: {name}", key=f"run-{name}"):
             bar, found = st.progress(0.0, text="Measuring…"), []
-            for point in sweep(lm, sizes):
-                found.append(point)
-                bar.progress(len(found) / len(sizes),
-                             text=f"{x_title}: {point.size} → {point.ms:.1f} ms")
+            with model_turn():
+                for point in sweep(lm, sizes):
+                    found.append(point)
+                    bar.progress(len(found) / len(sizes),
+                                 text=f"{x_title}: {point.size} → {point.ms:.1f} ms")
             st.session_state[f"sweep-{name}"] = found
             bar.empty()
         found = st.session_state.get(f"sweep-{name}")

@@ -8,7 +8,7 @@ import streamlit as st
 from engine import EngineError
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.roofline import utilization
-from engine.runner import prepare_prompt
+from pages.common import model_turn
 
 NEW_TOKENS, ROUNDS = 32, 3
 
@@ -25,28 +25,26 @@ def kernels_section(trace, lm, key, comparison, ceil) -> None:
     if st.session_state.get("hosted"):
         st.info("Compiling takes minutes and holds the shared model: run the app locally to "
                 "try it.")
+    elif (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
+        st.info("This comparison runs the loaded model on this trace's prompt: load the model "
+                "(and weights dtype) that made the trace.")
     elif st.button("Compile and compare", icon=":material/bolt:",
                    help="Compiles the decode step (first time: ~3 min on 2 CPUs), then decodes "
                         f"this trace's prompt (first {STATIC_CACHE_TOKENS - NEW_TOKENS} tokens) "
                         f"eagerly and compiled, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
-        lock = st.session_state["generation_lock"]
-        if not lock.acquire(blocking=False):
-            st.warning("The model is busy with another run; try again in a moment.")
+        bar = st.progress(0.0, text="Starting…")
+        try:
+            with model_turn():
+                ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
+                result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS,
+                                        ROUNDS, say=lambda text, done: bar.progress(done, text=text))
+            st.session_state["decode_comparison"] = (key, result)
+        except EngineError as err:
+            st.error(str(err))
         else:
-            bar = st.progress(0.0, text="Starting…")
-            try:
-                ids = prepare_prompt(lm.tokenizer, trace.prompt, trace.settings.chat_template)
-                result = compare_decode(st.session_state["compiled_decoder"](),
-                                        ids[:STATIC_CACHE_TOKENS - NEW_TOKENS], NEW_TOKENS, ROUNDS,
-                                        say=lambda text, done: bar.progress(done, text=text))
-                st.session_state["decode_comparison"] = (key, result)
-            except EngineError as err:
-                st.error(str(err))
-            else:
-                st.rerun()  # redraw the page: the roofline above gains both decode points
-            finally:
-                lock.release()
-                bar.empty()
+            st.rerun()  # redraw the page: the roofline above gains both decode points
+        finally:
+            bar.empty()
     if comparison is None:
         return
     rows = []

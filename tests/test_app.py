@@ -96,6 +96,34 @@ def test_attention_page_with_a_trace_and_one_head_view():
     assert any("1/√64" in m.value for m in at.markdown)
 
 
+
+def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
+    """Model view, head summary and the q/k/v forward run once per trace, not on every rerun."""
+    import charts.attention
+    import engine.inspect_head
+
+    calls = {"summary": 0, "view": 0, "qkv": 0}
+
+    def counting(name, fn):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(charts.attention, "head_summary",
+                        counting("summary", charts.attention.head_summary))
+    monkeypatch.setattr(charts.attention, "model_view", counting("view", charts.attention.model_view))
+    monkeypatch.setattr(engine.inspect_head, "capture_qkv",
+                        counting("qkv", engine.inspect_head.capture_qkv))
+    at = generate(fresh().run(), "Name a colour.", tokens=3)
+    at.switch_page("pages/attention.py").run()
+    for head in (1, 2):
+        at.selectbox(key="attn_head").set_value(head).run()
+        assert not at.exception
+    assert calls == {"summary": 1, "view": 1, "qkv": 1}
+    at.selectbox(key="attn_layer").set_value(at.session_state["trace"].attention_layers[1]).run()
+    assert calls == {"summary": 1, "view": 1, "qkv": 2}  # a new layer needs a new forward
+
 def test_attention_page_without_recorded_attention():
     at = fresh().run()
     at.session_state["settings"] = replace(at.session_state["settings"], max_new_tokens=2,
