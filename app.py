@@ -2,6 +2,8 @@
 
 Pages read what this frame puts in `st.session_state`: `lm` (the loaded model or None),
 `compiled_decoder` (a function returning the model's shared, lazily compiled decoder),
+`native_decoder` (a function returning the model's shared hand-written C decoder, or raising
+EngineError with the reason it cannot run),
 `generation_lock` (one per process, shared by every session), `settings` (GenerationSettings from
 the sidebar) and `limits`.
 """
@@ -18,6 +20,7 @@ import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings, load_model  # noqa: E402
 from engine.compiled import CompiledDecoder  # noqa: E402
+from engine.native import NativeDecoder  # noqa: E402
 
 HOSTED = os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1"
 LIMITS = {"prompt_tokens": 256, "new_tokens": 64} if HOSTED else {"prompt_tokens": 1024,
@@ -35,6 +38,12 @@ def cached_model(source: str, dtype: str):
 def cached_decoder(source: str, dtype: str) -> CompiledDecoder:
     """The model's compiled decode step, shared like the model (it compiles on first use)."""
     return CompiledDecoder(cached_model(source, dtype))
+
+
+@st.cache_resource(max_entries=1, show_spinner=False)
+def cached_native(source: str, dtype: str) -> NativeDecoder:
+    """The model's native C decode step (packed weights: one more model's worth of memory)."""
+    return NativeDecoder(cached_model(source, dtype))
 
 
 @st.cache_resource
@@ -63,7 +72,7 @@ def sidebar_model() -> None:
             status.update(label="Model not loaded", state="error", expanded=True)
             st.error(str(err))
             st.session_state["lm"] = None
-            st.session_state["compiled_decoder"] = None
+            st.session_state["compiled_decoder"] = st.session_state["native_decoder"] = None
             return
         spec = lm.spec
         status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete")
@@ -72,6 +81,7 @@ def sidebar_model() -> None:
                    f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
     st.session_state["lm"] = lm
     st.session_state["compiled_decoder"] = lambda: cached_decoder(source, dtype)
+    st.session_state["native_decoder"] = lambda: cached_native(source, dtype)
 
 
 def sidebar_settings() -> None:

@@ -1,5 +1,6 @@
 """Engine benchmark: HF generate vs a bare KV-cache loop vs the engine with full recording, and
-the same decode step eager vs compiled (engine/compiled.py, static cache).
+the same decode step eager vs compiled (engine/compiled.py, static cache) vs hand-written C
+(engine/native.py).
 
 All variants run side by side in one process, interleaved over several rounds, on the same prompt
 and token count; we report medians and ratios (the machine is shared and noisy, so absolute
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine import GenerationSettings, Run, load_model  # noqa: E402
 from engine.compiled import CompiledDecoder  # noqa: E402
 from engine.loader import CACHE_ENV  # noqa: E402
+from engine.native import NativeDecoder  # noqa: E402
 from engine.microbench import ceilings, measure_bandwidth  # noqa: E402
 from engine.roofline import forward_work  # noqa: E402
 from engine.runner import prepare_prompt  # noqa: E402
@@ -94,6 +96,17 @@ def run_static(decoder: CompiledDecoder, ids: list[int], n: int, compiled: bool,
     return total - sum(itl), itl
 
 
+def run_native(native: NativeDecoder, ids: list[int], n: int,
+               reference: list[int]) -> tuple[float, list[float]]:
+    """Prefill by transformers, decode by the C step; TTFT = total − decode steps."""
+    start = time.perf_counter() * 1000
+    tokens, itl = native.greedy(ids, n)
+    total = time.perf_counter() * 1000 - start
+    if tokens != reference:
+        raise SystemExit("the native decode changed the tokens")
+    return total - sum(itl), itl
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tokens", type=int, default=32)
@@ -121,6 +134,9 @@ def main() -> None:
                                   min_new_tokens=args.tokens, do_sample=False)[0, len(ids):].tolist()
     decoder = CompiledDecoder(lm)
     compile_s = decoder.compile(ids)
+    t = time.perf_counter()
+    native = NativeDecoder(lm)
+    native_s = time.perf_counter() - t
     variants = {
         "generate": lambda: run_generate(lm, ids, args.tokens),
         "bare_loop": lambda: run_bare(lm, ids, args.tokens),
@@ -128,6 +144,7 @@ def main() -> None:
         "engine_no_recording": lambda: run_engine(lm, args.tokens, False),
         "static_cache_eager": lambda: run_static(decoder, ids, args.tokens, False, reference),
         "static_cache_compiled": lambda: run_static(decoder, ids, args.tokens, True, reference),
+        "native_c": lambda: run_native(native, ids, args.tokens, reference),
     }
     for fn in variants.values():  # warm-up
         fn()
@@ -181,6 +198,7 @@ def main() -> None:
         "load_cold_s": cold,
         "load_warm_s": warm,
         "compile_s": compile_s,
+        "native_build_and_pack_s": native_s,
         "variants": result,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +216,8 @@ def main() -> None:
           f"{peak:.1f} GB/s; matmul {ceil.matmul_tflop_s * 1e3:.0f} GFLOP/s; decode moves "
           f"{decode_bytes / 1e6:.0f} MB per step")
     print(f"\ncold load (GGUF) {cold:.1f} s, warm load (cache) {warm:.2f} s; compiling the decode "
-          f"step {compile_s:.0f} s (static-cache variants: greedy tokens equal generate's)")
+          f"step {compile_s:.0f} s, building and packing the native step {native_s:.1f} s "
+          "(static-cache and native variants: greedy tokens equal generate's)")
 
 
 if __name__ == "__main__":

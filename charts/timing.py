@@ -11,6 +11,7 @@ from engine.roofline import Work, utilization
 from .live import DECODE_COLOR, PREFILL_COLOR
 
 COMPILED_COLOR = "#9467bd"
+NATIVE_COLOR = "#2ca02c"
 
 
 def timeline_chart(trace) -> go.Figure:
@@ -44,8 +45,8 @@ def roofline_chart(ceil: Ceilings, points: dict[str, tuple[Work, float]]) -> go.
                                hovertemplate="intensity %{x:.2f} FLOP/B<br>ceiling %{y:.1f} "
                                              "GFLOP/s<extra></extra>"))
     for name, (work, ms) in points.items():
-        color = PREFILL_COLOR if "prefill" in name else COMPILED_COLOR if "compiled" in name \
-            else DECODE_COLOR
+        color = (PREFILL_COLOR if "prefill" in name else COMPILED_COLOR if "compiled" in name
+                 else NATIVE_COLOR if "native" in name else DECODE_COLOR)
         fig.add_trace(go.Scatter(
             x=[work.intensity], y=[utilization(work, ms).flop_s / 1e9], mode="markers+text",
             text=[name], name=name,  # decode points share one intensity: labels to the side

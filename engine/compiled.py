@@ -28,6 +28,7 @@ from transformers import StaticCache
 
 from .errors import EngineError, InputError
 from .loader import LoadedModel
+from .native import NativeDecoder
 from .roofline import Work, forward_work
 from .runner import clock_ms
 
@@ -55,25 +56,35 @@ def compile_problem(device: torch.device) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class DecodeComparison:
-    """Eager and compiled decode of the same greedy continuation, measured in paired rounds."""
+    """Eager, compiled and native decode of the same greedy continuation, in paired rounds."""
 
     prompt_tokens: int
     new_tokens: int
     rounds: int
     eager_itl_ms: float  # median over rounds of each round's median decode step
-    compiled_itl_ms: float
+    compiled_itl_ms: float | None  # None: not compiled in this comparison
     compile_s: float  # the first compiled call: tracing, autotuning, C++ build (0 when reused)
-    same_tokens: bool  # compiled greedy tokens == eager greedy tokens in every round
+    same_tokens: bool  # every contestant's greedy tokens == eager's, in every round
     tokens: tuple[int, ...]
     work: Work  # roofline.forward_work at the middle decode step (FLOPs, bytes moved)
+    native_itl_ms: float | None = None  # the hand-written C step (engine/native.py); None: not run
+    native_note: str = ""  # why the native step did not run, if it did not
 
     def __post_init__(self) -> None:
-        if self.eager_itl_ms <= 0 or self.compiled_itl_ms <= 0:
+        if any(ms is not None and ms <= 0 for ms in
+               (self.eager_itl_ms, self.compiled_itl_ms, self.native_itl_ms)):
             raise ValueError("step times must be positive")
 
     @property
-    def speedup(self) -> float:
-        return self.eager_itl_ms / self.compiled_itl_ms
+    def steps(self) -> dict[str, float]:
+        """Contestant → median ITL (ms), eager first; only those that ran."""
+        found = {"eager": self.eager_itl_ms, "compiled": self.compiled_itl_ms,
+                 "native C": self.native_itl_ms}
+        return {name: ms for name, ms in found.items() if ms is not None}
+
+    def speedup(self, name: str) -> float:
+        """How many times faster per token than eager."""
+        return self.eager_itl_ms / self.steps[name]
 
 
 _epoch = 0  # bumped whenever a new decoder resets dynamo: older decoders must compile again
@@ -161,26 +172,40 @@ class CompiledDecoder:
 
 
 def compare_decode(decoder: CompiledDecoder, prompt_ids: list[int], new_tokens: int = 32,
-                   rounds: int = 3, say: Progress | None = None) -> DecodeComparison:
-    """Compile (once), then eager and compiled greedy decodes in alternating order, `rounds`
-    each."""
+                   rounds: int = 3, say: Progress | None = None, compile: bool = True,
+                   native: NativeDecoder | None = None, native_note: str = "") -> DecodeComparison:
+    """Eager decode on the static cache against the compiled step (compiled once, if `compile`)
+    and the native C step (if given): each round runs every contestant once, the order rotating
+    from round to round, so a drift of the shared machine touches all of them alike."""
     if new_tokens < 2 or rounds < 1:
         raise InputError("the comparison needs at least 2 new tokens and 1 round")
     say = say or (lambda _text, _fraction: None)
-    say("Compiling the decode step (the first time takes minutes on a laptop CPU)…", 0.0)
-    compile_s = decoder.compile(prompt_ids)
-    eager_ms, compiled_ms, same, tokens = [], [], True, ()
+    compile_s = 0.0
+    if compile:
+        say("Compiling the decode step (the first time takes minutes on a laptop CPU)…", 0.0)
+        compile_s = decoder.compile(prompt_ids)
+    runs: dict[str, Callable[[], tuple[list[int], list[float]]]] = {
+        "eager": lambda: decoder.greedy(prompt_ids, new_tokens, False)}
+    if compile:
+        runs["compiled"] = lambda: decoder.greedy(prompt_ids, new_tokens, True)
+    if native is not None:
+        runs["native C"] = lambda: native.greedy(prompt_ids, new_tokens)
+    medians: dict[str, list[float]] = {name: [] for name in runs}
+    tokens, same = (), True
+    names = list(runs)
     for r in range(rounds):
-        for compiled in ((False, True) if r % 2 == 0 else (True, False)):
-            got, times = decoder.greedy(prompt_ids, new_tokens, compiled)
-            (compiled_ms if compiled else eager_ms).append(statistics.median(times))
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            got, times = runs[name]()
+            medians[name].append(statistics.median(times))
             tokens = tokens or tuple(got)
             same = same and tuple(got) == tokens
-        say(f"Round {r + 1} of {rounds}: eager {eager_ms[-1]:.1f} ms, compiled "
-            f"{compiled_ms[-1]:.1f} ms per token", (r + 1) / rounds)
+        say(f"Round {r + 1} of {rounds}: " + ", ".join(
+            f"{name} {ms[-1]:.1f} ms" for name, ms in medians.items()) + " per token",
+            (r + 1) / rounds)
+    itl = {name: statistics.median(ms) for name, ms in medians.items()}
     middle = len(prompt_ids) + new_tokens // 2
     return DecodeComparison(
         prompt_tokens=len(prompt_ids), new_tokens=new_tokens, rounds=rounds,
-        eager_itl_ms=statistics.median(eager_ms), compiled_itl_ms=statistics.median(compiled_ms),
-        compile_s=compile_s, same_tokens=same, tokens=tokens,
-        work=forward_work(decoder.lm.spec, 1, middle - 1))
+        eager_itl_ms=itl["eager"], compiled_itl_ms=itl.get("compiled"), compile_s=compile_s,
+        same_tokens=same, tokens=tokens, work=forward_work(decoder.lm.spec, 1, middle - 1),
+        native_itl_ms=itl.get("native C"), native_note=native_note)

@@ -63,8 +63,9 @@ compared_key = (trace.model.name, dtype, trace.prompt)
 found = st.session_state.get("decode_comparison")  # (key, DecodeComparison) from kernels_section
 comparison = found[1] if found and found[0] == compared_key else None
 if comparison is not None:
-    points["decode, eager (static cache)"] = (comparison.work, comparison.eager_itl_ms)
-    points["decode, compiled"] = (comparison.work, comparison.compiled_itl_ms)
+    for name, itl in comparison.steps.items():
+        label = "decode, eager (static cache)" if name == "eager" else f"decode, {name}"
+        points[label] = (comparison.work, itl)
 rows = []
 for name, (work, latency) in points.items():
     use = utilization(work, latency, ceil)
@@ -84,7 +85,7 @@ if ceil is None:
 else:
     st.plotly_chart(roofline_chart(ceil, points), width="stretch")
     st.caption(f"Ceilings measured on {ceil.device}: {ceil.bandwidth_gb_s:.1f} GB/s read "
-               f"bandwidth (the best of 8 reads of 1 GB over 1.5 s), "
+               f"bandwidth (the best of 8 reads of 1 GB in 2 MB pages over 1.5 s), "
                f"{ceil.matmul_tflop_s * 1e3:.0f} GFLOP/s matmul ({ceil.dtype}). Left of "
                "the ridge a step cannot use the arithmetic units fully: it waits on memory. A "
                "decode step reads every weight to produce one token per sequence — that is why "

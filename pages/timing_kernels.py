@@ -1,4 +1,4 @@
-"""The Prefill vs decode page's kernel section: the same decode step eager and compiled."""
+"""The Prefill vs decode page's kernel section: one decode step, eager, compiled and in plain C."""
 
 from __future__ import annotations
 
@@ -7,58 +7,93 @@ import streamlit as st
 
 from engine import EngineError
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
+from engine.native import native_problem
 from engine.roofline import utilization
 from pages.common import model_turn
 
 NEW_TOKENS, ROUNDS = 32, 3
 
 
+def _native(lm):
+    """(the shared native decoder, "") or (None, why it cannot run)."""
+    problem = native_problem(lm)
+    if problem:
+        return None, problem
+    try:
+        return st.session_state["native_decoder"](), ""
+    except EngineError as err:
+        return None, str(err)
+
+
+def _compare(trace, lm, key, compile: bool) -> None:
+    bar = st.progress(0.0, text="Starting…")
+    try:
+        with model_turn():
+            native, note = _native(lm)
+            if native is None and not compile:
+                raise EngineError(f"The native step cannot run here: {note}")
+            ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
+            result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS, ROUNDS,
+                                    say=lambda text, done: bar.progress(done, text=text),
+                                    compile=compile, native=native, native_note=note)
+        st.session_state["decode_comparison"] = (key, result)
+    except EngineError as err:
+        st.error(str(err))
+    else:
+        st.rerun()  # redraw the page: the roofline above gains the decode points
+    finally:
+        bar.empty()
+
+
 def kernels_section(trace, lm, key, comparison, ceil) -> None:
-    """Button → compile and compare (stored as `decode_comparison` = (key, result)), then the table."""
-    st.subheader("Kernels: eager vs compiled decode")
+    """Buttons → compare (stored as `decode_comparison` = (key, result)), then the table."""
+    st.subheader("Kernels: eager, compiled and hand-written decode")
     st.caption("The bytes a decode step must read are fixed by the model; how close it gets to "
-               "the bandwidth ceiling depends on the kernels. Eager PyTorch on a CPU runs each "
-               "1-row matrix product through a general GEMM and adds Python overhead around "
-               "~2,000 small ops; `torch.compile` (inductor, frozen weights, autotuned C++ GEMV "
-               "kernels) fuses them. Same model, same cache, same greedy tokens — checked on "
-               "every run.")
-    if st.session_state.get("hosted"):
-        st.info("Compiling takes minutes and holds the shared model: run the app locally to "
-                "try it.")
-    elif (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
+               "the bandwidth ceiling depends on the kernels. **Eager** PyTorch on a CPU runs "
+               "each 1-row matrix product through a general GEMM and adds Python overhead around "
+               "~2,000 small ops. **Compiled** (`torch.compile`: inductor, frozen weights, "
+               "autotuned C++ kernels) fuses them. **Native C** is the whole step written out "
+               "by hand (engine/native_decode.c, llama.cpp style): weights packed in 32-row "
+               "blocks in 2 MB pages, streamed once, in one parallel region. Same model, same "
+               "prompt, same greedy tokens — checked on every run.")
+    if (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
         st.info("This comparison runs the loaded model on this trace's prompt: load the model "
                 "(and weights dtype) that made the trace.")
-    elif st.button("Compile and compare", icon=":material/bolt:",
-                   help="Compiles the decode step (first time: ~3 min on 2 CPUs), then decodes "
-                        f"this trace's prompt (first {STATIC_CACHE_TOKENS - NEW_TOKENS} tokens) "
-                        f"eagerly and compiled, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
-        bar = st.progress(0.0, text="Starting…")
-        try:
-            with model_turn():
-                ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
-                result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS,
-                                        ROUNDS, say=lambda text, done: bar.progress(done, text=text))
-            st.session_state["decode_comparison"] = (key, result)
-        except EngineError as err:
-            st.error(str(err))
-        else:
-            st.rerun()  # redraw the page: the roofline above gains both decode points
-        finally:
-            bar.empty()
+    else:
+        left, right = st.columns(2)
+        if left.button("Compare eager and native C", icon=":material/speed:",
+                       help="Builds the C step once (seconds), then decodes this trace's prompt "
+                            f"eagerly and natively, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
+            _compare(trace, lm, key, compile=False)
+        if st.session_state.get("hosted"):
+            right.info("Compiling takes minutes and holds the shared model: run the app locally "
+                       "to try it.")
+        elif right.button("Compile and compare", icon=":material/bolt:",
+                          help="Compiles the decode step (first time: ~3 min on 2 CPUs), then "
+                               f"decodes this trace's prompt (first "
+                               f"{STATIC_CACHE_TOKENS - NEW_TOKENS} tokens) eagerly, compiled "
+                               f"and natively, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
+            _compare(trace, lm, key, compile=True)
     if comparison is None:
         return
     rows = []
-    for name, ms in (("eager", comparison.eager_itl_ms), ("compiled", comparison.compiled_itl_ms)):
+    for name, ms in comparison.steps.items():
         use = utilization(comparison.work, ms, ceil)
         rows.append({"decode step": name, "ITL (ms)": ms, "tokens/s": 1000 / ms,
-                     "MB moved": comparison.work.bytes / 1e6,
+                     "× eager": comparison.speedup(name), "MB moved": comparison.work.bytes / 1e6,
                      "achieved GB/s": use.bytes_s / 1e9, "MBU": use.mbu})
     st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
-    compiled = (f"compiling took {comparison.compile_s:.0f} s" if comparison.compile_s
-                else "compiled earlier, reused")
-    st.markdown(f"**{comparison.speedup:.1f}×** faster per token compiled; greedy tokens "
+    faster = ", ".join(f"**{comparison.speedup(name):.1f}×** {name}"
+                       for name in comparison.steps if name != "eager")
+    compiled = ""
+    if comparison.compiled_itl_ms is not None:
+        compiled = (f"; compiling took {comparison.compile_s:.0f} s" if comparison.compile_s
+                    else "; compiled earlier, reused")
+    st.markdown(f"Per token vs eager: {faster}. Greedy tokens "
                 f"{'identical' if comparison.same_tokens else '**different**'} in all "
                 f"{comparison.rounds} rounds ({comparison.new_tokens} tokens after a "
-                f"{comparison.prompt_tokens}-token prompt); {compiled}.")
+                f"{comparison.prompt_tokens}-token prompt){compiled}.")
+    if comparison.native_note:
+        st.caption(f"Native C step not run: {comparison.native_note}.")
     if ceil is None:
         st.caption("Measure the ceilings above to see MBU = achieved GB/s ÷ measured bandwidth.")

@@ -56,10 +56,16 @@ def test_missing_compiler_is_a_clear_error(tiny_lm, monkeypatch):
 
 
 def test_comparison_speedup_and_validation():
-    c = DecodeComparison(4, 8, 1, 90.0, 30.0, 1.0, True, (1, 2), Work(1e9, 5e8))
-    assert c.speedup == pytest.approx(3.0)
+    c = DecodeComparison(4, 8, 1, 90.0, 30.0, 1.0, True, (1, 2), Work(1e9, 5e8), 15.0)
+    assert c.speedup("compiled") == pytest.approx(3.0)
+    assert c.speedup("native C") == pytest.approx(6.0)
+    assert list(c.steps) == ["eager", "compiled", "native C"]
+    assert list(DecodeComparison(4, 8, 1, 90.0, None, 0.0, True, (1, 2), Work(1e9, 5e8)).steps) \
+        == ["eager"]
     with pytest.raises(ValueError):
         DecodeComparison(4, 8, 1, 0.0, 30.0, 1.0, True, (1, 2), Work(1e9, 5e8))
+    with pytest.raises(ValueError):
+        DecodeComparison(4, 8, 1, 90.0, 30.0, 1.0, True, (1, 2), Work(1e9, 5e8), -1.0)
 
 
 def test_two_models_of_one_shape_keep_their_own_compiled_weights(tiny_lm):

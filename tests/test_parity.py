@@ -31,6 +31,16 @@ def test_greedy_tokens_equal_generate(lm, reference_tokens, kv_cache):
     assert torch.equal(torch.tensor(trace.output_token_ids), reference_tokens)
 
 
+def test_native_decode_tokens_equal_generate(lm, reference_tokens):
+    """The hand-written C decode step (engine/native_decode.c) on the real model."""
+    from engine.native import NativeDecoder
+
+    ids = prepare_prompt(lm.tokenizer, PROMPT, True)
+    tokens, _ = NativeDecoder(lm).greedy(ids, len(reference_tokens))
+    assert len(tokens) >= 32
+    assert torch.equal(torch.tensor(tokens), reference_tokens)
+
+
 @pytest.fixture(scope="module")
 def recorded(lm):
     return generate_trace(lm, "Name three colours.", GenerationSettings(max_new_tokens=6))

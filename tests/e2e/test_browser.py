@@ -146,3 +146,20 @@ def test_attention_chart_downloads_as_svg(browser, url, tmp_path):
     info.value.save_as(path)
     assert path.read_text().startswith("<svg")
     page.close()
+
+
+def test_eager_vs_native_decode_on_the_real_model(browser, url):
+    """The Prefill vs decode page's kernel table, driven by clicks: real model, real C build."""
+    page = open_app(browser, url)
+    generate_and_wait(page, "Name a colour.")
+    page.get_by_test_id("stSidebarNav").get_by_text("Prefill vs decode", exact=True).click()
+    wait_for_app(page)
+    page.get_by_role("button", name="Measure this machine's ceilings").click()
+    wait_for_app(page)
+    page.get_by_role("button", name="Compare eager and native C").click()
+    page.get_by_text("Greedy tokens identical").wait_for(timeout=180_000)
+    wait_for_app(page)
+    summary = page.get_by_text("Per token vs eager").inner_text()
+    assert "native C" in summary and "compiled" not in summary  # nothing compiled on this path
+    no_exception(page)
+    page.close()

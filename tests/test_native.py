@@ -1,0 +1,123 @@
+"""Native C decode: the same logits, K/V and greedy tokens as transformers; clear refusals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import engine.native as native
+from engine.compiled import CompiledDecoder, compare_decode
+from engine.errors import EngineError, InputError
+from engine.microbench import HUGE_PAGE, huge_page_buffer
+from engine.native import BLOCK, NativeDecoder, _blocks, native_problem
+
+PROMPT = [1, 415, 2936, 9060, 285]
+
+
+@pytest.fixture(scope="module")
+def tiny_native(tiny_lm):
+    return NativeDecoder(tiny_lm, max_tokens=64)
+
+
+def test_logits_and_cache_equal_transformers_at_every_step(tiny_lm, tiny_native):
+    """Each native step against a full forward of transformers over the whole sequence so far;
+    the K/V it wrote against transformers' own cache (post-RoPE keys)."""
+    ids = list(PROMPT)
+    token = int(tiny_native.prefill(ids).argmax())
+    with torch.inference_mode():
+        for _ in range(6):
+            position = len(ids)
+            ids.append(token)
+            logits = tiny_native.step(token, position).clone()
+            cache = DynamicCache(config=tiny_lm.model.config)
+            expected = tiny_lm.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+            torch.testing.assert_close(logits, expected.logits[0, -1], atol=1e-4, rtol=1e-4)
+            token = int(logits.argmax())
+        for i, layer in enumerate(cache.layers):
+            n = len(ids)
+            torch.testing.assert_close(tiny_native.keys[i, :, :n], layer.keys[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(tiny_native.values[i, :, :n], layer.values[0], atol=1e-5,
+                                       rtol=1e-5)
+
+
+def test_greedy_tokens_equal_generate(tiny_lm, tiny_native):
+    tokens, times = tiny_native.greedy(PROMPT, 12)
+    reference = tiny_lm.model.generate(torch.tensor([PROMPT]), max_new_tokens=12, min_new_tokens=12,
+                                       do_sample=False)[0, len(PROMPT):].tolist()
+    assert tokens == reference
+    assert len(times) == 11 and all(t > 0 for t in times)
+
+
+def test_packed_blocks_are_k_major_with_zero_padding():
+    weight = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)  # (N, K)
+    packed = _blocks(weight)
+    assert packed.shape == (3, 3, BLOCK)  # ceil(70 / 32) blocks
+    for b in range(3):
+        for k in range(3):
+            for j in range(BLOCK):
+                row = b * BLOCK + j
+                assert packed[b, k, j] == (weight[row, k] if row < 70 else 0)
+
+
+def test_packed_weights_are_every_parameter_once(tiny_lm, tiny_native):
+    """Packed floats = all parameters (tied embedding counted once, as the LM head) + vocabulary
+    padding; the C formula and the Python packing agree (pack_weights checks it too)."""
+    config = tiny_native.config
+    padded_vocab = -(-config.vocab // BLOCK) * BLOCK
+    params = sum(p.numel() for p in tiny_lm.model.parameters())
+    assert tiny_native.weights.numel() == params + (padded_vocab - config.vocab) * config.hidden
+    assert tiny_native.weight_bytes == tiny_native.weights.numel() * 4
+
+
+def test_steps_outside_the_cache_or_vocabulary_are_refused(tiny_native):
+    with pytest.raises(InputError, match="outside the native cache"):
+        tiny_native.step(5, 64)
+    with pytest.raises(InputError, match="vocabulary"):
+        tiny_native.step(10**6, 3)
+    with pytest.raises(InputError, match="native cache of 64"):
+        tiny_native.greedy(list(range(60)), 8)
+
+
+def test_unsupported_models_get_one_line_reasons(tiny_lm, monkeypatch):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    assert native_problem(tiny_lm) is None
+    assert "float32" in native_problem(replace(tiny_lm, model=tiny_lm.model.to(torch.float16)))
+    tiny_lm.model.to(torch.float32)
+    assert "CPU kernel" in native_problem(replace(tiny_lm, device=torch.device("cuda")))
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=100))
+    assert "Llama architecture" in native_problem(replace(tiny_lm, model=gpt2))
+    odd = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=48, intermediate_size=96,
+                                       num_hidden_layers=1, num_attention_heads=4))
+    assert "hidden size" in native_problem(replace(tiny_lm, model=odd))
+    with pytest.raises(EngineError, match="hidden size"):
+        NativeDecoder(replace(tiny_lm, model=odd))
+    monkeypatch.setattr("engine.native.shutil.which", lambda _name: None)
+    assert "C compiler" in native_problem(tiny_lm)
+
+
+def test_a_failed_build_is_a_clear_error(tmp_path, monkeypatch):
+    broken = tmp_path / "broken.c"
+    broken.write_text("int decode_step( {\n")
+    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(EngineError, match="compiling the native decoder failed"):
+        native.build_library()
+
+
+def test_huge_page_buffer_is_aligned():
+    buffer = huge_page_buffer(3 * HUGE_PAGE // 4 + 5)
+    assert buffer.numel() == 3 * HUGE_PAGE // 4 + 5 and buffer.dtype == torch.float32
+    assert buffer.data_ptr() % HUGE_PAGE == 0
+
+
+def test_eager_and_native_comparison_without_compiling(tiny_lm, tiny_native):
+    decoder = CompiledDecoder(tiny_lm, max_tokens=64)
+    result = compare_decode(decoder, PROMPT, new_tokens=8, rounds=2, compile=False,
+                            native=tiny_native)
+    assert list(result.steps) == ["eager", "native C"] and result.compiled_itl_ms is None
+    assert result.same_tokens and result.compile_s == 0.0 and not decoder.compiled
+    assert result.speedup("native C") == pytest.approx(result.eager_itl_ms / result.native_itl_ms)
