@@ -66,8 +66,11 @@ def native_problem(lm: LoadedModel) -> str | None:
     sizes = {"hidden size": c.hidden, "intermediate size": c.inter,
              "q+k+v width": (c.heads + 2 * c.kv_heads) * c.head_dim}
     odd = [name for name, size in sizes.items() if size % BLOCK]
-    if odd or c.head_dim > 512 or c.head_dim % 2 or c.heads % c.kv_heads:
+    if odd:
         return f"the native decoder needs sizes in multiples of {BLOCK} ({', '.join(odd)})"
+    if c.head_dim > 512 or c.head_dim % 2 or c.heads % c.kv_heads:
+        return (f"the native decoder needs an even head_dim ≤ 512 and query heads in whole groups "
+                f"per KV head (head_dim {c.head_dim}, {c.heads} / {c.kv_heads} heads)")
     if not _compiler():
         return "the native decoder needs a C compiler with OpenMP (gcc); none was found"
     return None
@@ -99,7 +102,8 @@ def build_library() -> ctypes.CDLL:
         done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial), "-lm"],
                               capture_output=True, text=True)
         if done.returncode:
-            first = (done.stderr.strip().splitlines() or ["no output"])[0][:200]
+            lines = done.stderr.strip().splitlines() or ["no output"]
+            first = next((line for line in lines if "error" in line), lines[0])[:200]
             raise EngineError(f"compiling the native decoder failed: {first}")
         partial.replace(target)
     lib = ctypes.CDLL(str(target))

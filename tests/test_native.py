@@ -95,6 +95,10 @@ def test_unsupported_models_get_one_line_reasons(tiny_lm, monkeypatch):
     assert "hidden size" in native_problem(replace(tiny_lm, model=odd))
     with pytest.raises(EngineError, match="hidden size"):
         NativeDecoder(replace(tiny_lm, model=odd))
+    grouped = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=96, intermediate_size=64,
+                                           num_hidden_layers=1, num_attention_heads=6,
+                                           num_key_value_heads=4, head_dim=16))
+    assert "whole groups" in native_problem(replace(tiny_lm, model=grouped))
     monkeypatch.setattr("engine.native.shutil.which", lambda _name: None)
     assert "C compiler" in native_problem(tiny_lm)
 
@@ -104,7 +108,7 @@ def test_a_failed_build_is_a_clear_error(tmp_path, monkeypatch):
     broken.write_text("int decode_step( {\n")
     monkeypatch.setattr(native, "SOURCE", broken)
     monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "cache"))
-    with pytest.raises(EngineError, match="compiling the native decoder failed"):
+    with pytest.raises(EngineError, match="compiling the native decoder failed: .*error"):
         native.build_library()
 
 
