@@ -28,6 +28,7 @@ from transformers import StaticCache
 
 from .errors import EngineError, InputError
 from .loader import LoadedModel
+from .microbench import bandwidth_buffer, read_gb_s
 from .native import NativeDecoder
 from .roofline import Work, forward_work
 from .runner import clock_ms
@@ -69,6 +70,7 @@ class DecodeComparison:
     work: Work  # roofline.forward_work at the middle decode step (FLOPs, bytes moved)
     native_itl_ms: float | None = None  # the hand-written C step (engine/native.py); None: not run
     native_note: str = ""  # why the native step did not run, if it did not
+    bandwidth_gb_s: float | None = None  # best read bandwidth between the runs (None: not read)
 
     def __post_init__(self) -> None:
         if any(ms is not None and ms <= 0 for ms in
@@ -173,10 +175,13 @@ class CompiledDecoder:
 
 def compare_decode(decoder: CompiledDecoder, prompt_ids: list[int], new_tokens: int = 32,
                    rounds: int = 3, say: Progress | None = None, compile: bool = True,
-                   native: NativeDecoder | None = None, native_note: str = "") -> DecodeComparison:
+                   native: NativeDecoder | None = None, native_note: str = "",
+                   bandwidth_mb: int = 1024) -> DecodeComparison:
     """Eager decode on the static cache against the compiled step (compiled once, if `compile`)
     and the native C step (if given): each round runs every contestant once, the order rotating
-    from round to round, so a drift of the shared machine touches all of them alike."""
+    from round to round, so a drift of the shared machine touches all of them alike. Each run
+    is bracketed by reads of a `bandwidth_mb` buffer (0: none): the best one is kept, so the
+    ceiling a fast run is compared with comes from the same stretch of time."""
     if new_tokens < 2 or rounds < 1:
         raise InputError("the comparison needs at least 2 new tokens and 1 round")
     say = say or (lambda _text, _fraction: None)
@@ -193,8 +198,12 @@ def compare_decode(decoder: CompiledDecoder, prompt_ids: list[int], new_tokens: 
     medians: dict[str, list[float]] = {name: [] for name in runs}
     tokens, same = (), True
     names = list(runs)
+    buffer = bandwidth_buffer(decoder.lm.device, bandwidth_mb) if bandwidth_mb else None
+    reads: list[float] = []
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
+            if buffer is not None:
+                reads.append(read_gb_s(buffer))
             got, times = runs[name]()
             medians[name].append(statistics.median(times))
             tokens = tokens or tuple(got)
@@ -202,10 +211,13 @@ def compare_decode(decoder: CompiledDecoder, prompt_ids: list[int], new_tokens: 
         say(f"Round {r + 1} of {rounds}: " + ", ".join(
             f"{name} {ms[-1]:.1f} ms" for name, ms in medians.items()) + " per token",
             (r + 1) / rounds)
+    if buffer is not None:
+        reads.append(read_gb_s(buffer))
     itl = {name: statistics.median(ms) for name, ms in medians.items()}
     middle = len(prompt_ids) + new_tokens // 2
     return DecodeComparison(
         prompt_tokens=len(prompt_ids), new_tokens=new_tokens, rounds=rounds,
         eager_itl_ms=itl["eager"], compiled_itl_ms=itl.get("compiled"), compile_s=compile_s,
         same_tokens=same, tokens=tokens, work=forward_work(decoder.lm.spec, 1, middle - 1),
-        native_itl_ms=itl.get("native C"), native_note=native_note)
+        native_itl_ms=itl.get("native C"), native_note=native_note,
+        bandwidth_gb_s=max(reads) if reads else None)

@@ -7,6 +7,7 @@ import streamlit as st
 
 from engine import EngineError
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
+from engine.microbench import raise_bandwidth
 from engine.native import native_problem
 from engine.roofline import utilization
 from pages.common import model_turn
@@ -37,6 +38,8 @@ def _compare(trace, lm, key, compile: bool) -> None:
                                     say=lambda text, done: bar.progress(done, text=text),
                                     compile=compile, native=native, native_note=note)
         st.session_state["decode_comparison"] = (key, result)
+        if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
+            raise_bandwidth(trace.device.split(":")[0], trace.model.dtype, result.bandwidth_gb_s)
     except EngineError as err:
         st.error(str(err))
     else:
@@ -83,6 +86,10 @@ def kernels_section(trace, lm, key, comparison, ceil) -> None:
                      "× eager": comparison.speedup(name), "MB moved": comparison.work.bytes / 1e6,
                      "achieved GB/s": use.bytes_s / 1e9, "MBU": use.mbu})
     st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
+    if any(row["MBU"] is not None and row["MBU"] > 1 for row in rows):
+        st.warning("A step read faster than the measured ceiling: the ceiling was read in a slow "
+                   "moment (this machine's bandwidth changes with time), or the weights fit in "
+                   "the CPU caches (a tiny model). Measure the ceilings again.")
     faster = ", ".join(f"**{comparison.speedup(name):.1f}×** {name}"
                        for name in comparison.steps if name != "eager")
     compiled = ""

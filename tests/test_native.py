@@ -121,7 +121,10 @@ def test_huge_page_buffer_is_aligned():
 def test_eager_and_native_comparison_without_compiling(tiny_lm, tiny_native):
     decoder = CompiledDecoder(tiny_lm, max_tokens=64)
     result = compare_decode(decoder, PROMPT, new_tokens=8, rounds=2, compile=False,
-                            native=tiny_native)
+                            native=tiny_native, bandwidth_mb=16)
+    assert 0 < result.bandwidth_gb_s < 1e4  # best of the reads bracketing the 4 runs
+    assert compare_decode(decoder, PROMPT, new_tokens=2, rounds=1, compile=False,
+                          bandwidth_mb=0).bandwidth_gb_s is None
     assert list(result.steps) == ["eager", "native C"] and result.compiled_itl_ms is None
     assert result.same_tokens and result.compile_s == 0.0 and not decoder.compiled
     assert result.speedup("native C") == pytest.approx(result.eager_itl_ms / result.native_itl_ms)
