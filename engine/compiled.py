@@ -1,4 +1,5 @@
-"""Compiled decode: the same decode step through `torch.compile`, next to the eager one.
+"""Compiled decode: the same decode step through `torch.compile`, next to the eager one (and
+the hand-written C one of engine/native.py, when `compare_decode` is given it).
 
 Why: on a CPU a 135M-parameter model's eager decode step is far from the memory roof, and the
 reason is the kernels, not the bytes. PyTorch calls MKL's sgemm for a one-row matrix, which on
