@@ -32,7 +32,7 @@ from .loader import LoadedModel
 from .microbench import bandwidth_buffer, read_gb_s
 from .native import NativeDecoder
 from .roofline import Work, forward_work
-from .runner import clock_ms
+from .runner import prefill, timed_greedy
 
 # Inductor options for the CPU: freeze weights as constants (lets it pre-pack them) and autotune
 # each matmul between its C++ GEMM template and ATen (MKL). Passed through `config.patch` around
@@ -140,18 +140,11 @@ class CompiledDecoder:
         if len(prompt_ids) + new_tokens > self.max_tokens:
             raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
                              f"static cache of {self.max_tokens} tokens")
-        model, device = self.lm.model, self.lm.device
+        device = self.lm.device
         self.cache.reset()
-        out = model(input_ids=torch.tensor([prompt_ids], device=device), cache=self.cache,
-                    use_cache=True, logits_to_keep=1)
-        token = out.logits[0, -1].argmax()
-        tokens, times = [int(token)], []
-        for _ in range(new_tokens - 1):
-            start = clock_ms(device)
-            token = self._call(token.view(1, 1), compiled).argmax()
-            tokens.append(int(token))
-            times.append(clock_ms(device) - start)
-        return tokens, times
+        first, _ = prefill(self.lm.model, torch.tensor([prompt_ids], device=device), self.cache)
+        return timed_greedy(first, lambda token, _i: self._call(
+            torch.tensor([[token]], device=device), compiled), new_tokens, device)
 
     def compile(self, prompt_ids: list[int]) -> float:
         """Trigger the compilation (first call); returns its seconds, 0 if it was already done."""

@@ -27,7 +27,7 @@ from transformers import DynamicCache
 from .errors import EngineError, InputError
 from .loader import LoadedModel, cache_root
 from .microbench import huge_page_buffer
-from .runner import clock_ms
+from .runner import prefill, timed_greedy
 
 SOURCE = Path(__file__).with_name("native_decode.c")
 BLOCK = 32  # rows per packed block: measured 15.1 ms/token vs 16.6 (64 rows) and 17.5 (16 rows)
@@ -192,24 +192,18 @@ class NativeDecoder:
     def prefill(self, prompt_ids: list[int]) -> torch.Tensor:
         """The prompt through transformers; its K/V copied into this cache. Returns (V,) logits."""
         cache = DynamicCache(config=self.lm.model.config)
-        out = self.lm.model(input_ids=torch.tensor([prompt_ids]), cache=cache,
-                            use_cache=True, logits_to_keep=1)
+        logits, _ = prefill(self.lm.model, torch.tensor([prompt_ids]), cache)
         n = len(prompt_ids)
         for i, layer in enumerate(cache.layers):
             self.keys[i, :, :n] = layer.keys[0]  # (KVH, S, D)
             self.values[i, :, :n] = layer.values[0]
-        return out.logits[0, -1]
+        return logits
 
     def greedy(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
         """Prefill, then greedy native decode steps; returns the tokens and each step's ms."""
         if len(prompt_ids) + new_tokens > self.max_tokens:
             raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
                              f"native cache of {self.max_tokens} tokens")
-        token = int(self.prefill(prompt_ids).argmax())
-        tokens, times = [token], []
-        for i in range(new_tokens - 1):
-            start = clock_ms(self.lm.device)
-            token = int(self.step(token, len(prompt_ids) + i).argmax())
-            times.append(clock_ms(self.lm.device) - start)
-            tokens.append(token)
-        return tokens, times
+        return timed_greedy(self.prefill(prompt_ids),
+                            lambda token, i: self.step(token, len(prompt_ids) + i),
+                            new_tokens, self.lm.device)

@@ -12,11 +12,11 @@ import random
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from transformers import Cache, DynamicCache
 
 from . import __version__
 from .attention import AttentionRecorder, recording
@@ -41,7 +41,7 @@ def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int
     return list(tokenizer(prompt)["input_ids"])
 
 
-def _forward(model: Any, input_ids: torch.Tensor, cache: DynamicCache | None,
+def _forward(model: Any, input_ids: torch.Tensor, cache: Cache | None,
              want_hidden: bool) -> Forward:
     out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None,
                 output_hidden_states=want_hidden, logits_to_keep=1)
@@ -51,7 +51,7 @@ def _forward(model: Any, input_ids: torch.Tensor, cache: DynamicCache | None,
     return out.logits[0, -1], hidden
 
 
-def prefill(model: Any, prompt_ids: torch.Tensor, cache: DynamicCache | None,
+def prefill(model: Any, prompt_ids: torch.Tensor, cache: Cache | None,
             want_hidden: bool = False) -> Forward:
     """One forward over the whole prompt (1, T); fills `cache` and returns the last logits."""
     return _forward(model, prompt_ids, cache, want_hidden)
@@ -85,6 +85,21 @@ def clock_ms(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() * 1000.0
+
+
+def timed_greedy(first_logits: torch.Tensor, step: Callable[[int, int], torch.Tensor],
+                 new_tokens: int, device: torch.device) -> tuple[list[int], list[float]]:
+    """A greedy continuation for timing a decode step: the first token from the prefill's logits,
+    then `step(token, i)` → (V,) logits for decode step i. Returns the tokens and each step's ms
+    (synchronized clock). Shared by the compiled and the native decoder's comparisons."""
+    token = int(first_logits.argmax())
+    tokens, times = [token], []
+    for i in range(new_tokens - 1):
+        start = clock_ms(device)
+        token = int(step(token, i).argmax())
+        times.append(clock_ms(device) - start)
+        tokens.append(token)
+    return tokens, times
 
 
 def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: int) -> tuple[int, ...]:
