@@ -85,25 +85,14 @@ def run_engine(lm, n: int, record: bool) -> tuple[float, list[float]]:
     return trace.ttft_ms, list(trace.itl_ms)
 
 
-def run_static(decoder: CompiledDecoder, ids: list[int], n: int, compiled: bool,
-               reference: list[int]) -> tuple[float, list[float]]:
-    """Greedy decode on the static cache; TTFT = total − decode steps (prefill is eager)."""
+def run_checked(name: str, greedy, reference: list[int]) -> tuple[float, list[float]]:
+    """A decoder's `greedy()` (prefill, then timed decode steps); exits if its tokens differ from
+    `generate`'s. TTFT = total − decode steps."""
     start = time.perf_counter() * 1000
-    tokens, itl = decoder.greedy(ids, n, compiled)
+    tokens, itl = greedy()
     total = time.perf_counter() * 1000 - start
     if tokens != reference:
-        raise SystemExit(f"{'compiled' if compiled else 'eager'} static decode changed the tokens")
-    return total - sum(itl), itl
-
-
-def run_native(native: NativeDecoder, ids: list[int], n: int,
-               reference: list[int]) -> tuple[float, list[float]]:
-    """Prefill by transformers, decode by the C step; TTFT = total − decode steps."""
-    start = time.perf_counter() * 1000
-    tokens, itl = native.greedy(ids, n)
-    total = time.perf_counter() * 1000 - start
-    if tokens != reference:
-        raise SystemExit("the native decode changed the tokens")
+        raise SystemExit(f"{name}: the decode changed the tokens")
     return total - sum(itl), itl
 
 
@@ -142,9 +131,12 @@ def main() -> None:
         "bare_loop": lambda: run_bare(lm, ids, args.tokens),
         "engine_full_recording": lambda: run_engine(lm, args.tokens, True),
         "engine_no_recording": lambda: run_engine(lm, args.tokens, False),
-        "static_cache_eager": lambda: run_static(decoder, ids, args.tokens, False, reference),
-        "static_cache_compiled": lambda: run_static(decoder, ids, args.tokens, True, reference),
-        "native_c": lambda: run_native(native, ids, args.tokens, reference),
+        "static_cache_eager": lambda: run_checked(
+            "static_cache_eager", lambda: decoder.greedy(ids, args.tokens, False), reference),
+        "static_cache_compiled": lambda: run_checked(
+            "static_cache_compiled", lambda: decoder.greedy(ids, args.tokens, True), reference),
+        "native_c": lambda: run_checked(
+            "native_c", lambda: native.greedy(ids, args.tokens), reference),
     }
     for fn in variants.values():  # warm-up
         fn()
