@@ -142,38 +142,42 @@ def ceilings(device: torch.device | str, dtype: torch.dtype | str = torch.float3
         table = {}
     if not refresh and key in table:
         return Ceilings(**{**table[key], "cached": True})
-    old = table.get(key, {})
+    best_read = max((table[k]["bandwidth_gb_s"] for k in _same_device(table, device)), default=0.0)
     result = Ceilings(device=device_name(device),
-                      bandwidth_gb_s=max(measure_bandwidth(device, megabytes),
-                                         old.get("bandwidth_gb_s", 0.0)),
+                      bandwidth_gb_s=max(measure_bandwidth(device, megabytes), best_read),
                       matmul_tflop_s=max(measure_matmul(device, dtype, n),
-                                         old.get("matmul_tflop_s", 0.0)),
+                                         table.get(key, {}).get("matmul_tflop_s", 0.0)),
                       dtype=str(dtype), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
     table[key] = {k: v for k, v in asdict(result).items() if k != "cached"}
     _write(path, table)
     return result
 
 
-def raise_bandwidth(device: torch.device | str, dtype: torch.dtype | str, gb_s: float) -> bool:
+def raise_bandwidth(device: torch.device | str, gb_s: float) -> bool:
     """Keep a read bandwidth seen elsewhere (e.g. between decode runs) if it beats the stored
-    ceiling: a ceiling read in a slow moment would let a fast decode show MBU > 1. Returns
-    whether the ceiling rose (never when none is stored yet: nothing is measured unasked)."""
+    ceiling of this device (every weights dtype: bandwidth does not depend on it): a ceiling
+    read in a slow moment would let a fast decode show MBU > 1. Returns whether a ceiling rose
+    (never when none is stored yet: nothing is measured unasked)."""
     device = torch.device(device)
-    if isinstance(dtype, str):
-        dtype = resolve_dtype(dtype, device)
-    key = _key(device, dtype)
     try:
         table = json.loads(_cache_file().read_text())
     except (OSError, ValueError):
         return False
-    if key not in table or gb_s <= table[key]["bandwidth_gb_s"]:
-        return False
-    table[key].update(bandwidth_gb_s=gb_s, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    _write(_cache_file(), table)
-    return True
+    lower = [k for k in _same_device(table, device) if table[k]["bandwidth_gb_s"] < gb_s]
+    for k in lower:
+        table[k].update(bandwidth_gb_s=gb_s, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if lower:
+        _write(_cache_file(), table)
+    return bool(lower)
 
 
-def _key(device: torch.device, dtype: torch.dtype) -> str:
+def _same_device(table: dict, device: torch.device) -> list[str]:
+    """Keys of `table` measured on this device (any matmul dtype), with this torch."""
+    head, tail = _key(device, "*").split(" * ")
+    return [k for k in table if k.startswith(head) and k.endswith(tail)]
+
+
+def _key(device: torch.device, dtype: torch.dtype | str) -> str:
     return f"{device_name(device)} | {device.type} | {dtype} | torch {torch.__version__}"
 
 

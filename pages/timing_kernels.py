@@ -8,18 +8,14 @@ import streamlit as st
 from engine import EngineError
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.microbench import raise_bandwidth
-from engine.native import native_problem
 from engine.roofline import utilization
 from pages.common import model_turn
 
 NEW_TOKENS, ROUNDS = 32, 3
 
 
-def _native(lm):
-    """(the shared native decoder, "") or (None, why it cannot run)."""
-    problem = native_problem(lm)
-    if problem:
-        return None, problem
+def _native():
+    """(the shared native decoder, "") or (None, why it cannot run: NativeDecoder says)."""
     try:
         return st.session_state["native_decoder"](), ""
     except EngineError as err:
@@ -30,7 +26,7 @@ def _compare(trace, lm, key, compile: bool) -> None:
     bar = st.progress(0.0, text="Starting…")
     try:
         with model_turn():
-            native, note = _native(lm)
+            native, note = _native()
             if native is None and not compile:
                 raise EngineError(f"The native step cannot run here: {note}")
             ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
@@ -39,7 +35,7 @@ def _compare(trace, lm, key, compile: bool) -> None:
                                     compile=compile, native=native, native_note=note)
         st.session_state["decode_comparison"] = (key, result)
         if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
-            raise_bandwidth(trace.device.split(":")[0], trace.model.dtype, result.bandwidth_gb_s)
+            raise_bandwidth(lm.device, result.bandwidth_gb_s)
     except EngineError as err:
         st.error(str(err))
     else:

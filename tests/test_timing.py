@@ -91,15 +91,17 @@ def test_ceilings_keep_the_best_reading(tmp_path, monkeypatch):
     """A ceiling is the best this machine has shown: a refresh in a slow moment keeps the old
     bandwidth, a faster read seen between decode runs raises it, nothing is measured unasked."""
     monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "models"))
-    assert not microbench.raise_bandwidth("cpu", "float32", 1e3)  # nothing stored yet
+    assert not microbench.raise_bandwidth("cpu", 1e3)  # nothing stored yet
     assert not (tmp_path / "ceilings.json").exists()
     monkeypatch.setattr(microbench, "measure_bandwidth", lambda *_a, **_k: 40.0)
     assert microbench.ceilings("cpu", megabytes=16, n=64).bandwidth_gb_s == 40.0
     monkeypatch.setattr(microbench, "measure_bandwidth", lambda *_a, **_k: 30.0)
     assert microbench.ceilings("cpu", refresh=True, megabytes=16, n=64).bandwidth_gb_s == 40.0
-    assert not microbench.raise_bandwidth("cpu", "float32", 35.0)
-    assert microbench.raise_bandwidth("cpu", "float32", 52.5)
+    assert not microbench.raise_bandwidth("cpu", 35.0)
+    assert microbench.ceilings("cpu", "float16", megabytes=16, n=64).bandwidth_gb_s == 40.0
+    assert microbench.raise_bandwidth("cpu", 52.5)
     assert microbench.ceilings("cpu").bandwidth_gb_s == 52.5
+    assert microbench.ceilings("cpu", "float16").bandwidth_gb_s == 52.5  # a device figure
 
 
 def test_one_read_of_a_bandwidth_buffer():
