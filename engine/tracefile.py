@@ -1,31 +1,60 @@
 """The trace file: one zip (numpy .npz) of JSON metadata plus plain numeric arrays.
 
-No pickle anywhere: arrays are written and read with `allow_pickle=False`, metadata is JSON. The
-metadata carries a format name and version; older versions are upgraded on load, newer ones are
-refused with a clear message. See docs/trace-format.md.
+No pickle anywhere: metadata is JSON, arrays are plain numbers. The metadata carries a format name
+and version; older versions are upgraded on load, newer ones are refused with a clear message. A
+file may also carry the experiment results computed on its trace (a "lecture pack"). See
+docs/trace-format.md.
+
+Files come from strangers (uploads on a hosted demo), so the reader never trusts a size it has not
+checked: each zip member must be one this format names, an `.npy` array of that member's dtype,
+whose header (shape × item size) matches the member's stated size; the file's total decompressed
+size is capped (`max_bytes`) before anything is read, and no array is allocated before its header
+passed. Then `tracecheck.check_trace` checks every invariant of the trace itself.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
+import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from .errors import TraceFormatError
-from .settings import GenerationSettings
+from .experiments import Experiments, experiments_from_dict, experiments_to_dict
+from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from .spec import ModelSpec
 from .trace import Step, Trace
+from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_KEY = "meta.json"
+MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
+MAX_META_BYTES = 8 << 20
+MAX_MEMBERS = 4 * (MAX_NEW_TOKENS_LIMIT + 1) + 1
+_MEMBER = re.compile(r"step(0|[1-9][0-9]{0,4})\.(top_ids|top_probs|attention|hidden)\.npy")
 
-# version n → function turning version-n metadata into version n+1 (none needed yet).
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+def _add_experiments(meta: dict[str, Any]) -> dict[str, Any]:
+    return {**meta, "version": 2, "experiments": None}
+
+
+# version n → function turning version-n metadata into version n+1.
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TraceFile:
+    """What a file holds: the trace, and the experiment results saved with it (maybe none)."""
+
+    trace: Trace
+    experiments: Experiments
 
 _ARRAY_FIELDS = {  # name → allowed dtype
     "top_ids": np.int64, "top_probs": np.float32, "attention": np.float16, "hidden": np.float32,
@@ -34,7 +63,7 @@ _SCALAR_STEP_FIELDS = ("index", "phase", "token_id", "piece", "text", "position"
                        "latency_ms", "kv_bytes", "kv_bytes_per_layer", "chosen_prob", "chosen_rank")
 
 
-def trace_to_bytes(trace: Trace) -> bytes:
+def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> bytes:
     meta = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -50,6 +79,8 @@ def trace_to_bytes(trace: Trace) -> bytes:
         "attention_layers": list(trace.attention_layers),
         "created_at": trace.created_at,
         "engine_version": trace.engine_version,
+        "experiments": None if experiments is None or experiments.empty
+        else experiments_to_dict(experiments),
         "steps": [],
     }
     arrays: dict[str, np.ndarray] = {}
@@ -68,32 +99,100 @@ def trace_to_bytes(trace: Trace) -> bytes:
     return buffer.getvalue()
 
 
-def save_trace(trace: Trace, path: str | Path) -> None:
-    Path(path).write_bytes(trace_to_bytes(trace))
+def save_trace(trace: Trace, path: str | Path, experiments: Experiments | None = None) -> None:
+    Path(path).write_bytes(trace_to_bytes(trace, experiments))
 
 
-def load_trace(source: str | Path | bytes | BinaryIO) -> Trace:
-    """Read a trace file; any damage or foreign content raises TraceFormatError."""
+def load_trace(source: str | Path | bytes | BinaryIO, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Read a trace file; any damage, foreign or oversized content raises TraceFormatError."""
+    return read_trace_file(source, max_bytes).trace
+
+
+def read_trace_file(source: str | Path | bytes | BinaryIO,
+                    max_bytes: int = MAX_TRACE_BYTES) -> TraceFile:
+    """The trace and its experiment results; refuses (TraceFormatError, one line) anything whose
+    members decompress to more than `max_bytes` together, before reading them."""
     if isinstance(source, (str, Path)):
         try:
             source = Path(source).read_bytes()
-        except OSError as err:
-            raise TraceFormatError(f"cannot read trace file: {err.strerror or err}") from None
+        except (OSError, ValueError) as err:
+            raise TraceFormatError(f"cannot read trace file: {getattr(err, 'strerror', None) or err}"
+                                   ) from err
     data = source if isinstance(source, bytes) else source.read()
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            if META_KEY not in npz.files:
-                raise TraceFormatError("not an Inference Explorer trace (no metadata)")
-            meta = json.loads(npz[META_KEY].tobytes().decode())
-            meta = _check_and_upgrade(meta)
-            arrays = {name: npz[name] for name in npz.files if name != META_KEY}
-            return _build(meta, arrays)
+        meta_bytes, arrays = _read_members(data, max_bytes)
+        meta = _check_and_upgrade(json.loads(meta_bytes.decode()))
+        trace = check_trace(_build(meta, arrays))
+        return TraceFile(trace, experiments_from_dict(meta.get("experiments")))
     except TraceFormatError:
         raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError,
-            UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError, AttributeError,
+            IndexError, UnicodeDecodeError, RecursionError, NotImplementedError) as err:
         raise TraceFormatError(f"not a valid trace file (damaged, truncated or foreign): "
-                               f"{type(err).__name__}") from None
+                               f"{type(err).__name__}") from err
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f} MB"
+
+
+def _read_members(data: bytes, max_bytes: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    """(metadata JSON bytes, arrays by member name without ".npy"), every size checked first."""
+    if data.count(b"PK\x01\x02") > MAX_MEMBERS:  # central-directory entries, before parsing them
+        raise TraceFormatError(f"not a trace file: more than {MAX_MEMBERS:,} members")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        infos = archive.infolist()
+        names = [info.filename for info in infos]
+        if len(set(names)) != len(names):
+            raise TraceFormatError("not a valid trace file: a member name appears twice")
+        total = sum(info.file_size for info in infos)
+        if total > max_bytes:
+            raise TraceFormatError(f"this trace decompresses to {_mb(total)}; the limit here is "
+                                   f"{_mb(max_bytes)}")
+        if META_KEY + ".npy" not in names:
+            raise TraceFormatError("not an Inference Explorer trace (no metadata)")
+        meta, arrays = b"", {}
+        for info in infos:
+            name = info.filename.removesuffix(".npy")
+            if info.filename == META_KEY + ".npy":
+                if info.file_size > MAX_META_BYTES:
+                    raise TraceFormatError(f"the trace metadata is over {_mb(MAX_META_BYTES)}")
+                with archive.open(info) as member:
+                    meta = _read_npy(member, info.file_size, np.uint8, name).tobytes()
+                continue
+            match = _MEMBER.fullmatch(info.filename)
+            if match is None:
+                raise TraceFormatError(f"not a valid trace file: unexpected member "
+                                       f"{info.filename[:80]!r}")
+            with archive.open(info) as member:
+                arrays[name] = _read_npy(member, info.file_size, _ARRAY_FIELDS[match[2]], name)
+    return meta, arrays
+
+
+def _read_npy(member: BinaryIO, size: int, dtype: type, name: str) -> np.ndarray:
+    """One `.npy` member of `size` bytes, checked against its header before any allocation."""
+    version = np.lib.format.read_magic(member)  # ValueError if not .npy
+    if version == (1, 0):
+        shape, fortran, found = np.lib.format.read_array_header_1_0(member)
+    elif version == (2, 0):
+        shape, fortran, found = np.lib.format.read_array_header_2_0(member)
+    else:
+        raise TraceFormatError(f"{name}: unsupported .npy version {version}")
+    if found != np.dtype(dtype) or found.hasobject or fortran:
+        raise TraceFormatError(f"{name} has dtype {found}, expected {np.dtype(dtype)}")
+    nbytes = math.prod(shape) * found.itemsize
+    header = member.tell() if member.seekable() else None
+    if nbytes > size or (header is not None and header + nbytes != size):
+        raise TraceFormatError(f"{name}: its header claims {nbytes:,} bytes, the member holds "
+                               f"{size:,}")
+    buffer = bytearray(nbytes)
+    view, done = memoryview(buffer), 0
+    while done < nbytes:
+        got = member.readinto(view[done:done + (1 << 20)])
+        if not got:
+            raise TraceFormatError(f"{name} is truncated")
+        done += got
+    return np.frombuffer(buffer, dtype=found).reshape(shape)
 
 
 def _check_and_upgrade(meta: Any) -> dict[str, Any]:
@@ -112,36 +211,43 @@ def _check_and_upgrade(meta: Any) -> dict[str, Any]:
 
 
 def _array(arrays: dict[str, np.ndarray], index: int, name: str) -> np.ndarray | None:
-    value = arrays.get(f"step{index}.{name}")
-    if value is not None and value.dtype != _ARRAY_FIELDS[name]:
-        raise TraceFormatError(f"step {index} {name} has dtype {value.dtype}, "
-                               f"expected {np.dtype(_ARRAY_FIELDS[name])}")
+    return arrays.get(f"step{index}.{name}")
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TraceFormatError(f"not a valid trace: the {what} must be text")
     return value
 
 
 def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
     steps = []
-    for record in meta["steps"]:
-        index = int(record["index"])
+    records = meta["steps"]
+    if not isinstance(records, list) or len(records) > MAX_NEW_TOKENS_LIMIT:
+        raise TraceFormatError(f"a trace has a list of at most {MAX_NEW_TOKENS_LIMIT} steps")
+    for i, record in enumerate(records):
         fields = {name: record[name] for name in _SCALAR_STEP_FIELDS}
-        fields["kv_bytes_per_layer"] = tuple(int(v) for v in record["kv_bytes_per_layer"])
+        fields["kv_bytes_per_layer"] = tuple(record["kv_bytes_per_layer"])
         fields["top_pieces"] = tuple(str(v) for v in record["top_pieces"])
-        fields.update({name: _array(arrays, index, name) for name in _ARRAY_FIELDS})
+        fields.update({name: _array(arrays, i, name) for name in _ARRAY_FIELDS})
         if fields["top_ids"] is None or fields["top_probs"] is None:
-            raise TraceFormatError(f"step {index} is missing its top-k arrays")
+            raise TraceFormatError(f"step {i} is missing its top-k arrays")
         steps.append(Step(**fields))
+    if len(arrays) != sum(_array(arrays, i, f) is not None for i in range(len(steps))
+                          for f in _ARRAY_FIELDS):
+        raise TraceFormatError("not a valid trace file: arrays for steps that are not in it")
     return Trace(
         model=ModelSpec.from_dict(meta["model"]),
         settings=GenerationSettings.from_dict(meta["settings"]),
-        prompt=str(meta["prompt"]),
-        prompt_token_ids=tuple(int(v) for v in meta["prompt_token_ids"]),
+        prompt=_text(meta["prompt"], "prompt"),
+        prompt_token_ids=tuple(meta["prompt_token_ids"]),
         prompt_pieces=tuple(str(v) for v in meta["prompt_pieces"]),
         prompt_special=tuple(bool(v) for v in meta["prompt_special"]),
         steps=tuple(steps),
         stop_reason=meta["stop_reason"],
-        tokenize_ms=float(meta["tokenize_ms"]),
+        tokenize_ms=meta["tokenize_ms"],
         device=str(meta["device"]),
-        attention_layers=tuple(int(v) for v in meta["attention_layers"]),
+        attention_layers=tuple(meta["attention_layers"]),
         created_at=str(meta["created_at"]),
         engine_version=str(meta["engine_version"]),
     )

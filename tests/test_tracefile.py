@@ -111,3 +111,54 @@ def test_wrong_dtype_is_refused(trace):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(TraceFormatError, match="cannot read"):
         load_trace(tmp_path / "nope.npz")
+
+
+def _experiments():
+    from engine.cachelab import OnOff, VariantRun
+    from engine.compiled import DecodeComparison
+    from engine.experiments import Experiments
+    from engine.kvcache import CacheConfig
+    from engine.roofline import Work
+    from engine.sweeps import SweepPoint
+
+    return Experiments(
+        sweeps={"batch": (SweepPoint(1, 20.0, 50.0), SweepPoint(8, 24.0, 333.3))},
+        cache_on_off=(OnOff(16, np.array([5.0, 6.0]), np.array([9.0, 30.0]), True),),
+        cache_variants=(VariantRun(CacheConfig("window", 32, 4), np.array([0.0, 0.25]),
+                                   np.array([True, False]), np.array([100.0, 120.0])),),
+        decode_comparison=DecodeComparison(40, 32, 3, 90.0, None, 0.0, True, (5, 6), Work(2e8, 5e8),
+                                           17.5, "", 41.0))
+
+
+def test_a_lecture_pack_carries_its_experiment_results(trace):
+    from engine.tracefile import read_trace_file
+
+    found = _experiments()
+    back = read_trace_file(trace_to_bytes(trace, found))
+    assert traces_equal(back.trace, trace)
+    got = back.experiments
+    assert got.sweeps == found.sweeps
+    assert got.cache_on_off[0].speedup == pytest.approx(39 / 11)
+    assert got.cache_on_off[0].same_tokens
+    assert got.cache_variants[0].config.label == "window 32 + 4 sinks"
+    assert got.cache_variants[0].agreement == 0.5
+    assert got.decode_comparison == found.decode_comparison  # a plain dataclass: field equality
+    assert read_trace_file(trace_to_bytes(trace)).experiments.empty
+
+
+def test_a_version_1_file_is_upgraded_with_no_experiments(trace):
+    from engine.tracefile import read_trace_file
+
+    buffer = io.BytesIO(trace_to_bytes(trace))
+    with zipfile.ZipFile(buffer) as archive:
+        parts = {i.filename: archive.read(i) for i in archive.infolist()}
+    meta = json.loads(np.load(io.BytesIO(parts["meta.json.npy"])).tobytes())
+    meta["version"] = 1
+    del meta["experiments"]
+    out = io.BytesIO()
+    np.savez_compressed(out, **{name.removesuffix(".npy"): np.load(io.BytesIO(data))
+                                for name, data in parts.items() if name != "meta.json.npy"},
+                        **{META_KEY: np.frombuffer(json.dumps(meta).encode(), np.uint8)})
+    back = read_trace_file(out.getvalue())
+    assert traces_equal(back.trace, trace) and back.experiments.empty
+    assert FORMAT_VERSION == 2

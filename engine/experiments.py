@@ -1,0 +1,163 @@
+"""Experiment results computed on a trace, kept with it: a session's record and a "lecture pack".
+
+The app's experiments (timing sweeps, KV cache on vs off, cache variants, the decode-kernel
+comparison) take seconds to minutes. `Experiments` holds their results so that a reload restores
+them and a downloaded trace file carries them (`meta.json` → `"experiments"`, plain JSON: see
+docs/trace-format.md). Reading validates every number, as for the trace itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .cachelab import OnOff, VariantRun
+from .compiled import DecodeComparison
+from .errors import TraceFormatError
+from .kvcache import CacheConfig
+from .roofline import Work
+from .settings import MAX_NEW_TOKENS_LIMIT
+from .sweeps import SweepPoint
+
+SWEEPS = ("prompt_length", "context", "batch")  # TTFT by prompt, ITL by context, batch throughput
+MAX_RESULTS = 32  # entries per experiment in a file: far more than the page makes
+MAX_SERIES = MAX_NEW_TOKENS_LIMIT + 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Experiments:
+    sweeps: Mapping[str, tuple[SweepPoint, ...]] = field(default_factory=dict)
+    cache_on_off: tuple[OnOff, ...] = ()
+    cache_variants: tuple[VariantRun, ...] = ()
+    decode_comparison: DecodeComparison | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.sweeps) - set(SWEEPS)
+        if unknown:
+            raise ValueError(f"unknown sweeps {sorted(unknown)}")
+
+    @property
+    def empty(self) -> bool:
+        return not (self.sweeps or self.cache_on_off or self.cache_variants
+                    or self.decode_comparison)
+
+
+def experiments_to_dict(found: Experiments) -> dict[str, Any]:
+    comparison = found.decode_comparison
+    return {
+        "sweeps": {name: [[p.size, p.ms, p.tokens_per_s] for p in points]
+                   for name, points in found.sweeps.items()},
+        "cache_on_off": [{"new_tokens": r.new_tokens, "on_ms": r.on_ms.tolist(),
+                          "off_ms": r.off_ms.tolist(), "same_tokens": r.same_tokens}
+                         for r in found.cache_on_off],
+        "cache_variants": [{"kind": r.config.kind, "window": r.config.window,
+                            "sinks": r.config.sinks, "kl": r.kl.tolist(),
+                            "agree": r.agree.tolist(), "kv_bytes": r.kv_bytes.tolist()}
+                           for r in found.cache_variants],
+        "decode_comparison": None if comparison is None else {
+            "prompt_tokens": comparison.prompt_tokens, "new_tokens": comparison.new_tokens,
+            "rounds": comparison.rounds, "eager_itl_ms": comparison.eager_itl_ms,
+            "compiled_itl_ms": comparison.compiled_itl_ms, "compile_s": comparison.compile_s,
+            "same_tokens": comparison.same_tokens, "tokens": list(comparison.tokens),
+            "flops": comparison.work.flops, "bytes": comparison.work.bytes,
+            "native_itl_ms": comparison.native_itl_ms, "native_note": comparison.native_note,
+            "bandwidth_gb_s": comparison.bandwidth_gb_s},
+    }
+
+
+def _number(value: Any, what: str, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+            or value < 0:
+        raise TraceFormatError(f"experiment results: {what} must be a finite number ≥ 0")
+    return float(value)
+
+
+def _whole(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 1 << 40:
+        raise TraceFormatError(f"experiment results: {what} must be a whole number ≥ 0")
+    return value
+
+
+def _series(values: Any, what: str, kind: type = float) -> np.ndarray:
+    if not isinstance(values, list) or len(values) > MAX_SERIES:
+        raise TraceFormatError(f"experiment results: {what} must be a list of at most "
+                               f"{MAX_SERIES} numbers")
+    if kind is bool:
+        if not all(isinstance(v, bool) for v in values):
+            raise TraceFormatError(f"experiment results: {what} must hold true/false values")
+        return np.array(values, dtype=bool)
+    return np.array([_number(v, what) for v in values], dtype=np.float64)
+
+
+def _entries(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or len(value) > MAX_RESULTS:
+        raise TraceFormatError(f"experiment results: {key} must be a list of at most "
+                               f"{MAX_RESULTS} entries")
+    return value
+
+
+def _comparison(d: Any) -> DecodeComparison | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise TraceFormatError("experiment results: decode_comparison must be an object")
+    tokens = d.get("tokens")
+    if not isinstance(tokens, list) or len(tokens) > MAX_SERIES:
+        raise TraceFormatError("experiment results: decode_comparison tokens must be a list")
+    note = d.get("native_note", "")
+    if not isinstance(note, str) or len(note) > 1000:
+        raise TraceFormatError("experiment results: native_note must be short text")
+    return DecodeComparison(
+        prompt_tokens=_whole(d.get("prompt_tokens"), "prompt_tokens"),
+        new_tokens=_whole(d.get("new_tokens"), "new_tokens"),
+        rounds=_whole(d.get("rounds"), "rounds"),
+        eager_itl_ms=_number(d.get("eager_itl_ms"), "eager ITL"),
+        compiled_itl_ms=_number(d.get("compiled_itl_ms"), "compiled ITL", optional=True),
+        compile_s=_number(d.get("compile_s"), "compile time"),
+        same_tokens=bool(d.get("same_tokens")),
+        tokens=tuple(_whole(t, "token") for t in tokens),
+        work=Work(_number(d.get("flops"), "FLOPs"), _number(d.get("bytes"), "bytes")),
+        native_itl_ms=_number(d.get("native_itl_ms"), "native ITL", optional=True),
+        native_note=note,
+        bandwidth_gb_s=_number(d.get("bandwidth_gb_s"), "bandwidth", optional=True))
+
+
+def experiments_from_dict(data: Any) -> Experiments:
+    """Rebuild and check; any damage raises TraceFormatError (never a traceback)."""
+    if data is None:
+        return Experiments()
+    if not isinstance(data, dict):
+        raise TraceFormatError("experiment results must be an object")
+    try:
+        sweeps_in = data.get("sweeps") or {}
+        if not isinstance(sweeps_in, dict) or set(sweeps_in) - set(SWEEPS):
+            raise TraceFormatError(f"experiment results: sweeps must be among {', '.join(SWEEPS)}")
+        sweeps = {}
+        for name, points in sweeps_in.items():
+            if not isinstance(points, list) or len(points) > MAX_RESULTS \
+                    or not all(isinstance(p, list) and len(p) == 3 for p in points):
+                raise TraceFormatError(f"experiment results: sweep {name} must be a list of "
+                                       "[size, ms, tokens/s] triples")
+            sweeps[name] = tuple(SweepPoint(_whole(p[0], "sweep size"), _number(p[1], "sweep ms"),
+                                            _number(p[2], "sweep tokens/s")) for p in points)
+        on_off = tuple(OnOff(_whole(r.get("new_tokens"), "new tokens"),
+                             _series(r.get("on_ms"), "cache-on times"),
+                             _series(r.get("off_ms"), "cache-off times"),
+                             bool(r.get("same_tokens")))
+                       for r in _entries(data, "cache_on_off"))
+        variants = tuple(VariantRun(CacheConfig(str(r.get("kind")), _whole(r.get("window", 0), "window"),
+                                                _whole(r.get("sinks", 0), "sinks")),
+                                    _series(r.get("kl"), "KL"), _series(r.get("agree"), "agreement", bool),
+                                    _series(r.get("kv_bytes"), "KV bytes"))
+                         for r in _entries(data, "cache_variants"))
+        return Experiments(sweeps, on_off, variants, _comparison(data.get("decode_comparison")))
+    except TraceFormatError:
+        raise
+    except (AttributeError, TypeError, ValueError) as err:
+        raise TraceFormatError(f"experiment results are damaged: {err}") from err

@@ -1,0 +1,138 @@
+"""Every invariant a trace must satisfy before a page, a chart or the model touches it.
+
+A trace file can come from anyone (an upload on a hosted demo), so a file that parses is not yet
+a trace: its model spec could claim 10⁹ heads (a page would build a list that size), its token ids
+could lie outside the vocabulary (the one-head view would run the model on them), its latencies
+could be negative, NaN or 10⁹ ms (a replay would sleep for good). `check_trace` refuses all of
+that with one `TraceFormatError` line naming the first broken rule; a trace made by `Run` passes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .errors import TraceFormatError
+from .settings import MAX_NEW_TOKENS_LIMIT
+from .spec import ModelSpec
+from .trace import Step, Trace
+
+# Bounds on a spec read from a file: well above any real model (the largest open models have
+# ~128 layers, 128 heads, head_dim 256, hidden 16k, a 256k vocabulary), far below sizes a page
+# could not draw.
+SPEC_LIMITS = {"layers": 1024, "heads": 1024, "kv_heads": 1024, "head_dim": 4096,
+               "hidden_size": 1 << 17, "intermediate_size": 1 << 20, "vocab_size": 1 << 22,
+               "max_context": 1 << 24}
+MAX_PROMPT_TOKENS = 1 << 16
+MAX_STEP_MS = 3_600_000.0  # one hour: a slower step is not a measurement this app could show
+MAX_TEXT_CHARS = 1 << 20
+
+
+def _fail(message: str) -> None:
+    raise TraceFormatError(f"not a valid trace: {message}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _duration(value: Any, what: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+            or not 0 <= value <= MAX_STEP_MS:
+        _fail(f"{what} must be a time between 0 and {MAX_STEP_MS:,.0f} ms, got {value!r}")
+
+
+def _token(value: Any, vocab: int, what: str) -> None:
+    if not _is_int(value) or not 0 <= value < vocab:
+        _fail(f"{what} {value!r} is outside the vocabulary (0..{vocab - 1})")
+
+
+def check_spec(spec: ModelSpec) -> None:
+    for name, limit in SPEC_LIMITS.items():
+        value = getattr(spec, name)
+        if not _is_int(value) or not 0 <= value <= limit:
+            _fail(f"model {name} must be a whole number up to {limit:,}, got {value!r}")
+    for name in ("param_count", "weight_bytes"):
+        value = getattr(spec, name)
+        if not _is_int(value) or value < 0:
+            _fail(f"model {name} must be a non-negative whole number")
+    if not isinstance(spec.name, str) or len(spec.name) > 1000:
+        _fail("the model name must be text of at most 1,000 characters")
+    if spec.rope_theta is not None and not (isinstance(spec.rope_theta, (int, float))
+                                            and math.isfinite(spec.rope_theta)
+                                            and spec.rope_theta > 0):
+        _fail("rope_theta must be a positive number")
+
+
+def _check_step(step: Step, i: int, trace: Trace) -> None:
+    spec, n = trace.model, len(trace.prompt_token_ids)
+    where = f"step {i}"
+    if not _is_int(step.index) or step.index != i:
+        _fail(f"{where} has index {step.index!r} (steps must be numbered 0, 1, 2, …)")
+    if step.phase != ("prefill" if i == 0 else "decode"):
+        _fail(f"{where} must be a {'prefill' if i == 0 else 'decode'} step")
+    _token(step.token_id, spec.vocab_size, f"{where}: token id")
+    if step.position != n + i or step.context_len != n + i:
+        _fail(f"{where}: position and context length must be {n + i}")
+    _duration(step.latency_ms, f"{where}: latency")
+    if not isinstance(step.piece, str) or not isinstance(step.text, str) \
+            or len(step.piece) > 1000 or len(step.text) > 1000:
+        _fail(f"{where}: piece and text must be short strings")
+    if len(step.kv_bytes_per_layer) != spec.layers:
+        _fail(f"{where}: KV bytes per layer lists {len(step.kv_bytes_per_layer)} layers, "
+              f"the model has {spec.layers}")
+    if any(not _is_int(b) or b < 0 for b in step.kv_bytes_per_layer) \
+            or step.kv_bytes != sum(step.kv_bytes_per_layer):
+        _fail(f"{where}: KV bytes must be non-negative and add up over the layers")
+    k = len(step.top_ids)
+    if step.top_ids.shape != (k,) or step.top_probs.shape != (k,) or not 1 <= k <= 100:
+        _fail(f"{where}: top-k arrays must be two 1-D arrays of 1 to 100 entries")
+    if k and (step.top_ids.min() < 0 or step.top_ids.max() >= spec.vocab_size):
+        _fail(f"{where}: a top-k id is outside the vocabulary")
+    if not (np.isfinite(step.top_probs).all() and (step.top_probs >= 0).all()
+            and (step.top_probs <= 1).all()):
+        _fail(f"{where}: top-k probabilities must lie between 0 and 1")
+    if not isinstance(step.chosen_prob, (int, float)) or not 0 <= step.chosen_prob <= 1:
+        _fail(f"{where}: the chosen token's probability must lie between 0 and 1")
+    if not _is_int(step.chosen_rank) or not 0 <= step.chosen_rank < spec.vocab_size:
+        _fail(f"{where}: the chosen token's rank must be between 0 and {spec.vocab_size - 1}")
+    if step.attention is not None:
+        expected = (len(trace.attention_layers), spec.heads, n if i == 0 else 1, step.context_len)
+        if step.attention.shape != expected:
+            _fail(f"{where}: attention has shape {step.attention.shape}, expected {expected} "
+                  "(recorded layers, heads, query rows, context)")
+        if not np.isfinite(step.attention).all():
+            _fail(f"{where}: attention weights must be finite")
+    if step.hidden is not None and step.hidden.shape != (spec.layers + 1, spec.hidden_size):
+        _fail(f"{where}: hidden states have shape {step.hidden.shape}, expected "
+              f"{(spec.layers + 1, spec.hidden_size)}")
+
+
+def check_trace(trace: Trace) -> Trace:
+    """Raise TraceFormatError at the first broken invariant; return the trace if all hold."""
+    spec = trace.model
+    check_spec(spec)
+    n = len(trace.prompt_token_ids)
+    if not 1 <= n <= MAX_PROMPT_TOKENS:
+        _fail(f"the prompt must have 1 to {MAX_PROMPT_TOKENS:,} tokens, it has {n:,}")
+    if len(trace.prompt_pieces) != n or len(trace.prompt_special) != n:
+        _fail("prompt ids, pieces and special-token flags differ in length")
+    for token_id in trace.prompt_token_ids:
+        _token(token_id, spec.vocab_size, "prompt token id")
+    if any(not isinstance(p, str) or len(p) > 1000 for p in trace.prompt_pieces):
+        _fail("prompt pieces must be short strings")
+    if len(trace.prompt) > MAX_TEXT_CHARS:
+        _fail(f"the prompt text is over {MAX_TEXT_CHARS:,} characters")
+    layers = trace.attention_layers
+    if list(layers) != sorted(set(layers)) or any(not _is_int(k) or not 0 <= k < spec.layers
+                                                   for k in layers):
+        _fail(f"recorded attention layers must be distinct, sorted and between 0 and "
+              f"{spec.layers - 1}")
+    if len(trace.steps) > MAX_NEW_TOKENS_LIMIT:
+        _fail(f"a trace has at most {MAX_NEW_TOKENS_LIMIT} steps")
+    _duration(trace.tokenize_ms, "tokenization time")
+    for i, step in enumerate(trace.steps):
+        _check_step(step, i, trace)
+    return trace
