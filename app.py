@@ -1,94 +1,75 @@
-"""Inference Explorer — the entry point: router, shared sidebar, cached model, generation lock.
+"""Inference Explorer — the entry point: router, shared sidebar, session restore.
 
-Pages read what this frame puts in `st.session_state`: `lm` (the loaded model or None),
-`compiled_decoder` (a function returning the model's shared, lazily compiled decoder),
-`native_decoder` (a function returning the model's shared hand-written C decoder, or raising
-EngineError with the reason it cannot run),
-`generation_lock` (one per process, shared by every session), `settings` (GenerationSettings from
-the sidebar) and `limits`.
+Shared objects (the model turn lock, the model store, session records) and the configuration live
+in pages/state.py. Pages read from `st.session_state`: `lm` (this session's loaded model or None),
+`compiled_decoder` / `native_decoder` (functions returning the model's shared decoders; the native
+one raises EngineError with the reason it cannot run), `settings` (GenerationSettings from the
+sidebar), and what state.keep() restores after a reload: `trace`, `prompt`, `experiments`.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import streamlit as st  # noqa: E402
 
-from engine import EngineError, GenerationSettings, load_model  # noqa: E402
+from engine import EngineError, GenerationSettings  # noqa: E402
 from engine.compiled import CompiledDecoder  # noqa: E402
 from engine.native import NativeDecoder  # noqa: E402
+from pages.state import MODELS, config, plain, restore_session  # noqa: E402
 
-HOSTED = os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1"
-LIMITS = {"prompt_tokens": 256, "new_tokens": 64} if HOSTED else {"prompt_tokens": 1024,
-                                                                   "new_tokens": 256}
+LIMITS = config().limits
 ASSETS = Path(__file__).parent / "assets"
-
-
-@st.cache_resource(max_entries=1, show_spinner=False)
-def cached_model(source: str, dtype: str):
-    """One model per process, shared by all sessions (a new choice replaces it)."""
-    return load_model(source, dtype=dtype)
-
-
-@st.cache_resource(max_entries=1, show_spinner=False)
-def cached_decoder(source: str, dtype: str) -> CompiledDecoder:
-    """The model's compiled decode step, shared like the model (it compiles on first use)."""
-    return CompiledDecoder(cached_model(source, dtype))
-
-
-@st.cache_resource(max_entries=1, show_spinner=False)
-def cached_native(source: str, dtype: str) -> NativeDecoder:
-    """The model's native C decode step (packed weights: one more model's worth of memory)."""
-    return NativeDecoder(cached_model(source, dtype))
-
-
-@st.cache_resource
-def generation_lock() -> threading.Lock:
-    """Serializes generation across sessions: the model runs one request at a time."""
-    return threading.Lock()
+MAX_SOURCE_CHARS = 200
 
 
 def sidebar_model() -> None:
     st.sidebar.header("Model")
     source = "default"
-    if not HOSTED:
+    if not config().hosted:
         custom = st.sidebar.text_input(
             "Hugging Face id or local folder", key="model_source", placeholder="default: SmolLM2-135M",
+            max_chars=MAX_SOURCE_CHARS,
             help="A causal LM with safetensors weights, already on this machine (offline).")
         source = custom.strip() or "default"
-    dtype = st.sidebar.selectbox(
-        "Weights", ["float32", "float16"], key="weights_dtype",
-        help="float16 halves the bytes every decode step reads (and the KV cache). On many CPUs "
-             "it also decodes faster; compare the ITL on the Prefill vs decode page.")
+        dtype = st.sidebar.selectbox(
+            "Weights", ["float32", "float16"], key="weights_dtype",
+            help="float16 halves the bytes every decode step reads (and the KV cache). On many "
+                 "CPUs it also decodes faster; compare the ITL on the Prefill vs decode page. "
+                 "Your choice loads a model of your own: other visitors keep theirs.")
+    else:
+        dtype = "float32"
+        st.sidebar.caption("Hosted demo: every visitor shares one float32 model; run the app "
+                           "locally to pick another model or float16 weights.")
     with st.sidebar.status("Loading model… (the very first start converts the GGUF: ~30 s)",
                            expanded=False) as status:
         try:
-            lm = cached_model(source, dtype)
+            entry = MODELS.get(source, dtype)
         except EngineError as err:
             status.update(label="Model not loaded", state="error", expanded=True)
-            st.error(str(err))
-            st.session_state["lm"] = None
+            st.error(plain(str(err)))
+            st.session_state["lm"] = st.session_state["model_entry"] = None
             st.session_state["compiled_decoder"] = st.session_state["native_decoder"] = None
             return
+        lm = entry.lm
         spec = lm.spec
         status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete")
         st.caption(f"{spec.param_count / 1e6:.0f} M parameters, {spec.layers} layers, "
                    f"{spec.heads} query / {spec.kv_heads} KV heads, {spec.dtype}; "
                    f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
-    st.session_state["lm"] = lm
-    st.session_state["compiled_decoder"] = lambda: cached_decoder(source, dtype)
-    st.session_state["native_decoder"] = lambda: cached_native(source, dtype)
+    st.session_state["lm"], st.session_state["model_entry"] = lm, entry
+    st.session_state["compiled_decoder"] = lambda: MODELS.compiled((source, dtype), CompiledDecoder)
+    st.session_state["native_decoder"] = lambda: entry.extra("native", NativeDecoder)
 
 
 def sidebar_settings() -> None:
     side = st.sidebar
     side.header("Generation")
-    new = side.slider("Max new tokens", 1, LIMITS["new_tokens"], min(48, LIMITS["new_tokens"]),
-                      help=f"At most {LIMITS['new_tokens']} here.")
+    new = side.slider("Max new tokens", 1, LIMITS.new_tokens, min(48, LIMITS.new_tokens),
+                      help=f"At most {LIMITS.new_tokens} here.")
     temp = side.slider("Temperature", 0.0, 2.0, 0.0, 0.05, help="0 = greedy: always the most "
                        "probable token. Higher values flatten the distribution before sampling.")
     top_k = side.number_input("Top-k", 0, 1000, 0, help="Sample only among the k most probable "
@@ -104,16 +85,14 @@ def sidebar_settings() -> None:
     attn = side.toggle("Record attention", True, help="Keep every layer's attention weights "
                        "for the attention pages (costs memory on long prompts).")
     st.session_state["settings"] = GenerationSettings(
-        max_new_tokens=int(new), temperature=float(temp), top_k=int(top_k), top_p=float(top_p),
+        max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k), top_p=float(top_p),
         seed=int(seed), chat_template=chat, kv_cache=kv, record_attention=attn,
-        max_prompt_tokens=LIMITS["prompt_tokens"])
+        max_prompt_tokens=LIMITS.prompt_tokens)
 
 
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")
 st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
-st.session_state["generation_lock"] = generation_lock()
-st.session_state["limits"] = LIMITS
-st.session_state["hosted"] = HOSTED
+restore_session()
 page = st.navigation([
     st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
     st.Page("pages/tokens.py", title="Tokens", icon=":material/data_array:"),

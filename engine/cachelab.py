@@ -14,6 +14,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from .errors import InputError
 from .kvcache import CacheConfig, build_cache, cache_layer_bytes
 from .loader import LoadedModel
 from .runner import Run
@@ -32,6 +33,19 @@ class VariantRun:
         return float(self.agree.mean()) if len(self.agree) else 1.0
 
 
+def check_sequence(lm: LoadedModel, ids: list[int], max_tokens: int) -> None:
+    """Refuse, with one line, a token sequence the model should not be run on here: longer than
+    this app's limit or the model's context, or with ids outside its vocabulary."""
+    if len(ids) > max_tokens:
+        raise InputError(f"this trace has {len(ids):,} tokens; experiments here run the model on "
+                         f"at most {max_tokens:,}")
+    if lm.spec.max_context and len(ids) > lm.spec.max_context:
+        raise InputError(f"this trace has {len(ids):,} tokens, more than the model's context of "
+                         f"{lm.spec.max_context:,}")
+    if any(not 0 <= i < lm.spec.vocab_size for i in ids):
+        raise InputError("this trace has token ids outside the loaded model's vocabulary")
+
+
 @torch.inference_mode()
 def _teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, config: CacheConfig
                     ) -> tuple[list[torch.Tensor], list[int]]:
@@ -48,9 +62,11 @@ def _teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, config: Cach
 
 
 def compare_caches(lm: LoadedModel, prompt_ids: list[int], output_ids: list[int],
-                   configs: list[CacheConfig]) -> Iterator[VariantRun]:
-    """The full cache first, then each variant, on the same token sequence."""
+                   configs: list[CacheConfig], max_tokens: int = 4096) -> Iterator[VariantRun]:
+    """The full cache first, then each variant, on the same token sequence (at most `max_tokens`
+    of it: a longer one is refused, since each variant reruns it token by token)."""
     ids = list(prompt_ids) + list(output_ids[:-1])
+    check_sequence(lm, ids, max_tokens)
     ref, ref_sizes = _teacher_forced(lm, ids, len(prompt_ids), CacheConfig())
     yield VariantRun(CacheConfig(), np.zeros(len(ref)), np.ones(len(ref), dtype=bool),
                      np.array(ref_sizes))
@@ -73,13 +89,16 @@ class OnOff:
         return float(self.off_ms.sum() / self.on_ms.sum())
 
 
-def cache_on_off(lm: LoadedModel, prompt: str, lengths: list[int]) -> Iterator[OnOff]:
+def cache_on_off(lm: LoadedModel, prompt: str, lengths: list[int], max_prompt_tokens: int = 2048,
+                 max_new_tokens: int = 4096) -> Iterator[OnOff]:
     """Generate the same greedy tokens with the cache and without it, for each output length."""
+    if any(not 1 <= n <= max_new_tokens for n in lengths):
+        raise InputError(f"output lengths must be between 1 and {max_new_tokens} tokens here")
     for n in lengths:
         runs = {}
         for kv in (True, False):
             settings = GenerationSettings(max_new_tokens=n, kv_cache=kv, record_attention=False,
-                                          record_hidden=False)
+                                          record_hidden=False, max_prompt_tokens=max_prompt_tokens)
             runs[kv] = Run(lm, prompt, settings).run_all()
         on, off = runs[True], runs[False]
         yield OnOff(n, np.array([s.latency_ms for s in on.steps]),

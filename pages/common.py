@@ -8,6 +8,7 @@ from typing import Callable, Iterator, TypeVar
 import streamlit as st
 
 from engine import Trace
+from pages.state import LOCK, current_trace
 
 T = TypeVar("T")
 
@@ -21,7 +22,7 @@ def no_trace_notice(then: str = "") -> None:
 
 def require_trace() -> Trace:
     """The session's trace; without one, the notice and the end of this page's run."""
-    trace = st.session_state.get("trace")
+    trace = current_trace()
     if trace is None:
         no_trace_notice()
         st.stop()
@@ -31,16 +32,22 @@ def require_trace() -> Trace:
 @contextlib.contextmanager
 def model_turn() -> Iterator[None]:
     """Hold the process-wide lock while this session runs the shared model (a generation, a
-    sweep, a cache experiment, a compile): one run at a time, so no visitor's timings are
-    measured while another visitor's forward shares the two cores. Waits with a message."""
-    lock = st.session_state["generation_lock"]
-    if not lock.acquire(blocking=False):
-        with st.spinner("Busy: another visitor is using the model. Waiting for it…"):
-            lock.acquire()
+    sweep, a cache experiment, a compile, a ceiling measurement): one run at a time, so no
+    visitor's timings are measured while another visitor's forward shares the cores. Waiting
+    visitors are served first come, first served, and see their place in the queue."""
+    notice = st.empty()
+
+    def waiting(place: int, held_s: float) -> None:
+        ahead = "another visitor's run" if place == 1 else f"{place} runs"
+        notice.info(f"Busy: waiting for {ahead} to finish (you are number {place} in the queue; "
+                    f"the current run has taken {held_s:.0f} s so far).", icon=":material/hourglass:")
+
     try:
-        yield
+        with LOCK.turn(on_wait=waiting):
+            notice.empty()
+            yield
     finally:
-        lock.release()
+        notice.empty()
 
 
 def memo(name: str, key: tuple, compute: Callable[[], T]) -> T:

@@ -11,12 +11,7 @@ from charts.tokens import piece_text, visible
 from engine.embeddings import EmbeddingIndex
 from engine.rope import angles, score_by_distance
 from pages.common import memo, no_trace_notice
-
-
-@st.cache_resource(max_entries=1, show_spinner="Normalizing the embedding table…")
-def embedding_index(source: str, _lm) -> EmbeddingIndex:
-    """One normalized table per loaded model, shared by all sessions."""
-    return EmbeddingIndex(_lm)
+from pages.state import current_trace
 
 
 @st.cache_data(show_spinner=False)
@@ -38,12 +33,13 @@ def label(token_id: int) -> str:
 
 st.title("Embeddings")
 lm = st.session_state.get("lm")
-trace = st.session_state.get("trace")
+trace = current_trace()
 if lm is None:
     st.info("This page reads the model's embedding table: load a model in the sidebar.")
     st.stop()
 spec = lm.spec
-index = embedding_index(f"{lm.source}|{spec.name}|{spec.dtype}", lm)
+with st.spinner("Normalizing the embedding table…"):  # once per loaded model, for all sessions
+    index = st.session_state["model_entry"].extra("embedding_index", EmbeddingIndex)
 st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
            f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
            "close together; closeness here is cosine similarity.")
@@ -56,7 +52,8 @@ else:
 ids = list(dict.fromkeys(ids))
 st.subheader("Nearest tokens")
 chosen = st.selectbox("Token (from the last prompt)" if trace else "Token", ids, format_func=label)
-probe = st.text_input("…or probe any word", placeholder="e.g.  dog", help="Its first token is used.")
+probe = st.text_input("…or probe any word", placeholder="e.g.  dog", max_chars=100,
+                      help="Its first token is used.")
 if probe:
     probe_ids = lm.tokenizer(probe, add_special_tokens=False).input_ids
     chosen = probe_ids[0] if probe_ids else chosen

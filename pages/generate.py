@@ -10,13 +10,15 @@ from pathlib import Path
 import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
-from engine import EngineError, Run, TraceFormatError, load_trace, summarize
-from engine.tracefile import trace_to_bytes
+from engine import EngineError, Run, TraceFormatError, summarize
+from engine.metrics import replay_pace
+from engine.tracefile import read_trace_file, trace_to_bytes
 from pages.common import model_turn
+from pages.state import config, current_experiments, current_trace, keep, keep_new_trace, plain
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
-MAX_UPLOAD_MB = 50
+MAX_PROMPT_CHARS = 20_000  # far above any prompt the token limit lets through
 
 
 def use_sample() -> None:
@@ -29,14 +31,16 @@ def load_upload() -> None:
         st.session_state.pop("upload_error", None)
         return
     try:
-        trace = load_trace(upload.getvalue())
-        if not trace.steps:
+        if upload.size > config().limits.upload_mb << 20:
+            raise TraceFormatError(f"the file is over {config().limits.upload_mb} MB")
+        opened = read_trace_file(upload.getvalue(), max_bytes=config().limits.trace_mb << 20)
+        if not opened.trace.steps:
             raise TraceFormatError("this trace has no generated tokens to show")
-        st.session_state["trace"] = trace
+        keep_new_trace(opened.trace, opened.experiments)
         st.session_state["replay"] = True
         st.session_state.pop("upload_error", None)
     except EngineError as err:
-        st.session_state["upload_error"] = f"{upload.name}: {err}"
+        st.session_state["upload_error"] = f"{upload.name[:120]}: {err}"
 
 
 CHART_EVERY_S = 1.0  # live chart redraws at most this often: plotly redraws cost the CPU the model needs
@@ -68,16 +72,17 @@ st.caption("Type a prompt and watch the model run: prefill reads the whole promp
 st.selectbox("Sample prompts", list(SAMPLES), index=None, key="sample", on_change=use_sample,
              placeholder="Pick a sample prompt…")
 with st.form("generate_form", border=False):
-    prompt = st.text_area("Prompt", key="prompt", height=100,
+    prompt = st.text_area("Prompt", key="prompt", height=100, max_chars=MAX_PROMPT_CHARS,
                           placeholder="Ask the model something… (Ctrl+Enter to generate)")
     generate = st.form_submit_button("Generate", type="primary", icon=":material/play_arrow:")
 stop = st.button("Stop", icon=":material/stop:", help="Stop the running generation; the tokens decoded so far "
                  "are kept.")
 
 chips, metrics, chart = st.empty(), st.empty(), st.empty()
-trace = st.session_state.get("trace")
+trace = current_trace()
 if stop and trace is not None and trace.stop_reason == "running":
-    st.session_state["trace"] = trace = replace(trace, stop_reason="stopped")
+    trace = replace(trace, stop_reason="stopped")
+    keep("trace", trace)
 
 if generate:
     lm = st.session_state.get("lm")
@@ -85,25 +90,32 @@ if generate:
         st.error("No model is loaded — see the sidebar. You can still upload a trace below.")
     else:
         try:
+            keep("prompt", prompt)
             run = Run(lm, prompt, st.session_state["settings"])
             try:
                 with model_turn():
                     drawn = 0.0
-                    for _ in run:
-                        trace = st.session_state["trace"] = run.trace()
+                    for step in run:
+                        trace = run.trace()
+                        if step.index == 0:
+                            keep_new_trace(trace)  # results computed on the old trace go
+                        else:
+                            keep("trace", trace)
                         redraw = time.monotonic() - drawn >= CHART_EVERY_S
                         show(trace, chips, metrics, chart, "live", redraw)
                         drawn = time.monotonic() if redraw else drawn
             finally:
                 if run.steps and run.stop_reason == "running":  # interrupted by Stop
-                    st.session_state["trace"] = replace(run.trace(), stop_reason="stopped")
-            trace = st.session_state["trace"] = run.trace()
+                    keep("trace", replace(run.trace(), stop_reason="stopped"))
+            if run.steps:
+                trace = run.trace()
+                keep("trace", trace)
         except EngineError as err:
-            st.error(str(err))
+            st.error(plain(str(err)))
 elif trace is not None and st.session_state.pop("replay", False):
-    for n in range(1, len(trace.steps) + 1):
-        step = trace.steps[n - 1]
-        time.sleep((step.latency_ms + (trace.tokenize_ms if n == 1 else 0)) / 1000)
+    st.caption("Replaying the recorded trace at its recorded pace (shortened to at most 20 s).")
+    for n, wait in enumerate(replay_pace(trace), start=1):
+        time.sleep(wait)
         show(trace.prefix(n), chips, metrics, chart, "replay", n % 8 == 1)
 
 if trace is None:
@@ -125,17 +137,19 @@ else:
         if step.chosen_rank > 0:
             st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
                        f"(p = {step.chosen_prob:.3f}), not the most probable token.")
-    st.download_button("Download trace", data=lambda: trace_to_bytes(trace),
+    st.download_button("Download trace", data=lambda: trace_to_bytes(trace, current_experiments()),
                        file_name="inference-explorer.trace.npz", mime="application/octet-stream",
-                       help="The whole run (tokens, timings, attention, KV sizes) as one file.")
+                       help="The whole run (tokens, timings, attention, KV sizes) as one file, "
+                            "with the experiment results computed on it: opened again, every "
+                            "page shows them without rerunning anything.")
 
 with st.expander("Replay a trace file", expanded=trace is None or "upload_error" in st.session_state):
     st.file_uploader("Trace file (.npz)", type=["npz"], key="upload", on_change=load_upload,
-                     max_upload_size=MAX_UPLOAD_MB,
+                     max_upload_size=config().limits.upload_mb,
                      help="A file from “Download trace”: it replays at the recorded pace, "
                           "no model needed.")
     if "upload_error" in st.session_state:
-        st.error(st.session_state["upload_error"])
+        st.error(plain(st.session_state["upload_error"]))
     if trace is not None and st.button("Replay current trace"):
         st.session_state["replay"] = True
         st.rerun()

@@ -8,17 +8,21 @@ import pandas as pd
 import streamlit as st
 
 from charts.kvcache import blocks_chart, live_memory_chart, on_off_chart, per_token_bars, variant_chart
+from engine import EngineError
 from engine.cachelab import cache_on_off, compare_caches
 from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
 from pages.common import model_turn, no_trace_notice
+from pages.state import config, current_experiments, current_trace, keep_experiments, plain
 
+MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
 st.title("KV cache")
 st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
            "them instead of recomputing them — memory traded for time.")
-trace, lm = st.session_state.get("trace"), st.session_state.get("lm")
+trace, lm = current_trace(), st.session_state.get("lm")
+limits = config().limits
 tabs = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", "Paged blocks"])
 
 with tabs[0]:
@@ -42,19 +46,26 @@ with tabs[1]:
     if lm is None:
         st.info("This experiment runs the model: load one in the sidebar.")
     else:
-        prompt = st.text_input("Prompt", "Write a long story about a dragon who learns to bake bread.")
-        lengths = st.multiselect("New tokens", [16, 32, 64, 128, 256], default=[16, 32, 64],
+        prompt = st.text_input("Prompt", "Write a long story about a dragon who learns to bake bread.",
+                                max_chars=2000)
+        offered = [n for n in (16, 32, 64, 128, 256) if n <= limits.new_tokens]
+        lengths = st.multiselect("New tokens", offered, default=[n for n in (16, 32, 64)
+                                                                  if n in offered],
                                  help="Without the cache every step recomputes the whole "
-                                      "sequence: 256 tokens takes minutes on two cores.")
+                                      f"sequence: {offered[-1]} tokens takes a while on two cores.")
         if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
             bar, found = st.progress(0.0), []
-            with model_turn():
-                for result in cache_on_off(lm, prompt, sorted(lengths)):
-                    found.append(result)
-                    bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
-            st.session_state["kv_onoff"] = found
+            try:
+                with model_turn():
+                    for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
+                                               limits.new_tokens):
+                        found.append(result)
+                        bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
+                keep_experiments(cache_on_off=tuple(found))
+            except EngineError as err:
+                st.error(plain(str(err)))
             bar.empty()
-        found = st.session_state.get("kv_onoff")
+        found = current_experiments().cache_on_off
         if found:
             st.dataframe(pd.DataFrame([{"new tokens": r.new_tokens,
                                         "cache on (ms)": round(r.on_ms.sum()),
@@ -97,14 +108,18 @@ with tabs[3]:
             configs = [CacheConfig("int8"), CacheConfig("int4"), CacheConfig("window", window, sinks),
                        CacheConfig("window", window, 0)]
             bar, runs = st.progress(0.0), []
-            with model_turn():
-                for run in compare_caches(lm, list(trace.prompt_token_ids),
-                                          list(trace.output_token_ids), configs):
-                    runs.append(run)
-                    bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
-            st.session_state["kv_variants"] = runs
+            try:
+                with model_turn():
+                    for run in compare_caches(lm, list(trace.prompt_token_ids),
+                                              list(trace.output_token_ids), configs,
+                                              limits.sequence_tokens):
+                        runs.append(run)
+                        bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
+                keep_experiments(cache_variants=tuple(runs))
+            except EngineError as err:
+                st.error(plain(str(err)))
             bar.empty()
-        runs = st.session_state.get("kv_variants")
+        runs = current_experiments().cache_variants
         if runs:
             st.dataframe(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),
                                         "vs full": f"{r.kv_bytes[-1] / runs[0].kv_bytes[-1]:.0%}",
@@ -119,12 +134,15 @@ with tabs[3]:
 
 with tabs[4]:
     block = st.select_slider("Block size (tokens)", [8, 16, 32], value=16)
-    others = st.text_input("Other sequences' lengths", "40, 7, 100")
+    others = st.text_input("Other sequences' lengths", "40, 7, 100", max_chars=200)
     try:
         extra = [int(x) for x in others.replace(" ", "").split(",") if x]
+        if len(extra) > MAX_SEQUENCES or any(not 1 <= x <= MAX_SEQUENCE for x in extra):
+            raise ValueError
     except ValueError:
         extra = []
-        st.error("Lengths must be whole numbers separated by commas.")
+        st.error(f"Lengths must be up to {MAX_SEQUENCES} whole numbers from 1 to "
+                 f"{MAX_SEQUENCE:,}, separated by commas.")
     own = len(trace.prompt_token_ids) + len(trace.steps) if trace else 60
     layout = paged_layout([own] + extra, block)
     names = ["this trace" if trace else "example"] + [f"seq {i + 1}" for i in range(len(extra))]

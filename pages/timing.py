@@ -13,6 +13,7 @@ from engine.microbench import ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 from pages.common import model_turn, require_trace
+from pages.state import config, current_experiments, keep_experiments
 from pages.timing_kernels import kernels_section
 
 st.title("Prefill vs decode")
@@ -52,7 +53,7 @@ measure = st.button("Measure this machine's ceilings", icon=":material/speed:",
                     help="Reads a 1 GB buffer and times a matmul (a few seconds). Each press "
                          "measures again; the best figures are kept.")
 if measure or st.session_state.get("ceilings_for") == (device, dtype):
-    with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds)…"):
+    with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds)…"), model_turn():
         ceil = ceilings(device, dtype, refresh=measure)
     st.session_state["ceilings_for"] = (device, dtype)
 steps = trace.steps
@@ -61,9 +62,7 @@ points = {"prefill": (step_work(trace, steps[0]), steps[0].latency_ms)}
 if decode:
     mid = decode[len(decode) // 2]
     points["decode (median step)"] = (step_work(trace, mid), statistics.median(trace.itl_ms))
-compared_key = (trace.model.name, dtype, trace.prompt)
-found = st.session_state.get("decode_comparison")  # (key, DecodeComparison) from kernels_section
-comparison = found[1] if found and found[0] == compared_key else None
+comparison = current_experiments().decode_comparison  # on this trace (from kernels_section)
 if comparison is not None:
     for name, itl in comparison.steps.items():
         label = "decode, eager (static cache)" if name == "eager" else f"decode, {name}"
@@ -99,17 +98,19 @@ st.subheader("Experiments")
 if lm is None:
     st.info("Experiments run the model: load one in the sidebar.")
     st.stop()
-limit = min(st.session_state["limits"]["prompt_tokens"], 512)
-experiments = {  # name: (sweep, sizes, x title, y title, plot tokens/s)
-    "Prompt length → TTFT": (prompt_length_sweep, [16, 64, 128, 256, limit], "prompt tokens",
+limit = min(config().limits.prompt_tokens, 512)
+sizes_up_to = sorted(x for x in {16, 64, 128, 256, limit} if x <= limit)
+experiments = {  # title: (key, sweep, sizes, x title, y title, plot tokens/s)
+    "Prompt length → TTFT": ("prompt_length", prompt_length_sweep, sizes_up_to, "prompt tokens",
                              "prefill time (ms)", False),
-    "Context → ITL": (context_sweep, [16, 128, 256, limit], "tokens already in the KV cache",
-                      "decode step (ms)", False),
-    "Batch → throughput": (batch_sweep, [1, 2, 4, 8], "sequences decoded together (batch)",
-                           "decode tokens/s (all sequences)", True),
+    "Context → ITL": ("context", context_sweep, [x for x in sizes_up_to if x != 64],
+                      "tokens already in the KV cache", "decode step (ms)", False),
+    "Batch → throughput": ("batch", batch_sweep, [1, 2, 4, 8],
+                           "sequences decoded together (batch)", "decode tokens/s (all sequences)",
+                           True),
 }
 tabs = st.tabs(list(experiments))
-for tab, (name, (sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments.items()):
+for tab, (name, (key, sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments.items()):
     with tab:
         if st.button(f"Run: {name}", key=f"run-{name}"):
             bar, found = st.progress(0.0, text="Measuring…"), []
@@ -118,9 +119,9 @@ for tab, (name, (sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments
                     found.append(point)
                     bar.progress(len(found) / len(sizes),
                                  text=f"{x_title}: {point.size} → {point.ms:.1f} ms")
-            st.session_state[f"sweep-{name}"] = found
+            keep_experiments(sweeps={**current_experiments().sweeps, key: tuple(found)})
             bar.empty()
-        found = st.session_state.get(f"sweep-{name}")
+        found = current_experiments().sweeps.get(key)
         if found:
             st.plotly_chart(sweep_chart(found, x_title, y_title, rate), width="stretch")
             st.dataframe(pd.DataFrame([{"size": p.size, "ms": round(p.ms, 2),
@@ -130,4 +131,4 @@ st.caption("Prefill time grows with the prompt (more tokens to compute). A decod
            "slowly with the cache: it is dominated by reading the weights. Batching reuses that "
            "same read for several sequences — the reason serving engines batch.")
 
-kernels_section(trace, lm, compared_key, comparison, ceil)
+kernels_section(trace, lm, comparison, ceil)

@@ -10,6 +10,7 @@ from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.microbench import raise_bandwidth
 from engine.roofline import utilization
 from pages.common import model_turn
+from pages.state import config, keep_experiments, plain
 
 NEW_TOKENS, ROUNDS = 32, 3
 
@@ -22,7 +23,7 @@ def _native():
         return None, str(err)
 
 
-def _compare(trace, lm, key, compile: bool) -> None:
+def _compare(trace, lm, compile: bool) -> None:
     bar = st.progress(0.0, text="Starting…")
     try:
         with model_turn():
@@ -33,19 +34,19 @@ def _compare(trace, lm, key, compile: bool) -> None:
             result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS, ROUNDS,
                                     say=lambda text, done: bar.progress(done, text=text),
                                     compile=compile, native=native, native_note=note)
-        st.session_state["decode_comparison"] = (key, result)
+        keep_experiments(decode_comparison=result)
         if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
             raise_bandwidth(lm.device, result.bandwidth_gb_s)
     except EngineError as err:
-        st.error(str(err))
+        st.error(plain(str(err)))
     else:
         st.rerun()  # redraw the page: the roofline above gains the decode points
     finally:
         bar.empty()
 
 
-def kernels_section(trace, lm, key, comparison, ceil) -> None:
-    """Buttons → compare (stored as `decode_comparison` = (key, result)), then the table."""
+def kernels_section(trace, lm, comparison, ceil) -> None:
+    """Buttons → compare (kept as the experiments' `decode_comparison`), then the table."""
     st.subheader("Kernels: eager, compiled and hand-written decode")
     st.caption("The bytes a decode step must read are fixed by the model; how close it gets to "
                "the bandwidth ceiling depends on the kernels. **Eager** PyTorch on a CPU runs "
@@ -63,8 +64,8 @@ def kernels_section(trace, lm, key, comparison, ceil) -> None:
         if left.button("Compare eager and native C", icon=":material/speed:",
                        help="Builds the C step once (seconds), then decodes this trace's prompt "
                             f"eagerly and natively, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
-            _compare(trace, lm, key, compile=False)
-        if st.session_state.get("hosted"):
+            _compare(trace, lm, compile=False)
+        if config().hosted:
             right.info("Compiling takes minutes and holds the shared model: run the app locally "
                        "to try it.")
         elif right.button("Compile and compare", icon=":material/bolt:",
@@ -72,7 +73,7 @@ def kernels_section(trace, lm, key, comparison, ceil) -> None:
                                f"decodes this trace's prompt (first "
                                f"{STATIC_CACHE_TOKENS - NEW_TOKENS} tokens) eagerly, compiled "
                                f"and natively, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
-            _compare(trace, lm, key, compile=True)
+            _compare(trace, lm, compile=True)
     if comparison is None:
         return
     rows = []

@@ -12,6 +12,7 @@ from charts.embeddings import language_bars
 from charts.tokens import chips_html, token_chips_html
 from engine.tokens import bpe_steps, join_tokens, pre_tokens, text_cost, tokenize
 from pages.common import no_trace_notice
+from pages.state import current_trace
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
 
@@ -19,7 +20,7 @@ st.title("Tokens")
 st.caption("A model reads integers, not letters. Byte-pair encoding (BPE) cuts text into pieces "
            "from its vocabulary; each piece has an id. Hover a chip for its id and raw bytes.")
 lm = st.session_state.get("lm")
-trace = st.session_state.get("trace")
+trace = current_trace()
 if trace is not None:
     st.subheader("The last run")
     st.markdown(token_chips_html(trace), unsafe_allow_html=True)
@@ -34,7 +35,7 @@ tok = lm.tokenizer
 
 st.subheader("Text → tokens")
 text = st.text_area("Text", "Tokenization isn't magic: unhappiness, 東京, 😀 and naïve café.",
-                    key="tok_text")
+                    key="tok_text", max_chars=5000)
 tokens = tokenize(tok, text)
 st.markdown(chips_html(tokens), unsafe_allow_html=True)
 cols = st.columns(3)
@@ -47,7 +48,7 @@ else:
     st.warning("The tokenizer normalizes this text: the chips do not decode back to it exactly.")
 
 st.subheader("How BPE built a word")
-word = st.text_input("Word", " unhappiness", help="A leading space matters: most words follow "
+word = st.text_input("Word", " unhappiness", max_chars=40, help="A leading space matters: most words follow "
                      "one, and the tokenizer stores it as Ġ inside the piece.")
 for pre in pre_tokens(tok, word)[:4]:
     steps = bpe_steps(tok, pre)
@@ -61,7 +62,7 @@ st.caption("Start from single bytes; repeatedly merge the adjacent pair that com
            "tokenizer's own merge list (lowest rank). The last row equals the tokenizer's output.")
 
 st.subheader("Same sentence, many languages")
-own = st.text_input("Add your own sentence", key="own_sentence",
+own = st.text_input("Add your own sentence", key="own_sentence", max_chars=1000,
                     placeholder="Type a translation to compare…")
 rows = [(s["language"], s["script"], s["text"]) for s in SENTENCES["sentences"]]
 if own.strip():

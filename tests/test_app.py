@@ -157,7 +157,7 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
     batch = next(b for b in at.button if b.label == "Run: Batch → throughput")
     batch.click().run()
     assert not at.exception
-    assert [p.size for p in at.session_state["sweep-Batch → throughput"]] == [1, 2, 4, 8]
+    assert [p.size for p in at.session_state["experiments"].sweeps["batch"]] == [1, 2, 4, 8]
 
 
 
@@ -167,9 +167,7 @@ def _kernel_table_checks(at, names: list[str]) -> None:
     from engine.microbench import ceilings
 
     assert not at.exception and not at.error
-    key, result = at.session_state["decode_comparison"]
-    trace = at.session_state["trace"]
-    assert key == (trace.model.name, trace.model.dtype, trace.prompt)
+    result = at.session_state["experiments"].decode_comparison
     assert result.same_tokens and result.rounds == 3 and result.new_tokens == 32
     kernels = at.dataframe[-1].value
     assert list(kernels["decode step"]) == names
@@ -222,7 +220,7 @@ def test_timing_page_says_why_native_cannot_run(monkeypatch):
     next(b for b in at.button if b.label == "Compare eager and native C").click().run()
     assert not at.exception
     assert any("C compiler" in e.value for e in at.error)
-    assert "decode_comparison" not in at.session_state
+    assert at.session_state["experiments"].decode_comparison is None
 
 
 def test_tokens_and_embeddings_pages_with_a_trace():
@@ -258,7 +256,7 @@ def test_kv_cache_page_live_memory_calculator_variants_and_blocks():
     assert loaded["bytes per token"] == 2 * 30 * 3 * 64 * 2  # the loaded model, fp16 cache
     next(b for b in at.button if b.label == "Measure memory and quality").click().run()
     assert not at.exception
-    runs = at.session_state["kv_variants"]
+    runs = at.session_state["experiments"].cache_variants
     assert [r.config.label for r in runs][:3] == ["full cache", "int8 cache", "int4 cache"]
     assert runs[1].kv_bytes[-1] < runs[0].kv_bytes[-1] and len(runs[1].kl) == len(trace.steps)
     blocks = at.dataframe[-1].value
@@ -271,7 +269,7 @@ def test_kv_cache_on_off_experiment():
     at.multiselect[0].set_value([16])
     next(b for b in at.button if b.label.startswith("Run with and without")).click().run()
     assert not at.exception
-    results = at.session_state["kv_onoff"]
+    results = at.session_state["experiments"].cache_on_off
     assert [r.new_tokens for r in results] == [16] and all(r.same_tokens for r in results)
 
 

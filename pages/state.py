@@ -1,0 +1,134 @@
+"""The app's typed state: configuration and limits, the process-wide shared objects, and each
+session's record (trace, prompt, experiment results), kept server-side so a reload restores it.
+
+Not a page (app.py lists the pages). The shared objects are module globals, created once per
+process: unlike `st.cache_resource`, nothing a browser sends (its "clear cache" message clears
+every cache of the process) can replace the lock or load a second copy of a model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import streamlit as st
+
+from engine import Trace
+from engine.experiments import Experiments
+from engine.sharing import FairLock, ModelStore, SessionStore
+from engine.sharing.sessions import new_token
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one click may ask of the shared model; enforced on the server, not only by widgets."""
+
+    prompt_tokens: int
+    new_tokens: int
+    upload_mb: int  # a trace file, as uploaded
+    trace_mb: int  # a trace file, decompressed: what it will hold in memory
+
+    @property
+    def sequence_tokens(self) -> int:
+        """The longest token sequence an experiment runs the model on (prompt + answer)."""
+        return self.prompt_tokens + self.new_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class AppConfig:
+    hosted: bool
+    limits: Limits
+    model_cache_mb: int  # weights the model store keeps (local: a few dtype/model choices)
+    session_mb: int  # session records kept for reloads, all sessions together
+    session_ttl_s: float
+
+    @classmethod
+    def from_env(cls) -> "AppConfig":
+        if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
+            return cls(True, Limits(256, 64, 50, 96), 1024, 512, 2 * 3600.0)
+        return cls(False, Limits(1024, 256, 50, 512), 4096, 2048, 12 * 3600.0)
+
+
+def config() -> AppConfig:
+    """Read from the environment on each call (cheap), so tests can switch hosted mode."""
+    return AppConfig.from_env()
+
+
+LOCK = FairLock()
+MODELS = ModelStore(config().model_cache_mb << 20)
+KEPT = ("trace", "prompt", "experiments")  # what a reload restores
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, Trace):
+        arrays = sum(a.nbytes for s in value.steps for a in (s.attention, s.hidden, s.top_ids,
+                                                              s.top_probs) if a is not None)
+        return arrays + 2048 * len(value.steps) + 100 * len(value.prompt_token_ids)
+    return 4096
+
+
+SESSIONS = SessionStore(max_entries=64, max_bytes=config().session_mb << 20,
+                        ttl_s=config().session_ttl_s, size_of=_size)
+_TOKEN = "_session_token"
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{8,32}")
+
+
+def restore_session() -> None:
+    """Give this session its token (kept in the URL as ?s=…); a new session that arrives with a
+    known token (a reload, a reconnect) gets a copy of that record under a token of its own."""
+    token = st.session_state.get(_TOKEN)
+    if token is None:
+        token = new_token()
+        came_with = st.query_params.get("s", "")
+        record = SESSIONS.copy(came_with) if _TOKEN_SHAPE.fullmatch(came_with) else None
+        for key, value in (record or {}).items():
+            if key in KEPT:
+                st.session_state[key] = value
+                SESSIONS.put(token, key, value)
+        st.session_state[_TOKEN] = token
+    if st.query_params.get("s") != token:
+        st.query_params["s"] = token
+
+
+def keep(key: str, value: Any) -> None:
+    """Set a session value that a reload must restore (one of KEPT)."""
+    if key not in KEPT:
+        raise KeyError(f"{key!r} is not kept across reloads")
+    if st.session_state.get(key) != value:  # a widget's own key (the prompt) holds it already
+        st.session_state[key] = value
+    token = st.session_state.get(_TOKEN)
+    if token is not None:
+        SESSIONS.put(token, key, value)
+
+
+def current_trace() -> Trace | None:
+    return st.session_state.get("trace")
+
+
+def current_experiments() -> Experiments:
+    return st.session_state.get("experiments") or Experiments()
+
+
+def keep_experiments(**changes: Any) -> None:
+    keep("experiments", replace(current_experiments(), **changes))
+
+
+def keep_new_trace(trace: Trace, experiments: Experiments | None = None) -> None:
+    """A new trace: results computed on the old one (cache variants, kernel comparison) go, the
+    machine's own measurements (sweeps, cache on vs off) stay; a file's own results replace all."""
+    keep("trace", trace)
+    if experiments is None:
+        experiments = replace(current_experiments(), cache_variants=(), decode_comparison=None)
+    keep("experiments", experiments)
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:=&])")
+
+
+def plain(text: str) -> str:
+    """User text (a file name, a model id, an error echoing them) safe to show in Streamlit
+    markdown: every markdown punctuation character escaped, so `~x~` is not strikethrough and
+    `a.b` is not a link."""
+    return _MARKDOWN.sub(r"\\\1", text)

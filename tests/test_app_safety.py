@@ -1,0 +1,173 @@
+"""Safe to share: what one visitor does never crashes, stalls or changes another's session, and a
+reload loses nothing. Streamlit's AppTest on the real default model."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import streamlit as st
+from markdown_it import MarkdownIt
+
+from engine import GenerationSettings, Run
+from engine.experiments import Experiments
+from engine.sweeps import SweepPoint
+from pages.state import LOCK, plain
+from tests.test_app import fresh, generate
+
+
+def test_clearing_every_cache_from_a_browser_keeps_the_model_and_the_lock():
+    """A browser's "clear cache" message runs cache_data.clear() and cache_resource.clear() for
+    the whole process; the shared model (and its lock) must survive it."""
+    at = fresh().run()
+    model, lock = at.session_state["lm"], LOCK
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    again = fresh().run()
+    assert not again.exception
+    assert again.session_state["lm"] is model  # no second copy loaded
+    from pages.state import LOCK as lock_after
+
+    assert lock_after is lock
+
+
+def test_a_visitors_dtype_choice_does_not_swap_another_visitors_model(monkeypatch):
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    first = fresh().run()
+    fp32 = first.session_state["lm"]
+    other = fresh()
+    other.session_state["weights_dtype"] = "float16"
+    other.run()
+    assert other.session_state["lm"].spec.dtype == "float16"
+    again = fresh().run()  # a float32 visitor's next session: the same model, not a reload
+    assert again.session_state["lm"] is fp32 and fp32.spec.dtype == "float32"
+
+
+def test_hosted_mode_has_no_weights_picker_and_says_why(monkeypatch):
+    at = fresh(monkeypatch, hosted=True).run()
+    assert not at.exception
+    assert not [s for s in at.sidebar.selectbox if s.label == "Weights"]
+    assert any("one float32 model" in c.value for c in at.sidebar.caption)
+
+
+def test_ceilings_are_measured_inside_the_model_turn(monkeypatch):
+    seen = []
+
+    def fake_ceilings(device, dtype="float32", refresh=False):
+        seen.append(LOCK.locked())
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("engine.microbench.ceilings", fake_ceilings)
+    at = generate(fresh().run(), "Hi.", tokens=2)
+    at.switch_page("pages/timing.py").run()
+    next(b for b in at.button if b.label.startswith("Measure")).click().run()
+    assert seen == [True]
+
+
+def test_a_reload_restores_the_trace_prompt_and_experiments_as_a_copy():
+    at = generate(fresh().run(), "Name a colour.", tokens=3)
+    trace = at.session_state["trace"]
+    token = at.query_params["s"]
+    points = (SweepPoint(1, 10.0, 100.0), SweepPoint(2, 11.0, 181.8))
+    from pages.state import SESSIONS
+
+    SESSIONS.put(token, "experiments", Experiments(sweeps={"batch": points}))
+    reloaded = fresh()
+    reloaded.query_params["s"] = token
+    reloaded.run()
+    assert not reloaded.exception
+    assert reloaded.session_state["trace"] is trace
+    assert reloaded.session_state["prompt"] == "Name a colour."
+    assert reloaded.session_state["experiments"].sweeps["batch"] == points
+    assert reloaded.query_params["s"] != token  # its own record from now on
+    stranger = fresh()
+    stranger.query_params["s"] = "not-a-known-token"
+    stranger.run()
+    assert "trace" not in stranger.session_state
+
+
+def test_a_replay_of_slow_steps_ends_within_its_bound(lm):
+    trace = Run(lm, "Hi", GenerationSettings(max_new_tokens=3, chat_template=False)).run_all()
+    slow = replace(trace, steps=tuple(replace(s, latency_ms=600_000.0) for s in trace.steps))
+    at = fresh().run()
+    at.session_state["trace"] = slow
+    at.session_state["replay"] = True
+    start = time.monotonic()
+    at.run()
+    assert not at.exception and time.monotonic() - start < 25  # recorded: 30 minutes
+
+
+def _long_trace(lm, tokens: int):
+    """A real-model trace with a prompt of `tokens` tokens (made locally, as an upload would be)."""
+    text = " ".join(["word"] * tokens)
+    settings = GenerationSettings(max_new_tokens=2, chat_template=False, max_prompt_tokens=4096,
+                                  attention_layers=(0,))
+    return Run(lm, text, settings).run_all()
+
+
+def test_hosted_one_head_view_refuses_a_long_uploaded_trace(lm, monkeypatch):
+    import engine.inspect_head
+
+    lengths = []
+    real = engine.inspect_head.capture_qkv
+    monkeypatch.setattr(engine.inspect_head, "capture_qkv",
+                        lambda lm_, ids, *a: lengths.append(len(ids)) or real(lm_, ids, *a))
+    at = fresh(monkeypatch, hosted=True).run()
+    at.session_state["trace"] = _long_trace(lm, 600)
+    at.switch_page("pages/attention.py").run()
+    assert not at.exception
+    assert any("at most 320" in e.value for e in at.error)
+    assert lengths == [601]  # asked, and refused before any forward
+
+
+def test_hosted_cache_experiments_enforce_the_caps(lm, monkeypatch):
+    at = fresh(monkeypatch, hosted=True).run()
+    at.session_state["trace"] = _long_trace(lm, 600)
+    at.switch_page("pages/kvcache.py").run()
+    assert not at.exception
+    assert max(at.multiselect[0].options) == "64"
+    next(b for b in at.button if b.label == "Measure memory and quality").click().run()
+    assert not at.exception and any("at most 320" in e.value for e in at.error)
+    at.text_input[0].set_value("many words " * 200)
+    at.multiselect[0].set_value([16])
+    next(b for b in at.button if b.label.startswith("Run with and without")).click().run()
+    assert not at.exception and any("limit is 256" in e.value for e in at.error)
+
+
+def test_the_paged_blocks_view_refuses_huge_lengths():
+    at = fresh().run()
+    at.switch_page("pages/kvcache.py").run()
+    at.text_input[-1].set_value("10, 1000000000000").run()
+    assert not at.exception and any("whole numbers from 1" in e.value for e in at.error)
+
+
+def test_a_long_model_id_is_one_plain_error(monkeypatch):
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    at = fresh()
+    at.session_state["model_source"] = "x~strike~" + "a" * 300  # one 309-character file name
+    at.run()
+    assert not at.exception
+    assert at.session_state["lm"] is None
+    assert any("\\~strike\\~" in e.value for e in at.sidebar.error)
+
+
+@pytest.mark.parametrize("text", ["model ~x~ failed", "file [a](http://x.y).npz", "a_b_c *d* `e`",
+                                  "<b>bold</b> :red[x] $x$ # h", "1. list", "back\\slash"])
+def test_plain_text_renders_as_itself_in_markdown(text):
+    html = MarkdownIt("commonmark").enable("strikethrough").render(plain(text))
+    assert html == f"<p>{MarkdownIt().renderInline(plain(text))}</p>\n"
+    rendered = html.removeprefix("<p>").removesuffix("</p>\n")
+    unescaped = rendered.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"') \
+        .replace("&amp;", "&")
+    assert unescaped == text
+
+
+def test_session_records_hold_at_most_their_cap_of_traces(lm):
+    from pages.state import SESSIONS, _size
+
+    trace = Run(lm, "Hi", GenerationSettings(max_new_tokens=2, chat_template=False)).run_all()
+    assert _size(trace) >= sum(a.nbytes for s in trace.steps for a in (s.attention, s.hidden)
+                               if isinstance(a, np.ndarray))
+    assert SESSIONS.nbytes <= SESSIONS.max_bytes

@@ -1,0 +1,134 @@
+"""What visitors share: the fair model turn, the model store, the session records."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from engine.sharing import FairLock, ModelStore, SessionStore
+
+
+def test_waiters_are_served_first_come_first_served():
+    lock, order = FairLock(), []
+    lock.acquire()
+
+    def visitor(i: int) -> None:
+        with lock.turn():
+            order.append(i)
+
+    threads = []
+    for i in range(8):
+        threads.append(threading.Thread(target=visitor, args=(i,)))
+        threads[-1].start()
+        while lock.waiting < i + 1:  # visitor i is in the queue before i + 1 arrives
+            time.sleep(0.001)
+    lock.release()
+    for t in threads:
+        t.join(10)
+    assert order == list(range(8))
+
+
+def test_a_waiter_learns_its_place_and_can_give_up():
+    lock, places = FairLock(), []
+    lock.acquire()
+    first = threading.Thread(target=lock.acquire)
+    first.start()
+    while lock.waiting < 1:
+        time.sleep(0.001)
+
+    class Left(Exception):
+        pass
+
+    def on_wait(place: int, held_s: float) -> None:
+        places.append((place, held_s >= 0))
+        raise Left  # the visitor closed the tab
+
+    with pytest.raises(Left):
+        lock.acquire(on_wait=on_wait, poll_s=0.01)
+    assert places == [(2, True)] and lock.waiting == 1  # its ticket left the queue
+    lock.release()
+    first.join(5)
+    assert lock.locked()  # the first waiter holds it now; nobody waits behind a visitor who left
+    lock.release()
+    assert not lock.locked()
+
+
+class _Loaded:
+    def __init__(self, source: str, dtype: str, mb: int) -> None:
+        self.source, self.dtype = source, dtype
+        self.spec = type("Spec", (), {"weight_bytes": mb << 20})()
+
+
+def test_each_choice_loads_once_and_the_store_keeps_its_cap():
+    loads = []
+
+    def loader(source: str, dtype: str) -> _Loaded:
+        loads.append((source, dtype))
+        time.sleep(0.05)
+        return _Loaded(source, dtype, 100)
+
+    store = ModelStore(max_bytes=250 << 20, loader=loader)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(store.get("default", "float32")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert loads == [("default", "float32")] and len({id(e) for e in got}) == 1
+    fp32 = got[0]
+    fp16 = store.get("default", "float16")
+    assert fp16.lm.dtype == "float16" and store.get("default", "float32") is fp32
+    store.get("other", "float32")  # 300 MB > 250 MB: the least recently used (float16) goes
+    assert store.keys == [("default", "float32"), ("other", "float32")]
+    assert fp16.lm.dtype == "float16"  # a session holding it keeps it
+
+
+def test_entry_extras_are_built_once():
+    store = ModelStore(max_bytes=1 << 30, loader=lambda s, dtype: _Loaded(s, dtype, 1))
+    entry, built = store.get("default", "float32"), []
+    first = entry.extra("index", lambda lm: built.append(lm) or object())
+    assert entry.extra("index", lambda lm: built.append(lm) or object()) is first
+    assert len(built) == 1
+
+
+def test_one_compiled_decoder_per_process_for_the_asking_model():
+    store = ModelStore(max_bytes=1 << 30, loader=lambda s, dtype: _Loaded(s, dtype, 1))
+    a = store.compiled(("default", "float32"), lambda lm: ("compiled", lm.dtype))
+    assert store.compiled(("default", "float32"), lambda lm: 1 / 0) is a
+    b = store.compiled(("default", "float16"), lambda lm: ("compiled", lm.dtype))
+    assert b == ("compiled", "float16") and b is not a
+
+
+def _sized(value) -> int:
+    return int(value.nbytes) if isinstance(value, np.ndarray) else 10
+
+
+def test_session_records_are_copies_bounded_in_count_bytes_and_age():
+    now = [0.0]
+    store = SessionStore(max_entries=3, max_bytes=1000, ttl_s=60, size_of=_sized,
+                         clock=lambda: now[0])
+    store.put("a", "trace", np.zeros(50))  # 400 bytes
+    copy = store.copy("a")
+    copy["trace"] = "changed"
+    assert isinstance(store.copy("a")["trace"], np.ndarray)  # the record itself did not change
+    store.put("b", "trace", np.zeros(50))
+    store.put("c", "trace", np.zeros(50))  # 1,200 bytes > 1,000: "a", the oldest, goes
+    assert store.copy("a") is None and store.copy("b") is not None
+    store.put("d", "prompt", "hi")
+    store.put("e", "prompt", "hi")  # four records > 3: the oldest goes
+    assert len(store) == 3 and store.nbytes <= 1000
+    now[0] = 61.0
+    assert store.copy("d") is None and len(store) == 0  # expired
+    store.put("big", "trace", np.zeros(500))  # alone over the byte cap: not kept
+    assert store.copy("big") is None
+
+
+def test_putting_none_removes_an_item():
+    store = SessionStore(4, 1000, 60, _sized)
+    store.put("a", "trace", "x")
+    store.put("a", "trace", None)
+    assert store.copy("a") == {}
