@@ -125,6 +125,8 @@ def check_trace(trace: Trace) -> Trace:
         _fail("prompt pieces must be short strings")
     if len(trace.prompt) > MAX_TEXT_CHARS:
         _fail(f"the prompt text is over {MAX_TEXT_CHARS:,} characters")
+    if any(len(text) > 100 for text in (trace.device, trace.created_at, trace.engine_version)):
+        _fail("device, creation time and engine version must be short strings")
     layers = trace.attention_layers
     if list(layers) != sorted(set(layers)) or any(not _is_int(k) or not 0 <= k < spec.layers
                                                    for k in layers):

@@ -38,9 +38,10 @@ def model_turn() -> Iterator[None]:
     notice = st.empty()
 
     def waiting(place: int, held_s: float) -> None:
-        ahead = "another visitor's run" if place == 1 else f"{place} runs"
-        notice.info(f"Busy: waiting for {ahead} to finish (you are number {place} in the queue; "
-                    f"the current run has taken {held_s:.0f} s so far).", icon=":material/hourglass:")
+        ahead = ("another visitor's run is using the model; yours is next in the queue" if place == 1
+                 else f"{place} runs are ahead of yours in the queue")
+        notice.info(f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far). Yours "
+                    "starts by itself: keep this page open.", icon=":material/hourglass:")
 
     try:
         with LOCK.turn(on_wait=waiting):

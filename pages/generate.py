@@ -125,7 +125,7 @@ else:
     reason = {"eos": "the model ended its answer", "length": "the token limit was reached",
               "stopped": "you pressed Stop", "running": "still running"}[trace.stop_reason]
     st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
-               f"prompt; stopped because {reason}. Model: {trace.model.name} on {trace.device}.")
+               f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on {plain(trace.device)}.")
     st.subheader("Why this token?")
     options = list(range(len(trace.steps)))
     if options:
@@ -137,7 +137,8 @@ else:
         if step.chosen_rank > 0:
             st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
                        f"(p = {step.chosen_prob:.3f}), not the most probable token.")
-    st.download_button("Download trace", data=lambda: trace_to_bytes(trace, current_experiments()),
+    found = current_experiments()  # read now: the data function runs outside this script run
+    st.download_button("Download trace", data=lambda: trace_to_bytes(trace, found),
                        file_name="inference-explorer.trace.npz", mime="application/octet-stream",
                        help="The whole run (tokens, timings, attention, KV sizes) as one file, "
                             "with the experiment results computed on it: opened again, every "

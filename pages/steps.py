@@ -8,12 +8,13 @@ import streamlit as st
 from charts import piece_text
 from engine import summarize
 from pages.common import require_trace
+from pages.state import plain
 
 st.title("Steps")
 trace = require_trace()
 
 s = summarize(trace)
-st.caption(f"{trace.model.name} on {trace.device} · {s.prompt_tokens} prompt tokens → "
+st.caption(f"{plain(trace.model.name)} on {plain(trace.device)} · {s.prompt_tokens} prompt tokens → "
            f"{s.output_tokens} generated · stop: {trace.stop_reason}")
 cols = st.columns(4)
 cols[0].metric("TTFT", f"{s.ttft_ms:.0f} ms" if s.ttft_ms is not None else "–")

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import EngineError
+from engine.cachelab import check_sequence
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.microbench import raise_bandwidth
 from engine.roofline import utilization
@@ -31,6 +32,7 @@ def _compare(trace, lm, compile: bool) -> None:
             if native is None and not compile:
                 raise EngineError(f"The native step cannot run here: {note}")
             ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
+            check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
             result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS, ROUNDS,
                                     say=lambda text, done: bar.progress(done, text=text),
                                     compile=compile, native=native, native_note=note)

@@ -12,7 +12,7 @@ from charts.embeddings import language_bars
 from charts.tokens import chips_html, token_chips_html
 from engine.tokens import bpe_steps, join_tokens, pre_tokens, text_cost, tokenize
 from pages.common import no_trace_notice
-from pages.state import current_trace
+from pages.state import current_trace, plain
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
 
@@ -81,7 +81,7 @@ frame = pd.DataFrame(table)
 st.plotly_chart(language_bars(list(frame.language), list(frame.tokens), list(frame["× English"])),
                 width="stretch")
 st.dataframe(frame, hide_index=True, width="stretch")
-st.caption(f"Cost on {spec.name}: KV cache = 2 · {spec.layers} layers · {spec.kv_heads} KV heads · "
+st.caption(f"Cost on {plain(spec.name)}: KV cache = 2 · {spec.layers} layers · {spec.kv_heads} KV heads · "
            f"{spec.head_dim} head_dim · {spec.dtype_bytes} bytes · tokens = "
            f"{spec.kv_bytes_per_token:,} B per token; prefill FLOPs ≈ 2 · "
            f"{spec.param_count / 1e6:.0f} M parameters · tokens. Languages the tokenizer saw "

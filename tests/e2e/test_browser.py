@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import sync_playwright
 
-from engine import load_trace
+from engine.tracefile import read_trace_file
 
 from .browser import (generate_and_wait, launch_chromium, open_app, start_generation,
                       streamlit_server, wait_for_app)
@@ -70,12 +70,21 @@ def test_download_then_upload_replays(browser, url, tmp_path):
     page = open_app(browser, url)
     generate_and_wait(page, "What is the capital of France?")
     generated = page.locator(GEN).count()
+    page.get_by_test_id("stSidebarNav").get_by_text("KV cache", exact=True).click()
+    wait_for_app(page)
+    page.get_by_role("tab", name="Shrinking it").click()
+    page.get_by_role("button", name="Measure memory and quality").click()
+    page.get_by_text("KL(full ‖ variant), nats").wait_for(timeout=120_000)  # an experiment result
+    wait_for_app(page)
+    page.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
+    wait_for_app(page)
     with page.expect_download() as info:
         page.get_by_role("button", name="Download trace").click()
     path = tmp_path / "run.npz"
     info.value.save_as(path)
-    trace = load_trace(path)
-    assert len(trace.steps) == generated
+    opened = read_trace_file(path)
+    assert len(opened.trace.steps) == generated
+    assert len(opened.experiments.cache_variants) == 5  # the lecture pack carries the result
     page.close()
 
     fresh = open_app(browser, url)  # a new session: no trace, no model needed to replay
@@ -94,6 +103,8 @@ def test_download_then_upload_replays(browser, url, tmp_path):
         wait_for_app(fresh)
         assert fresh.locator(".js-plotly-plot").count() >= 1
         no_exception(fresh)
+    fresh.get_by_role("tab", name="Shrinking it").click()  # the file's experiment, not rerun
+    assert fresh.get_by_text("KL(full ‖ variant), nats").count() >= 1
     fresh.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
     wait_for_app(fresh)
 
@@ -117,18 +128,26 @@ def test_every_page_renders(browser, url):
     page.close()
 
 
-def test_two_sessions_generate_at_once(browser, url):
-    pages = [open_app(browser, url), open_app(browser, url)]
-    prompts = ["Name three fruits.", "Name three planets."]
+def test_four_sessions_generate_at_once_in_arrival_order(browser, url):
+    """Each session gets its own prompt's answer; those who wait see their place in the queue."""
+    pages = [open_app(browser, url) for _ in range(4)]
+    prompts = ["Name three fruits.", "Name three planets.", "Name three rivers.",
+               "Name three birds."]
+    for page in pages:
+        page.evaluate("() => { window.__queued = false; new MutationObserver(() => { if "
+                      "(document.body.innerText.includes('in the queue')) window.__queued = true; })"
+                      ".observe(document.body, {childList: true, subtree: true}); }")
     for page, prompt in zip(pages, prompts):
         start_generation(page, prompt)
+        page.wait_for_timeout(300)  # arrival order = click order
     for page in pages:
-        page.get_by_text("stopped because").wait_for(timeout=180_000)
+        page.get_by_text("stopped because").wait_for(timeout=300_000)
         wait_for_app(page)
         no_exception(page)
     texts = [p.locator(".ie-chips").inner_text() for p in pages]
-    assert "fruits" in texts[0] and "planets" in texts[1]
-    assert "planets" not in texts[0] and "fruits" not in texts[1]
+    for i, word in enumerate(("fruits", "planets", "rivers", "birds")):
+        assert word in texts[i] and all(word not in t for j, t in enumerate(texts) if j != i)
+    assert any(p.evaluate("window.__queued") for p in pages[1:]), "a waiting visitor was told"
     for page in pages:
         page.close()
 
@@ -165,4 +184,45 @@ def test_eager_vs_native_decode_on_the_real_model(browser, url):
     summary = page.get_by_text("Per token vs eager").inner_text()
     assert "native C" in summary and "compiled" not in summary  # nothing compiled on this path
     no_exception(page)
+    page.close()
+
+
+def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
+    page = open_app(browser, url)
+    generate_and_wait(page, "Name three colours.")
+    generated = page.locator(GEN).count()
+    page.get_by_test_id("stSidebarNav").get_by_text("Steps", exact=True).click()
+    wait_for_app(page)
+    assert "s=" in page.url  # the session's token survives page changes
+    page.reload()
+    wait_for_app(page)
+    assert page.get_by_role("heading", name="Steps").count() >= 1
+    assert page.locator('[data-testid="stDataFrame"]').count() >= 1  # the table, not "No trace yet"
+    page.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
+    wait_for_app(page)
+    assert page.locator(GEN).count() == generated
+    assert page.get_by_role("textbox", name="Prompt", exact=True).input_value() == "Name three colours."
+    no_exception(page)
+    page.close()
+
+
+def test_crafted_uploads_get_one_message(browser, url, tmp_path):
+    from engine import GenerationSettings, Run, load_model
+    from engine.tracefile import trace_to_bytes
+    from tests.test_hostile_files import CASES
+
+    lm = load_model()
+    base = trace_to_bytes(Run(lm, "Hi", GenerationSettings(max_new_tokens=3)).run_all())
+    page = open_app(browser, url)
+    for i, (case, expected) in enumerate((
+            ("10^9 ms latency", "latency must be a time"),
+            ("layers 10^9", "layers must be a whole number"),
+            ("attention inflating to 1.5 GB", "the limit here is 512 MB"))):
+        path = tmp_path / f"crafted{i}.npz"  # a new name: the same one would not fire a change
+        path.write_bytes(CASES[case](base))
+        page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
+        page.get_by_text(expected).wait_for(timeout=60_000)
+        wait_for_app(page)
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 1, case
+        no_exception(page)
     page.close()
