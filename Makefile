@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test bench model browser clean
+.PHONY: setup run test bench model browser space clean
 
 setup: $(STAMP)
 
@@ -21,12 +21,22 @@ $(STAMP): requirements.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Convert the default GGUF once into the per-user cache (later loads take ~1 s).
+# Convert the default GGUF once into the per-user cache (later loads take ~2 s).
 model: setup
-	$(BIN)/python -c "from engine import load_model; m = load_model(progress=print); print(m.spec.name, f'{m.load_seconds:.1f} s')"
+	PYTHON=$(BIN)/python scripts/prepare_model.sh
 
+# The same entrypoint as the Docker image (scripts/serve.sh), on loopback here.
 run: model
-	$(BIN)/python -m streamlit run app.py --server.port $(PORT)
+	PYTHON=$(BIN)/python PORT=$(PORT) ADDRESS=$${ADDRESS:-localhost} scripts/serve.sh
+
+# A folder to push to a Hugging Face Docker Space: the tracked files, with the Space card
+# (deploy/README.md) as its README.md. See README, "Deploy your own Space".
+SPACE_DIR ?= build/space
+space:
+	rm -rf $(SPACE_DIR) && mkdir -p $(SPACE_DIR)
+	git ls-files -z | xargs -0 cp --parents -t $(SPACE_DIR)
+	cp deploy/README.md $(SPACE_DIR)/README.md
+	@echo "Space folder: $(SPACE_DIR) (git init there, add the Space as a remote, push)"
 
 # The browser tests drive Debian's Chromium (never a downloaded one); install it if missing.
 browser:
@@ -43,4 +53,4 @@ bench: model
 	$(BIN)/python bench/browser_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache bench/out
+	rm -rf $(VENV) .pytest_cache bench/out build

@@ -17,9 +17,15 @@ def piece_text(piece: str) -> str:
     return piece.replace("▁", " ")
 
 
+_CONTROL = {c: "␣" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029]}
+_CONTROL.update({ord(" "): "·", ord("\n"): "↵", ord("\t"): "→", ord("\r"): "␍"})
+
+
 def visible(text: str) -> str:
-    """Make whitespace visible in a chip: space → ·, newline → ↵, tab → →."""
-    return text.replace(" ", "·").replace("\n", "↵").replace("\t", "→") or "∅"
+    """Make whitespace visible in a chip: space → ·, newline → ↵, tab → →, carriage return → ␍,
+    any other control or line-separator character → ␣. No line break can reach the chips' HTML,
+    where a blank line would end the HTML block and let markdown parse what follows."""
+    return text.translate(_CONTROL) or "∅"
 
 
 def _chip(text: str, title: str, kind: str) -> str:

@@ -26,6 +26,11 @@ class EmbeddingIndex:
         self.unit = torch.nn.functional.normalize(self.table, dim=-1)  # (V, d) unit rows
 
     @property
+    def nbytes(self) -> int:
+        """Memory held beyond the model (the float copy and its normalized rows)."""
+        return self.table.nbytes + self.unit.nbytes
+
+    @property
     def vocab_size(self) -> int:
         return self.unit.shape[0]
 

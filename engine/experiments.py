@@ -68,12 +68,19 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
     }
 
 
-def _number(value: Any, what: str, optional: bool = False) -> float | None:
+def _number(value: Any, what: str, optional: bool = False, positive: bool = False
+            ) -> float | None:
+    """A finite number ≥ 0 (> 1e-6 when `positive`: a time that rates divide by)."""
     if value is None and optional:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-            or value < 0:
-        raise TraceFormatError(f"experiment results: {what} must be a finite number ≥ 0")
+    try:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and value >= 0 and (not positive or value > 1e-6))
+    except OverflowError:  # an int with hundreds of digits
+        ok = False
+    if not ok:
+        raise TraceFormatError(f"experiment results: {what} must be a finite number "
+                               f"{'> 0' if positive else '≥ 0'}")
     return float(value)
 
 
@@ -83,10 +90,12 @@ def _whole(value: Any, what: str) -> int:
     return value
 
 
-def _series(values: Any, what: str, kind: type = float) -> np.ndarray:
-    if not isinstance(values, list) or len(values) > MAX_SERIES:
-        raise TraceFormatError(f"experiment results: {what} must be a list of at most "
-                               f"{MAX_SERIES} numbers")
+def _series(values: Any, what: str, kind: type = float, length: int | None = None) -> np.ndarray:
+    """A non-empty list of at most MAX_SERIES values (exactly `length` when given)."""
+    if not isinstance(values, list) or not 1 <= len(values) <= MAX_SERIES \
+            or (length is not None and len(values) != length):
+        raise TraceFormatError(f"experiment results: {what} must be a list of 1 to {MAX_SERIES} "
+                               "values, as long as the other series of its run")
     if kind is bool:
         if not all(isinstance(v, bool) for v in values):
             raise TraceFormatError(f"experiment results: {what} must hold true/false values")
@@ -117,13 +126,14 @@ def _comparison(d: Any) -> DecodeComparison | None:
         prompt_tokens=_whole(d.get("prompt_tokens"), "prompt_tokens"),
         new_tokens=_whole(d.get("new_tokens"), "new_tokens"),
         rounds=_whole(d.get("rounds"), "rounds"),
-        eager_itl_ms=_number(d.get("eager_itl_ms"), "eager ITL"),
-        compiled_itl_ms=_number(d.get("compiled_itl_ms"), "compiled ITL", optional=True),
+        eager_itl_ms=_number(d.get("eager_itl_ms"), "eager ITL", positive=True),
+        compiled_itl_ms=_number(d.get("compiled_itl_ms"), "compiled ITL", optional=True,
+                                positive=True),
         compile_s=_number(d.get("compile_s"), "compile time"),
         same_tokens=bool(d.get("same_tokens")),
         tokens=tuple(_whole(t, "token") for t in tokens),
         work=Work(_number(d.get("flops"), "FLOPs"), _number(d.get("bytes"), "bytes")),
-        native_itl_ms=_number(d.get("native_itl_ms"), "native ITL", optional=True),
+        native_itl_ms=_number(d.get("native_itl_ms"), "native ITL", optional=True, positive=True),
         native_note=note,
         bandwidth_gb_s=_number(d.get("bandwidth_gb_s"), "bandwidth", optional=True))
 
@@ -144,20 +154,30 @@ def experiments_from_dict(data: Any) -> Experiments:
                     or not all(isinstance(p, list) and len(p) == 3 for p in points):
                 raise TraceFormatError(f"experiment results: sweep {name} must be a list of "
                                        "[size, ms, tokens/s] triples")
-            sweeps[name] = tuple(SweepPoint(_whole(p[0], "sweep size"), _number(p[1], "sweep ms"),
+            sweeps[name] = tuple(SweepPoint(_whole(p[0], "sweep size"),
+                                            _number(p[1], "sweep ms", positive=True),
                                             _number(p[2], "sweep tokens/s")) for p in points)
-        on_off = tuple(OnOff(_whole(r.get("new_tokens"), "new tokens"),
-                             _series(r.get("on_ms"), "cache-on times"),
-                             _series(r.get("off_ms"), "cache-off times"),
-                             bool(r.get("same_tokens")))
-                       for r in _entries(data, "cache_on_off"))
-        variants = tuple(VariantRun(CacheConfig(str(r.get("kind")), _whole(r.get("window", 0), "window"),
-                                                _whole(r.get("sinks", 0), "sinks")),
-                                    _series(r.get("kl"), "KL"), _series(r.get("agree"), "agreement", bool),
-                                    _series(r.get("kv_bytes"), "KV bytes"))
-                         for r in _entries(data, "cache_variants"))
-        return Experiments(sweeps, on_off, variants, _comparison(data.get("decode_comparison")))
+        on_off = []
+        for r in _entries(data, "cache_on_off"):
+            on_ms = _series(r.get("on_ms"), "cache-on times")
+            off_ms = _series(r.get("off_ms"), "cache-off times", length=len(on_ms))
+            if on_ms.sum() <= 0:
+                raise TraceFormatError("experiment results: cache-on times must add up to > 0")
+            on_off.append(OnOff(_whole(r.get("new_tokens"), "new tokens"), on_ms, off_ms,
+                                bool(r.get("same_tokens"))))
+        variants = []
+        for r in _entries(data, "cache_variants"):
+            kl = _series(r.get("kl"), "KL")
+            variants.append(VariantRun(
+                CacheConfig(str(r.get("kind")), _whole(r.get("window", 0), "window"),
+                            _whole(r.get("sinks", 0), "sinks")),
+                kl, _series(r.get("agree"), "agreement", bool, len(kl)),
+                _series(r.get("kv_bytes"), "KV bytes", length=len(kl))))
+        if variants and variants[0].kv_bytes[-1] <= 0:
+            raise TraceFormatError("experiment results: the first cache variant's memory must be > 0")
+        return Experiments(sweeps, tuple(on_off), tuple(variants),
+                           _comparison(data.get("decode_comparison")))
     except TraceFormatError:
         raise
-    except (AttributeError, TypeError, ValueError) as err:
+    except (AttributeError, TypeError, ValueError, ArithmeticError) as err:
         raise TraceFormatError(f"experiment results are damaged: {err}") from err

@@ -126,6 +126,19 @@ def _cache_file() -> Path:
     return cache_root().parent / "ceilings.json"
 
 
+def cached_ceilings(device: torch.device | str, dtype: torch.dtype | str = torch.float32
+                    ) -> Ceilings | None:
+    """The stored ceilings for this device and dtype, or None: reads a file, measures nothing."""
+    device = torch.device(device)
+    if isinstance(dtype, str):
+        dtype = resolve_dtype(dtype, device)
+    try:
+        table = json.loads(_cache_file().read_text())
+        return Ceilings(**{**table[_key(device, dtype)], "cached": True})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def ceilings(device: torch.device | str, dtype: torch.dtype | str = torch.float32,
              refresh: bool = False, megabytes: int = 1024, n: int = 1024) -> Ceilings:
     """The measured ceilings for this machine, device and matmul dtype (a model's weights dtype),

@@ -171,6 +171,11 @@ class NativeDecoder:
         """Bytes of the packed weights (padding included): what one step streams."""
         return self.weights.nbytes
 
+    @property
+    def nbytes(self) -> int:
+        """Memory this decoder holds: packed weights and its KV cache."""
+        return self.weights.nbytes + self.keys.nbytes + self.values.nbytes
+
     def step(self, token: int, position: int) -> torch.Tensor:
         """One decode step: token at `position` → (V,) logits; its K/V enters the cache."""
         if not 0 <= position < self.max_tokens:  # the C code trusts its indices: check them here

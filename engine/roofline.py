@@ -62,6 +62,8 @@ class Utilization:
 
 
 def utilization(work: Work, ms: float, ceil: Ceilings | None = None) -> Utilization:
+    if not ms > 0:
+        raise ValueError(f"a step time must be positive, got {ms} ms")
     flop_s, bytes_s = work.flops / (ms / 1000), work.bytes / (ms / 1000)
     if ceil is None:
         return Utilization(flop_s, bytes_s, None, None, None)

@@ -27,6 +27,9 @@ SPEC_LIMITS = {"layers": 1024, "heads": 1024, "kv_heads": 1024, "head_dim": 4096
                "max_context": 1 << 24}
 MAX_PROMPT_TOKENS = 1 << 16
 MAX_STEP_MS = 3_600_000.0  # one hour: a slower step is not a measurement this app could show
+MIN_STEP_MS = 1e-6  # a step took some time: rates divide by it
+VIEW_BYTES = 1 << 30  # one layer's full (heads, S, S) float32 attention, as the Attention page builds
+MAX_TILES = 1 << 14  # recorded layers × heads: the model view draws one tile per head
 MAX_TEXT_CHARS = 1 << 20
 
 
@@ -38,10 +41,21 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _duration(value: Any, what: str) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-            or not 0 <= value <= MAX_STEP_MS:
-        _fail(f"{what} must be a time between 0 and {MAX_STEP_MS:,.0f} ms, got {value!r}")
+def _in_range(value: Any, low: float, high: float) -> bool:
+    """A real number (not a bool, not a 400-digit int that floats cannot hold) in [low, high]."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and low <= value <= high
+    except OverflowError:
+        return False
+
+
+def _duration(value: Any, what: str, positive: bool = False) -> None:
+    if not _in_range(value, 0.0, MAX_STEP_MS) or (positive and value <= MIN_STEP_MS):
+        low = f"{MIN_STEP_MS} ms (excluded)" if positive else "0"
+        _fail(f"{what} must be a time between {low} and {MAX_STEP_MS:,.0f} ms, "
+              f"got {str(value)[:40]}")
 
 
 def _token(value: Any, vocab: int, what: str) -> None:
@@ -60,8 +74,7 @@ def check_spec(spec: ModelSpec) -> None:
             _fail(f"model {name} must be a non-negative whole number")
     if not isinstance(spec.name, str) or len(spec.name) > 1000:
         _fail("the model name must be text of at most 1,000 characters")
-    if spec.rope_theta is not None and not (isinstance(spec.rope_theta, (int, float))
-                                            and math.isfinite(spec.rope_theta)
+    if spec.rope_theta is not None and not (_in_range(spec.rope_theta, 0.0, 1e12)
                                             and spec.rope_theta > 0):
         _fail("rope_theta must be a positive number")
 
@@ -74,9 +87,10 @@ def _check_step(step: Step, i: int, trace: Trace) -> None:
     if step.phase != ("prefill" if i == 0 else "decode"):
         _fail(f"{where} must be a {'prefill' if i == 0 else 'decode'} step")
     _token(step.token_id, spec.vocab_size, f"{where}: token id")
-    if step.position != n + i or step.context_len != n + i:
+    if not _is_int(step.position) or not _is_int(step.context_len) \
+            or step.position != n + i or step.context_len != n + i:
         _fail(f"{where}: position and context length must be {n + i}")
-    _duration(step.latency_ms, f"{where}: latency")
+    _duration(step.latency_ms, f"{where}: latency", positive=True)
     if not isinstance(step.piece, str) or not isinstance(step.text, str) \
             or len(step.piece) > 1000 or len(step.text) > 1000:
         _fail(f"{where}: piece and text must be short strings")
@@ -94,7 +108,9 @@ def _check_step(step: Step, i: int, trace: Trace) -> None:
     if not (np.isfinite(step.top_probs).all() and (step.top_probs >= 0).all()
             and (step.top_probs <= 1).all()):
         _fail(f"{where}: top-k probabilities must lie between 0 and 1")
-    if not isinstance(step.chosen_prob, (int, float)) or not 0 <= step.chosen_prob <= 1:
+    if any(not isinstance(p, str) or len(p) > 1000 for p in step.top_pieces):
+        _fail(f"{where}: top-k pieces must be short strings")
+    if not _in_range(step.chosen_prob, 0.0, 1.0):
         _fail(f"{where}: the chosen token's probability must lie between 0 and 1")
     if not _is_int(step.chosen_rank) or not 0 <= step.chosen_rank < spec.vocab_size:
         _fail(f"{where}: the chosen token's rank must be between 0 and {spec.vocab_size - 1}")
@@ -137,4 +153,23 @@ def check_trace(trace: Trace) -> Trace:
     _duration(trace.tokenize_ms, "tokenization time")
     for i, step in enumerate(trace.steps):
         _check_step(step, i, trace)
+    for name in ("attention", "hidden"):
+        if len({getattr(step, name) is None for step in trace.steps}) > 1:
+            _fail(f"{name} must be recorded on every step or on none")
+    return trace
+
+
+def check_viewable(trace: Trace, max_tokens: int) -> Trace:
+    """The views' own budget, on top of `check_trace`: at most `max_tokens` positions (prompt +
+    output), one layer's (heads, S, S) attention within VIEW_BYTES, and a model view of at most
+    MAX_TILES heads — so a small file cannot ask a page for gigabytes or a million tiles."""
+    tokens = len(trace.prompt_token_ids) + len(trace.steps)
+    if tokens > max_tokens:
+        _fail(f"it has {tokens:,} tokens (prompt and output); this app shows traces of up to "
+              f"{max_tokens:,}")
+    if trace.model.heads * tokens * tokens * 4 > VIEW_BYTES:
+        _fail(f"{trace.model.heads:,} heads over {tokens:,} tokens are too large to view here")
+    if len(trace.attention_layers) * trace.model.heads > MAX_TILES:
+        _fail(f"{len(trace.attention_layers)} recorded layers × {trace.model.heads} heads are too "
+              "many to view here")
     return trace

@@ -112,24 +112,46 @@ def read_trace_file(source: str | Path | bytes | BinaryIO,
                     max_bytes: int = MAX_TRACE_BYTES) -> TraceFile:
     """The trace and its experiment results; refuses (TraceFormatError, one line) anything whose
     members decompress to more than `max_bytes` together, before reading them."""
+    limit = max_bytes + (1 << 20)  # a zip is at most slightly larger than what it holds
     if isinstance(source, (str, Path)):
         try:
-            source = Path(source).read_bytes()
-        except (OSError, ValueError) as err:
-            raise TraceFormatError(f"cannot read trace file: {getattr(err, 'strerror', None) or err}"
-                                   ) from err
-    data = source if isinstance(source, bytes) else source.read()
+            path = Path(source)
+            if not path.exists():
+                raise TraceFormatError(f"cannot read trace file: no such file {str(source)[:200]}")
+            if not path.is_file():
+                raise TraceFormatError(f"not a trace file: {str(source)[:200]} is not a regular file")
+            if path.stat().st_size > limit:
+                raise TraceFormatError(f"the file is over {_mb(limit)}")
+            source = path.read_bytes()
+        except OSError as err:
+            raise TraceFormatError(f"cannot read trace file: {err.strerror or err}") from err
+    data = source if isinstance(source, bytes) else source.read(limit + 1)
+    if len(data) > limit:
+        raise TraceFormatError(f"the file is over {_mb(limit)}")
     try:
         meta_bytes, arrays = _read_members(data, max_bytes)
+        _check_json_containers(meta_bytes)
         meta = _check_and_upgrade(json.loads(meta_bytes.decode()))
         trace = check_trace(_build(meta, arrays))
         return TraceFile(trace, experiments_from_dict(meta.get("experiments")))
     except TraceFormatError:
         raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError, AttributeError,
-            IndexError, UnicodeDecodeError, RecursionError, NotImplementedError) as err:
+    except Exception as err:  # noqa: BLE001 — everything in here parses untrusted bytes: zlib,
+        # lzma, zip encryption flags, numpy's header tokenizer, JSON, int overflow… all say "damaged"
         raise TraceFormatError(f"not a valid trace file (damaged, truncated or foreign): "
                                f"{type(err).__name__}") from err
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+MAX_JSON_CONTAINERS = 1 << 16  # objects and lists; a real trace has ~3 per step
+
+
+def _check_json_containers(meta: bytes) -> None:
+    """Refuse metadata with more objects/lists than a trace can have before parsing it: 8 MB of
+    `{},` would parse into millions of dicts (hundreds of MB) only to be refused afterwards."""
+    containers = _JSON_STRING.sub(b"", meta).translate(None, b"]}")
+    if containers.count(b"{") + containers.count(b"[") > MAX_JSON_CONTAINERS:
+        raise TraceFormatError("not a valid trace: the metadata holds too many objects and lists")
 
 
 def _mb(n: int) -> str:
@@ -199,7 +221,7 @@ def _check_and_upgrade(meta: Any) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise TraceFormatError("not an Inference Explorer trace (wrong format name)")
     version = meta.get("version")
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise TraceFormatError(f"trace has an invalid format version: {version!r}")
     if version > FORMAT_VERSION:
         raise TraceFormatError(f"trace format version {version} is newer than this app reads "

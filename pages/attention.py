@@ -17,6 +17,7 @@ from pages.state import config, plain
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12
+PLAY_S = 30  # "Play all steps" sleeps at most this long in all
 
 st.title("Attention")
 trace = require_trace()
@@ -98,11 +99,12 @@ with tabs[3]:
         play = st.button("Play all steps", icon=":material/play_arrow:")
         slot = st.empty()
         steps = range(k, len(trace.steps)) if play else [k]
+        pause = min(0.3, PLAY_S / max(len(steps), 1))  # a long trace plays faster, never > PLAY_S
         for i in steps:
             slot.plotly_chart(decode_row_chart(trace, i, layer), width="stretch", key=f"dec-{i}",
                               config=export)
             if play:
-                time.sleep(0.3)
+                time.sleep(pause)
         st.caption("At each decode step the newest token's query attends over the whole KV "
                    "cache — the prompt and every token generated before it.")
 

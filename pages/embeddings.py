@@ -10,7 +10,7 @@ from charts.embeddings import embedding_map, rope_angle_chart, rope_score_chart
 from charts.tokens import piece_text, visible
 from engine.embeddings import EmbeddingIndex
 from engine.rope import angles, score_by_distance
-from pages.common import memo, no_trace_notice
+from pages.common import memo, model_turn, no_trace_notice
 from pages.state import current_trace
 
 
@@ -38,8 +38,11 @@ if lm is None:
     st.info("This page reads the model's embedding table: load a model in the sidebar.")
     st.stop()
 spec = lm.spec
-with st.spinner("Normalizing the embedding table…"):  # once per loaded model, for all sessions
-    index = st.session_state["model_entry"].extra("embedding_index", EmbeddingIndex)
+entry = st.session_state["model_entry"]
+if "embedding_index" not in entry.extras:  # once per loaded model, for all sessions
+    with st.spinner("Normalizing the embedding table…"), model_turn():
+        entry.extra("embedding_index", EmbeddingIndex)
+index = entry.extra("embedding_index", EmbeddingIndex)
 st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
            f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
            "close together; closeness here is cosine similarity.")
@@ -66,9 +69,12 @@ st.subheader("A 2-D map")
 if st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or st.session_state.get("map_on"):
     st.session_state["map_on"] = True
     neighbour_ids = [int(i) for i in near.ids]
+    def project() -> tuple:
+        with model_turn():  # an SVD on the cores: not while another visitor's run is timed
+            return index.pca_map(ids + neighbour_ids, background=1500)
+
     coords, sample, background = memo(  # one SVD per model and token choice
-        "pca_memo", (index, tuple(ids + neighbour_ids)),
-        lambda: index.pca_map(ids + neighbour_ids, background=1500))
+        "pca_memo", (index, tuple(ids + neighbour_ids)), project)
     n = len(ids)
     st.plotly_chart(embedding_map({
         "prompt token": (coords[:n], [label(i) for i in ids]),

@@ -12,6 +12,7 @@ import streamlit as st
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from engine import EngineError, Run, TraceFormatError, summarize
 from engine.metrics import replay_pace
+from engine.tracecheck import check_viewable
 from engine.tracefile import read_trace_file, trace_to_bytes
 from pages.common import model_turn
 from pages.state import config, current_experiments, current_trace, keep, keep_new_trace, plain
@@ -33,9 +34,11 @@ def load_upload() -> None:
     try:
         if upload.size > config().limits.upload_mb << 20:
             raise TraceFormatError(f"the file is over {config().limits.upload_mb} MB")
-        opened = read_trace_file(upload.getvalue(), max_bytes=config().limits.trace_mb << 20)
+        limits = config().limits
+        opened = read_trace_file(upload.getvalue(), max_bytes=limits.trace_mb << 20)
         if not opened.trace.steps:
             raise TraceFormatError("this trace has no generated tokens to show")
+        check_viewable(opened.trace, limits.trace_tokens)
         keep_new_trace(opened.trace, opened.experiments)
         st.session_state["replay"] = True
         st.session_state.pop("upload_error", None)

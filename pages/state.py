@@ -29,6 +29,7 @@ class Limits:
     new_tokens: int
     upload_mb: int  # a trace file, as uploaded
     trace_mb: int  # a trace file, decompressed: what it will hold in memory
+    trace_tokens: int  # prompt + output of a trace file the pages will show
 
     @property
     def sequence_tokens(self) -> int:
@@ -47,8 +48,8 @@ class AppConfig:
     @classmethod
     def from_env(cls) -> "AppConfig":
         if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
-            return cls(True, Limits(256, 64, 50, 96), 1024, 512, 2 * 3600.0)
-        return cls(False, Limits(1024, 256, 50, 512), 4096, 2048, 12 * 3600.0)
+            return cls(True, Limits(256, 64, 50, 96, 320), 1024, 512, 2 * 3600.0)
+        return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
 
 
 def config() -> AppConfig:
@@ -84,6 +85,8 @@ def restore_session() -> None:
         came_with = st.query_params.get("s", "")
         record = SESSIONS.copy(came_with) if _TOKEN_SHAPE.fullmatch(came_with) else None
         for key, value in (record or {}).items():
+            if key == "trace" and value.stop_reason == "running":  # the reload cut its run short
+                value = replace(value, stop_reason="stopped")
             if key in KEPT:
                 st.session_state[key] = value
                 SESSIONS.put(token, key, value)

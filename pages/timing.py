@@ -9,7 +9,7 @@ import streamlit as st
 
 from charts.timing import roofline_chart, sweep_chart, timeline_chart
 from engine import summarize
-from engine.microbench import ceilings
+from engine.microbench import cached_ceilings, ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 from pages.common import model_turn, require_trace
@@ -47,12 +47,14 @@ st.caption("TTFT comes from prefill: the whole prompt goes through the model in 
            "it, every token costs one decode step, and ITL is that step's time.")
 
 st.subheader("Work per step and the roofline")
-device, dtype = trace.device.split(":")[0], trace.model.dtype
-ceil = None
+device = lm.device.type if lm is not None else "cpu"  # this machine's ceilings, not the file's
+dtype = trace.model.dtype if trace.model.dtype in ("float32", "float16", "bfloat16") else "float32"
 measure = st.button("Measure this machine's ceilings", icon=":material/speed:",
                     help="Reads a 1 GB buffer and times a matmul (a few seconds). Each press "
                          "measures again; the best figures are kept.")
-if measure or st.session_state.get("ceilings_for") == (device, dtype):
+asked = st.session_state.get("ceilings_for") == (device, dtype)  # measured once this session
+ceil = cached_ceilings(device, dtype) if asked and not measure else None  # no turn to read a file
+if measure or (asked and ceil is None):
     with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds)…"), model_turn():
         ceil = ceilings(device, dtype, refresh=measure)
     st.session_state["ceilings_for"] = (device, dtype)

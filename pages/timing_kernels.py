@@ -100,6 +100,6 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
                 f"{comparison.rounds} rounds ({comparison.new_tokens} tokens after a "
                 f"{comparison.prompt_tokens}-token prompt){compiled}.")
     if comparison.native_note:
-        st.caption(f"Native C step not run: {comparison.native_note}.")
+        st.caption(f"Native C step not run: {plain(comparison.native_note)}.")
     if ceil is None:
         st.caption("Measure the ceilings above to see MBU = achieved GB/s ÷ measured bandwidth.")

@@ -80,6 +80,43 @@ def with_member(data: bytes, name: str, content: bytes | None) -> bytes:
     return zipped(list(parts.items()))
 
 
+# an .npy header whose dict never closes (an open triple-quoted string): numpy's parser fails
+UNPARSABLE_NPY = (b"\x93NUMPY\x01\x00" + (118).to_bytes(2, "little")
+                  + (b"{'descr': '<i8', 'fortran_order': False, 'shape': (10,), " + b"'" * 3)
+                  .ljust(117) + b"\n")
+
+
+def damaged(data: bytes, name: str, method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    """`data` with member `name` compressed by `method`, then bytes flipped mid-stream."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as archive:
+        for member, content in members(data).items():
+            archive.writestr(member, content)
+    out = bytearray(buffer.getvalue())
+    with zipfile.ZipFile(io.BytesIO(bytes(out))) as archive:
+        info = archive.getinfo(name)
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for k in range(start + 10, start + min(info.compress_size, 60), 7):
+        out[k] ^= 0xA5
+    return bytes(out)
+
+
+def flagged(data: bytes, name: str, bit: int) -> bytes:
+    """`data` with a general-purpose flag bit (0x1: encrypted) set on member `name`."""
+    out = bytearray(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        info = archive.getinfo(name)
+    out[info.header_offset + 6] |= bit  # the local header's flags
+    central = out.find(b"PK\x01\x02")
+    while central >= 0:  # and the central directory's entry for the same member
+        length = int.from_bytes(out[central + 28: central + 30], "little")
+        if out[central + 46: central + 46 + length] == name.encode():
+            out[central + 8] |= bit
+            break
+        central = out.find(b"PK\x01\x02", central + 4)
+    return bytes(out)
+
+
 def bomb(data: bytes, name: str, header: bytes, size: int, fill: bytes = b"\0") -> bytes:
     """`data` with member `name` replaced by `header` and `size` bytes of `fill`, deflated."""
     buffer = io.BytesIO()
@@ -145,6 +182,23 @@ META_CASES: dict[str, Callable[[dict], object]] = {
         {"new_tokens": 4, "on_ms": [-1], "off_ms": [1], "same_tokens": True}]}),
     "prompt that is not text": meta_key("prompt", [["a"]]),
     "settings with bad types": meta_key("settings", {"max_new_tokens": "lots"}),
+    "400-digit tokenize time": meta_key("tokenize_ms", 10**400),
+    "400-digit latency": step(1, latency_ms=10**400),
+    "zero latency": step(0, latency_ms=0.0),
+    "chosen probability true": step(0, chosen_prob=True),
+    "fractional position": step(1, position=4.5),
+    "version true": meta_key("version", True),
+    "400-digit experiment number": meta_key("experiments", {"sweeps": {"batch": [[1, 10**400, 2]]}}),
+    "cache variant without memory": meta_key("experiments", {"cache_variants": [
+        {"kind": "int8", "kl": [0.1], "agree": [True], "kv_bytes": []}]}),
+    "cache variant series of different lengths": meta_key("experiments", {"cache_variants": [
+        {"kind": "int8", "kl": [0.1, 0.2], "agree": [True], "kv_bytes": [5, 6]}]}),
+    "cache on/off of different lengths": meta_key("experiments", {"cache_on_off": [
+        {"new_tokens": 4, "on_ms": [1, 2], "off_ms": [1], "same_tokens": True}]}),
+    "kernel comparison of 0 ms": meta_key("experiments", {"decode_comparison": {
+        "prompt_tokens": 4, "new_tokens": 4, "rounds": 1, "eager_itl_ms": 5e-324,
+        "compiled_itl_ms": None, "compile_s": 0, "same_tokens": True, "tokens": [1],
+        "flops": 1, "bytes": 1}}),
 }
 
 
@@ -184,6 +238,13 @@ MEMBER_CASES: dict[str, Callable[[bytes], bytes]] = {
         ("step0.top_ids.npy", npy(np.zeros(10, np.int64)))]),
     "20,000 members": lambda d: zipped([(f"x{i}", b"") for i in range(20_000)]),
     "no metadata": lambda d: with_member(d, "meta.json.npy", None),
+    "attention only on the prefill": lambda d: with_member(d, "step1.attention.npy", None),
+    "damaged deflate stream": lambda d: damaged(d, "step0.hidden.npy"),
+    "encrypted member flag": lambda d: flagged(d, "step0.top_ids.npy", 0x1),
+    "damaged LZMA member": lambda d: damaged(d, "step0.hidden.npy", zipfile.ZIP_LZMA),
+    "unparsable .npy header": lambda d: with_member(d, "step0.top_ids.npy", UNPARSABLE_NPY),
+    "metadata of 2 million empty objects": lambda d: with_member(d, "meta.json.npy", npy(
+        np.frombuffer(b"[" + b"{}," * 2_000_000 + b"{}]", dtype=np.uint8))),
     "metadata nested 100,000 deep": lambda d: with_member(d, "meta.json.npy", npy(
         np.frombuffer(b"[" * 100_000 + b"]" * 100_000, dtype=np.uint8))),
     "truncated": lambda d: d[: len(d) // 2],
@@ -244,6 +305,29 @@ def test_a_real_cli_process_prints_no_traceback(crafted):
                                "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.count("\n") == 1
+
+
+def test_the_cli_refuses_what_is_not_a_regular_file(capsys):
+    assert main(["show", "/dev/zero"]) == 2  # would otherwise read for ever
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_views_refuse_traces_too_large_to_draw(base):
+    """A small valid file must not ask a page for gigabytes (heads × S² floats) or a million
+    model-view tiles; the app also holds files to its token limit."""
+    from dataclasses import replace
+
+    from engine.tracecheck import check_viewable
+
+    trace = load_trace(base)
+    assert check_viewable(trace, 100) is trace
+    with pytest.raises(TraceFormatError, match="up to 4"):
+        check_viewable(trace, 4)
+    with pytest.raises(TraceFormatError, match="too large to view"):
+        check_viewable(replace(trace, model=replace(trace.model, heads=10**8)), 100)
+    many = replace(trace, model=replace(trace.model, heads=10_000), attention_layers=(0, 1))
+    with pytest.raises(TraceFormatError, match="too many to view"):
+        check_viewable(many, 100)
 
 
 def test_a_cap_below_the_file_size_refuses_it(base):

@@ -132,3 +132,27 @@ def test_putting_none_removes_an_item():
     store.put("a", "trace", "x")
     store.put("a", "trace", None)
     assert store.copy("a") == {}
+
+
+def test_a_value_shared_by_several_records_counts_once():
+    """Every reload copies a record under a new token; the trace in it is the same object, so
+    five reloads of a 400-byte trace hold 400 bytes, not 2,000 (which would evict others)."""
+    store = SessionStore(max_entries=10, max_bytes=1000, ttl_s=60, size_of=_sized)
+    trace = np.zeros(50)
+    for token in "abcde":
+        store.put(token, "trace", trace)
+    assert store.nbytes == 400 and len(store) == 5
+    store.put("f", "trace", np.zeros(50))
+    assert store.nbytes == 800 and store.copy("a") is not None
+    for token in "abcde":
+        store.put(token, "trace", None)
+    assert store.nbytes == 400
+
+
+def test_reading_a_record_keeps_it_from_being_the_oldest():
+    store = SessionStore(max_entries=2, max_bytes=1000, ttl_s=60, size_of=_sized)
+    store.put("a", "prompt", "x")
+    store.put("b", "prompt", "y")
+    store.copy("a")  # a reload read "a": "b" is now the least recently used
+    store.put("c", "prompt", "z")
+    assert store.copy("a") is not None and store.copy("b") is None

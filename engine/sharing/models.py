@@ -37,7 +37,10 @@ class ModelEntry:
 
     @property
     def nbytes(self) -> int:
-        return self.lm.spec.weight_bytes
+        """The weights, plus what extras report holding (the native decoder's packed copy…)."""
+        with self._lock:
+            extras = sum(getattr(x, "nbytes", 0) for x in self.extras.values())
+        return self.lm.spec.weight_bytes + int(extras)
 
 
 class ModelStore:
@@ -61,11 +64,15 @@ class ModelStore:
         with gate:
             with self._lock:
                 if key in self._entries:
+                    self._entries.move_to_end(key)
                     return self._entries[key]
-            entry = ModelEntry(self._loader(source, dtype=dtype))
+            try:
+                entry = ModelEntry(self._loader(source, dtype=dtype))
+            finally:
+                with self._lock:
+                    self._loading.pop(key, None)  # a failed load leaves nothing behind
             with self._lock:
                 self._entries[key] = entry
-                self._loading.pop(key, None)
                 self._evict(keep=key)
             return entry
 
@@ -79,11 +86,15 @@ class ModelStore:
                 self._compiled = None
 
     def compiled(self, key: Key, build: Callable[[LoadedModel], Any]) -> Any:
-        """The one compiled decoder, for `key`'s model (a new key replaces the old one)."""
+        """The one compiled decoder, for `key`'s model (a new key replaces the old one). Not
+        remembered if the model was evicted meanwhile: the caller still gets a working one."""
         entry = self.get(*key)
         with self._lock:
             if self._compiled is None or self._compiled[0] != key:
-                self._compiled = (key, build(entry.lm))
+                decoder = build(entry.lm)
+                if key not in self._entries:
+                    return decoder
+                self._compiled = (key, decoder)
             return self._compiled[1]
 
     @property

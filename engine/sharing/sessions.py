@@ -29,47 +29,70 @@ class SessionStore:
                  ) -> None:
         self.max_entries, self.max_bytes, self.ttl_s = max_entries, max_bytes, ttl_s
         self._size_of, self._clock = size_of, clock
-        self._records: OrderedDict[str, tuple[float, int, Record]] = OrderedDict()
+        self._records: OrderedDict[str, tuple[float, Record]] = OrderedDict()
+        # Values by identity: a reload's copy shares the same immutable trace, so it is counted
+        # once however many records hold it. id → [size, number of records holding it, value]
+        self._objects: dict[int, list[Any]] = {}
         self._lock = threading.Lock()
 
     def put(self, token: str, key: str, value: Any) -> None:
         """Set one item of this token's record (None removes it)."""
         with self._lock:
-            _, _, record = self._records.pop(token, (0.0, 0, {}))
-            record = {k: v for k, v in record.items() if k != key}
+            self._expire()
+            _, record = self._records.pop(token, (0.0, {}))
+            old = record.pop(key, None)
+            if old is not None:
+                self._release(old)
             if value is not None:
                 record[key] = value
-            size = sum(self._size_of(v) for v in record.values())
-            self._records[token] = (self._clock(), size, record)
-            self._trim(keep=token)
+                self._hold(value)
+            self._records[token] = (self._clock(), record)
+            if self._unique_size(record) > self.max_bytes:  # too large on its own: not kept
+                self._drop(token)
+                return
+            self._trim()
 
     def copy(self, token: str) -> Record | None:
         """A shallow copy of the token's record (values are immutable results), or None."""
         with self._lock:
             self._expire()
             found = self._records.get(token)
-            return dict(found[2]) if found else None
+            if found is None:
+                return None
+            self._records.move_to_end(token)
+            return dict(found[1])
+
+    def _hold(self, value: Any) -> None:
+        entry = self._objects.setdefault(id(value), [self._size_of(value), 0, value])
+        entry[1] += 1
+
+    def _release(self, value: Any) -> None:
+        entry = self._objects[id(value)]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._objects[id(value)]
+
+    def _unique_size(self, record: Record) -> int:
+        return sum(self._objects[id(v)][0] for v in {id(v): v for v in record.values()}.values())
+
+    def _drop(self, token: str) -> None:
+        _, record = self._records.pop(token)
+        for value in record.values():
+            self._release(value)
 
     def _expire(self) -> None:
         now = self._clock()
-        for token in [t for t, (at, _, _) in self._records.items() if now - at > self.ttl_s]:
-            del self._records[token]
+        for token in [t for t, (at, _) in self._records.items() if now - at > self.ttl_s]:
+            self._drop(token)
 
-    def _trim(self, keep: str) -> None:
-        self._expire()
+    def _trim(self) -> None:
         while len(self._records) > self.max_entries or self.nbytes > self.max_bytes:
-            oldest = next(iter(self._records))
-            if oldest == keep:
-                if len(self._records) == 1:  # one record over the cap on its own: not kept
-                    del self._records[keep]
-                    return
-                self._records.move_to_end(keep)
-                continue
-            del self._records[oldest]
+            self._drop(next(iter(self._records)))  # least recently used first
 
     @property
     def nbytes(self) -> int:
-        return sum(size for _, size, _ in self._records.values())
+        """Bytes of the distinct values held (a value shared by several records counts once)."""
+        return sum(size for size, _, _ in self._objects.values())
 
     def __len__(self) -> int:
         with self._lock:
