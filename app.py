@@ -26,6 +26,31 @@ ASSETS = Path(__file__).parent / "assets"
 MAX_SOURCE_CHARS = 200
 
 
+def no_model() -> None:
+    st.session_state["lm"] = st.session_state["model_entry"] = None
+    st.session_state["compiled_decoder"] = st.session_state["native_decoder"] = None
+
+
+@st.fragment(run_every=1.0)
+def rerun_when_loaded(source: str, dtype: str) -> None:
+    if MODELS.peek(source, dtype) is not None or MODELS.failure(source, dtype) is not None:
+        st.rerun(scope="app")
+
+
+def loading_in_background(source: str, dtype: str) -> None:
+    """Hosted mode: the first visitor's page never waits for the model; it loads in a thread and
+    this session reruns once it is ready (pages that need it say so meanwhile)."""
+    no_model()
+    failed = MODELS.failure(source, dtype)
+    if failed is not None:
+        st.sidebar.error(plain(f"Model not loaded: {failed}"))
+        return
+    MODELS.load_in_background(source, dtype)
+    st.sidebar.info("Loading the model in the background (a few seconds); everything that does "
+                    "not run it works meanwhile.", icon=":material/hourglass:")
+    rerun_when_loaded(source, dtype)
+
+
 def sidebar_model() -> None:
     st.sidebar.header("Model")
     source = "default"
@@ -44,6 +69,9 @@ def sidebar_model() -> None:
         dtype = "float32"
         st.sidebar.caption("Hosted demo: every visitor shares one float32 model; run the app "
                            "locally to pick another model or float16 weights.")
+    if config().hosted and MODELS.peek(source, dtype) is None:
+        loading_in_background(source, dtype)  # the page draws now; it reruns when the model is in
+        return
     with st.sidebar.status("Loading model… (the very first start converts the GGUF: ~30 s)",
                            expanded=False) as status:
         try:
@@ -51,8 +79,7 @@ def sidebar_model() -> None:
         except EngineError as err:
             status.update(label="Model not loaded", state="error", expanded=True)
             st.error(plain(str(err)))
-            st.session_state["lm"] = st.session_state["model_entry"] = None
-            st.session_state["compiled_decoder"] = st.session_state["native_decoder"] = None
+            no_model()
             return
         lm = entry.lm
         spec = lm.spec

@@ -8,6 +8,7 @@ divergence, and whether the most probable token agrees).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -90,8 +91,10 @@ class OnOff:
 
 
 def cache_on_off(lm: LoadedModel, prompt: str, lengths: list[int], max_prompt_tokens: int = 2048,
-                 max_new_tokens: int = 4096) -> Iterator[OnOff]:
-    """Generate the same greedy tokens with the cache and without it, for each output length."""
+                 max_new_tokens: int = 4096, stop: threading.Event | None = None
+                 ) -> Iterator[OnOff]:
+    """Generate the same greedy tokens with the cache and without it, for each output length.
+    Once `stop` is set (a time budget), the runs end early and the cut length is not reported."""
     if any(not 1 <= n <= max_new_tokens for n in lengths):
         raise InputError(f"output lengths must be between 1 and {max_new_tokens} tokens here")
     for n in lengths:
@@ -99,8 +102,10 @@ def cache_on_off(lm: LoadedModel, prompt: str, lengths: list[int], max_prompt_to
         for kv in (True, False):
             settings = GenerationSettings(max_new_tokens=n, kv_cache=kv, record_attention=False,
                                           record_hidden=False, max_prompt_tokens=max_prompt_tokens)
-            runs[kv] = Run(lm, prompt, settings).run_all()
+            runs[kv] = Run(lm, prompt, settings, stop_event=stop).run_all()
         on, off = runs[True], runs[False]
+        if on.stop_reason == "stopped" or off.stop_reason == "stopped":
+            return
         yield OnOff(n, np.array([s.latency_ms for s in on.steps]),
                     np.array([s.latency_ms for s in off.steps]),
                     on.output_token_ids == off.output_token_ids)

@@ -15,7 +15,7 @@ from .settings import GenerationSettings
 from .spec import ModelSpec
 
 PHASES = ("prefill", "decode")
-STOP_REASONS = ("eos", "length", "stopped", "running")
+STOP_REASONS = ("eos", "length", "stopped", "limit", "running")  # limit: a server's time budget
 
 
 @dataclass(frozen=True, slots=True, eq=False)

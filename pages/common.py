@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable, Iterator, TypeVar
 
 import streamlit as st
 
 from engine import Trace
-from pages.state import LOCK, current_trace
+from pages.state import LOCK, config, current_trace
 
 T = TypeVar("T")
 
@@ -29,24 +30,44 @@ def require_trace() -> Trace:
     return trace
 
 
+BUDGET_NOTE = ("Stopped at this demo's limit of {s:.0f} s of model time per click, so that no "
+               "visitor waits long for another; what was measured is shown.")
+
+
 @contextlib.contextmanager
-def model_turn() -> Iterator[None]:
-    """Hold the process-wide lock while this session runs the shared model (a generation, a
+def model_turn(stop: threading.Event | None = None) -> Iterator[threading.Event]:
+    """Hold the process-wide turn while this session runs the shared model (a generation, a
     sweep, a cache experiment, a compile, a ceiling measurement): one run at a time, so no
     visitor's timings are measured while another visitor's forward shares the cores. Waiting
-    visitors are served first come, first served, and see their place in the queue."""
+    visitors are served first come, first served, and see their place in the queue and an
+    estimate. Yields `stop` (or a new event), which is set once this turn has used the hosted
+    per-click budget (`Limits.click_s`): loops check it and end early (see BUDGET_NOTE)."""
+    stop = stop or threading.Event()
     notice = st.empty()
 
     def waiting(place: int, held_s: float) -> None:
+        typical = LOCK.typical_hold_s
         ahead = ("another visitor's run is using the model; yours is next in the queue" if place == 1
                  else f"{place} runs are ahead of yours in the queue")
-        notice.info(f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far). Yours "
-                    "starts by itself: keep this page open.", icon=":material/hourglass:")
+        estimate = ("" if typical is None else
+                    f" Runs here take about {typical:.0f} s: yours should start in about "
+                    f"{max(typical - held_s, 1) + (place - 1) * typical:.0f} s.")
+        notice.info(f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far).{estimate} "
+                    "Yours starts by itself: keep this page open.", icon=":material/hourglass:")
 
+    budget = config().limits.click_s
     try:
         with LOCK.turn(on_wait=waiting):
             notice.empty()
-            yield
+            timer = threading.Timer(budget, stop.set) if budget else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                yield stop
+            finally:
+                if timer is not None:
+                    timer.cancel()
     finally:
         notice.empty()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -90,13 +91,15 @@ if stop and trace is not None and trace.stop_reason == "running":
 if generate:
     lm = st.session_state.get("lm")
     if lm is None:
-        st.error("No model is loaded — see the sidebar. You can still upload a trace below.")
+        st.error("No model is loaded yet — see the sidebar (it may still be loading). You can "
+                 "still upload a trace below.")
     else:
         try:
             keep("prompt", prompt)
-            run = Run(lm, prompt, st.session_state["settings"])
+            budget = threading.Event()  # set when the hosted per-click budget is spent
+            run = Run(lm, prompt, st.session_state["settings"], stop_event=budget)
             try:
-                with model_turn():
+                with model_turn(budget):
                     drawn = 0.0
                     for step in run:
                         trace = run.trace()
@@ -112,6 +115,8 @@ if generate:
                     keep("trace", replace(run.trace(), stop_reason="stopped"))
             if run.steps:
                 trace = run.trace()
+                if budget.is_set() and trace.stop_reason == "stopped":
+                    trace = replace(trace, stop_reason="limit")
                 keep("trace", trace)
         except EngineError as err:
             st.error(plain(str(err)))
@@ -126,7 +131,9 @@ if trace is None:
 else:
     show(trace, chips, metrics, chart, "final")
     reason = {"eos": "the model ended its answer", "length": "the token limit was reached",
-              "stopped": "you pressed Stop", "running": "still running"}[trace.stop_reason]
+              "stopped": "you pressed Stop", "running": "still running",
+              "limit": f"this demo's limit of {config().limits.click_s or 0:.0f} s of model time "
+                       "per click was reached"}[trace.stop_reason]
     st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
                f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on {plain(trace.device)}.")
     st.subheader("Why this token?")

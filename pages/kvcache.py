@@ -13,7 +13,7 @@ from engine.cachelab import cache_on_off, compare_caches
 from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
-from pages.common import model_turn, no_trace_notice
+from pages.common import BUDGET_NOTE, model_turn, no_trace_notice
 from pages.state import config, current_experiments, current_trace, keep_experiments, plain
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
@@ -56,11 +56,13 @@ with tabs[1]:
         if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
             bar, found = st.progress(0.0), []
             try:
-                with model_turn():
+                with model_turn() as stop:
                     for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
-                                               limits.new_tokens):
+                                               limits.new_tokens, stop):
                         found.append(result)
                         bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
+                if stop.is_set():
+                    st.info(BUDGET_NOTE.format(s=limits.click_s))
                 keep_experiments(cache_on_off=tuple(found))
             except EngineError as err:
                 st.error(plain(str(err)))
@@ -109,12 +111,15 @@ with tabs[3]:
                        CacheConfig("window", window, 0)]
             bar, runs = st.progress(0.0), []
             try:
-                with model_turn():
+                with model_turn() as stop:
                     for run in compare_caches(lm, list(trace.prompt_token_ids),
                                               list(trace.output_token_ids), configs,
                                               limits.sequence_tokens):
                         runs.append(run)
                         bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
+                        if stop.is_set():
+                            st.info(BUDGET_NOTE.format(s=limits.click_s))
+                            break
                 keep_experiments(cache_variants=tuple(runs))
             except EngineError as err:
                 st.error(plain(str(err)))

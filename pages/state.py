@@ -30,6 +30,8 @@ class Limits:
     upload_mb: int  # a trace file, as uploaded
     trace_mb: int  # a trace file, decompressed: what it will hold in memory
     trace_tokens: int  # prompt + output of a trace file the pages will show
+    click_s: float | None = None  # model time one click may take (None: no limit)
+    kernel_rounds: int = 3  # paired rounds of the decode-kernel comparison
 
     @property
     def sequence_tokens(self) -> int:
@@ -48,7 +50,8 @@ class AppConfig:
     @classmethod
     def from_env(cls) -> "AppConfig":
         if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
-            return cls(True, Limits(256, 64, 50, 96, 320), 1024, 512, 2 * 3600.0)
+            return cls(True, Limits(256, 64, 50, 96, 320, click_s=15.0, kernel_rounds=2), 1024,
+                       512, 2 * 3600.0)
         return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
 
 

@@ -12,7 +12,7 @@ from engine import summarize
 from engine.microbench import cached_ceilings, ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
-from pages.common import model_turn, require_trace
+from pages.common import BUDGET_NOTE, model_turn, require_trace
 from pages.state import config, current_experiments, keep_experiments
 from pages.timing_kernels import kernels_section
 
@@ -116,11 +116,14 @@ for tab, (name, (key, sweep, sizes, x_title, y_title, rate)) in zip(tabs, experi
     with tab:
         if st.button(f"Run: {name}", key=f"run-{name}"):
             bar, found = st.progress(0.0, text="Measuring…"), []
-            with model_turn():
+            with model_turn() as stop:
                 for point in sweep(lm, sizes):
                     found.append(point)
                     bar.progress(len(found) / len(sizes),
                                  text=f"{x_title}: {point.size} → {point.ms:.1f} ms")
+                    if stop.is_set():
+                        st.info(BUDGET_NOTE.format(s=config().limits.click_s))
+                        break
             keep_experiments(sweeps={**current_experiments().sweeps, key: tuple(found)})
             bar.empty()
         found = current_experiments().sweeps.get(key)

@@ -10,10 +10,10 @@ from engine.cachelab import check_sequence
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.microbench import raise_bandwidth
 from engine.roofline import utilization
-from pages.common import model_turn
+from pages.common import BUDGET_NOTE, model_turn
 from pages.state import config, keep_experiments, plain
 
-NEW_TOKENS, ROUNDS = 32, 3
+NEW_TOKENS = 32
 
 
 def _native():
@@ -27,15 +27,22 @@ def _native():
 def _compare(trace, lm, compile: bool) -> None:
     bar = st.progress(0.0, text="Starting…")
     try:
-        with model_turn():
+        with model_turn() as stop:
             native, note = _native()
             if native is None and not compile:
                 raise EngineError(f"The native step cannot run here: {note}")
             ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
             check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
-            result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS, ROUNDS,
-                                    say=lambda text, done: bar.progress(done, text=text),
-                                    compile=compile, native=native, native_note=note)
+
+            def progress(text: str, done: float) -> None:
+                if stop.is_set():
+                    raise EngineError(BUDGET_NOTE.format(s=config().limits.click_s)
+                                      .replace("what was measured is shown", "try again"))
+                bar.progress(done, text=text)
+
+            result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS,
+                                    config().limits.kernel_rounds, say=progress, compile=compile,
+                                    native=native, native_note=note)
         keep_experiments(decode_comparison=result)
         if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
             raise_bandwidth(lm.device, result.bandwidth_gb_s)
@@ -65,7 +72,8 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
         left, right = st.columns(2)
         if left.button("Compare eager and native C", icon=":material/speed:",
                        help="Builds the C step once (seconds), then decodes this trace's prompt "
-                            f"eagerly and natively, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
+                            f"eagerly and natively, {NEW_TOKENS} tokens × "
+                            f"{config().limits.kernel_rounds} paired rounds."):
             _compare(trace, lm, compile=False)
         if config().hosted:
             right.info("Compiling takes minutes and holds the shared model: run the app locally "
@@ -74,7 +82,8 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
                           help="Compiles the decode step (first time: ~3 min on 2 CPUs), then "
                                f"decodes this trace's prompt (first "
                                f"{STATIC_CACHE_TOKENS - NEW_TOKENS} tokens) eagerly, compiled "
-                               f"and natively, {NEW_TOKENS} tokens × {ROUNDS} paired rounds."):
+                               f"and natively, {NEW_TOKENS} tokens × "
+                               f"{config().limits.kernel_rounds} paired rounds."):
             _compare(trace, lm, compile=True)
     if comparison is None:
         return

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from pages.state import MODELS
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
          "pages/timing.py", "pages/kvcache.py", "pages/steps.py"]
@@ -16,6 +18,8 @@ PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/a
 def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
     if monkeypatch is not None:
         monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1" if hosted else "0")
+    if hosted:  # hosted pages load the model in the background: start with it loaded, as a
+        MODELS.get("default", "float32")  # Space does after its first seconds
     return AppTest.from_file(APP, default_timeout=180)
 
 
@@ -161,14 +165,14 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
 
 
 
-def _kernel_table_checks(at, names: list[str]) -> None:
+def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
     """The kernel table: one row per contestant, MBU = bytes / ITL / measured bandwidth, and
     each contestant a point on the roofline."""
     from engine.microbench import ceilings
 
     assert not at.exception and not at.error
     result = at.session_state["experiments"].decode_comparison
-    assert result.same_tokens and result.rounds == 3 and result.new_tokens == 32
+    assert result.same_tokens and result.rounds == rounds and result.new_tokens == 32
     kernels = at.dataframe[-1].value
     assert list(kernels["decode step"]) == names
     bandwidth = ceilings("cpu").bandwidth_gb_s * 1e9
@@ -209,7 +213,7 @@ def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monk
     assert any("run the app locally" in i.value for i in at.info)
     next(b for b in at.button if b.label.startswith("Measure")).click().run()
     next(b for b in at.button if b.label == "Compare eager and native C").click().run()
-    _kernel_table_checks(at, ["eager", "native C"])
+    _kernel_table_checks(at, ["eager", "native C"], rounds=2)  # hosted: fits the per-click budget
     assert not decoder.compiled
 
 

@@ -51,6 +51,8 @@ class ModelStore:
         self._loading: dict[Key, threading.Lock] = {}
         self._lock = threading.Lock()
         self._compiled: tuple[Key, Any] | None = None
+        self._failed: dict[Key, Exception] = {}
+        self._background: set[Key] = set()
 
     def get(self, source: str, dtype: str) -> ModelEntry:
         """The entry for this choice, loading it if needed (one load per key, even when several
@@ -75,6 +77,37 @@ class ModelStore:
                 self._entries[key] = entry
                 self._evict(keep=key)
             return entry
+
+    def peek(self, source: str, dtype: str) -> ModelEntry | None:
+        """The entry if it is loaded; never loads, never waits."""
+        with self._lock:
+            return self._entries.get((source, dtype))
+
+    def load_in_background(self, source: str, dtype: str) -> None:
+        """Start loading in a thread (once: a load under way is not started again); a failure
+        is kept for `failure()`. For a page that must draw before the model is ready."""
+        key = (source, dtype)
+        with self._lock:
+            if key in self._entries or key in self._loading or key in self._background:
+                return
+            self._failed.pop(key, None)
+            self._background.add(key)
+
+        def load() -> None:
+            try:
+                self.get(source, dtype)
+            except Exception as err:  # noqa: BLE001 — reported to the page by failure()
+                with self._lock:
+                    self._failed[key] = err
+            finally:
+                with self._lock:
+                    self._background.discard(key)
+
+        threading.Thread(target=load, name=f"load {source} {dtype}", daemon=True).start()
+
+    def failure(self, source: str, dtype: str) -> Exception | None:
+        with self._lock:
+            return self._failed.get((source, dtype))
 
     def _evict(self, keep: Key) -> None:
         while sum(e.nbytes for e in self._entries.values()) > self.max_bytes:

@@ -24,6 +24,7 @@ class FairLock:
         self._queue: deque[int] = deque()  # tickets; the first one holds the lock
         self._tickets = itertools.count()
         self._held_since = 0.0
+        self._holds: deque[float] = deque(maxlen=20)  # recent hold times, for estimates
 
     def acquire(self, on_wait: Waiting | None = None, poll_s: float = 0.5) -> None:
         """Block until this caller's turn. `on_wait` is called about every `poll_s` seconds while
@@ -54,7 +55,16 @@ class FairLock:
             if not self._queue:
                 raise RuntimeError("release of an unheld FairLock")
             self._queue.popleft()
+            self._holds.append(time.monotonic() - self._held_since)
             self._cond.notify_all()
+
+    @property
+    def typical_hold_s(self) -> float | None:
+        """Median of the recent hold times (None before any): the base of a wait estimate."""
+        with self._cond:
+            if not self._holds:
+                return None
+            return sorted(self._holds)[len(self._holds) // 2]
 
     @contextlib.contextmanager
     def turn(self, on_wait: Waiting | None = None) -> Iterator[None]:

@@ -1,0 +1,127 @@
+"""The hosted demo through its own entrypoint: scripts/serve.sh with a Space's environment (hosted
+mode, a fresh HOME whose model cache scripts/prepare_model.sh filled, as the Dockerfile does),
+driven by real Chromium. No Docker engine here: the image itself is not built."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from playwright.sync_api import sync_playwright
+
+from engine import GenerationSettings, Run, load_model
+from engine.tracefile import load_trace
+
+from .browser import APP_CONNECTED, APP_IDLE, free_port, launch_chromium, start_generation
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = ["Name three fruits.", "Name three planets.", "Name three rivers.", "Name three birds."]
+FIRST_PAGE_S = 10.0
+RSS_BOUND = 4 << 30
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory):
+    """(url, server process, seconds from start to a healthy server) of a hosted entrypoint."""
+    home = tmp_path_factory.mktemp("home")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XDG_CACHE_HOME", "INFERENCE_EXPLORER_CACHE")}
+    env.update(HOME=str(home), PYTHON=sys.executable, INFERENCE_EXPLORER_HOSTED="1",
+               PORT=str(free_port()), ADDRESS="127.0.0.1", HF_HUB_OFFLINE="1")
+    subprocess.run([str(ROOT / "scripts" / "prepare_model.sh")], env=env, check=True,
+                   capture_output=True, timeout=300)
+    assert list((home / ".cache" / "inference-explorer" / "models").glob("*/complete.json"))
+    log = open(home / "server.log", "wb")
+    start = time.monotonic()
+    proc = subprocess.Popen([str(ROOT / "scripts" / "serve.sh")], env=env, cwd=home,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{env['PORT']}"
+    try:
+        while True:
+            assert proc.poll() is None, (home / "server.log").read_text()[-2000:]
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                    if resp.read().strip() == b"ok":
+                        break
+            except OSError:
+                time.sleep(0.1)
+            assert time.monotonic() - start < 60, "no healthy server after 60 s"
+        yield url, proc, start
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def rss(proc: subprocess.Popen) -> int:
+    """Resident memory of the server and anything it started."""
+    root = psutil.Process(proc.pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+
+
+def test_a_space_serves_four_visitors_within_its_limits(space, tmp_path):
+    url, proc, start = space
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        first = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+        first.goto(url)
+        first.wait_for_selector(APP_CONNECTED, timeout=60_000)
+        first.get_by_role("textbox", name="Prompt", exact=True).wait_for(timeout=60_000)
+        first.wait_for_selector(APP_IDLE, timeout=60_000)
+        interactive_s = time.monotonic() - start
+        print(f"\nfirst page interactive {interactive_s:.1f} s after the entrypoint started")
+        assert interactive_s <= FIRST_PAGE_S
+        first.get_by_text("SmolLM2-135M-Instruct · cpu").wait_for(timeout=60_000)  # loaded
+
+        pages = [first] + [browser.new_page(viewport={"width": 1440, "height": 900},
+                                            accept_downloads=True) for _ in PROMPTS[1:]]
+        for page in pages[1:]:
+            page.goto(url)
+            page.get_by_text("SmolLM2-135M-Instruct · cpu").wait_for(timeout=60_000)
+            page.wait_for_selector(APP_IDLE, timeout=60_000)
+        for page, prompt in zip(pages, PROMPTS):
+            start_generation(page, prompt)
+        traces = []
+        for i, page in enumerate(pages):
+            page.get_by_text("stopped because").wait_for(timeout=300_000)
+            page.wait_for_selector(APP_IDLE, timeout=60_000)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            with page.expect_download() as info:
+                page.get_by_role("button", name="Download trace").click()
+            path = tmp_path / f"visitor{i}.npz"
+            info.value.save_as(path)
+            traces.append(load_trace(path))
+
+        over = pages[0]
+        over.get_by_role("textbox", name="Prompt", exact=True).fill("many words " * 200)
+        over.get_by_role("textbox", name="Prompt", exact=True).press("Control+Enter")
+        over.get_by_text("the limit is 256").wait_for(timeout=60_000)
+
+        kernels = pages[1]
+        kernels.get_by_test_id("stSidebarNav").get_by_text("Prefill vs decode", exact=True).click()
+        kernels.wait_for_selector(APP_IDLE, timeout=60_000)
+        kernels.get_by_role("button", name="Compare eager and native C").click()
+        kernels.get_by_text("Per token vs eager").wait_for(timeout=120_000)
+        kernels.wait_for_selector(APP_IDLE, timeout=60_000)
+        assert kernels.get_by_text("identical").count() >= 1
+        memory = rss(proc)
+        print(f"server RSS with the model, the native decoder and 4 sessions: "
+              f"{memory / 2**30:.2f} GiB")
+        assert memory < RSS_BOUND
+        browser.close()
+
+    lm = load_model()  # each visitor's trace equals the engine's own greedy run of their prompt
+    for prompt, trace in zip(PROMPTS, traces):
+        settings = GenerationSettings(max_new_tokens=48, max_prompt_tokens=256)
+        expected = Run(lm, prompt, settings).run_all()
+        assert trace.prompt == prompt and trace.settings.max_new_tokens == 48
+        assert trace.output_token_ids == expected.output_token_ids, prompt
