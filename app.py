@@ -19,7 +19,7 @@ import streamlit as st  # noqa: E402
 from engine import EngineError, GenerationSettings  # noqa: E402
 from engine.compiled import CompiledDecoder  # noqa: E402
 from engine.native import NativeDecoder  # noqa: E402
-from pages.state import MODELS, config, plain, restore_session  # noqa: E402
+from pages.state import MODELS, config, message, restore_session  # noqa: E402
 
 LIMITS = config().limits
 ASSETS = Path(__file__).parent / "assets"
@@ -43,7 +43,7 @@ def loading_in_background(source: str, dtype: str) -> None:
     no_model()
     failed = MODELS.failure(source, dtype)
     if failed is not None:
-        st.sidebar.error(plain(f"Model not loaded: {failed}"))
+        st.sidebar.error(message(f"Model not loaded: {failed}"))
         return
     MODELS.load_in_background(source, dtype)
     st.sidebar.info("Loading the model in the background (a few seconds); everything that does "
@@ -78,7 +78,7 @@ def sidebar_model() -> None:
             entry = MODELS.get(source, dtype)
         except EngineError as err:
             status.update(label="Model not loaded", state="error", expanded=True)
-            st.error(plain(str(err)))
+            st.error(message(err))
             no_model()
             return
         lm = entry.lm

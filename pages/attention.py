@@ -13,7 +13,7 @@ from charts.attention import (decode_row_chart, downsample, full_attention, gqa_
 from engine.inspect_head import HeadInputs, capture_qkv, explain_head
 from engine import EngineError
 from pages.common import memo, model_turn, require_trace
-from pages.state import config, plain
+from pages.state import config, message
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12
@@ -136,7 +136,7 @@ with tabs[5]:
         try:  # one forward per trace and layer
             inputs = memo("qkv_memo", (trace, lm.model, layer), forward)
         except EngineError as err:
-            st.error(plain(str(err)))
+            st.error(message(err))
             st.stop()
         steps = explain_head(inputs, head, pos)
         d = inputs.query.shape[-1]

@@ -16,7 +16,8 @@ from engine.metrics import replay_pace
 from engine.tracecheck import check_viewable
 from engine.tracefile import read_trace_file, trace_to_bytes
 from pages.common import model_turn
-from pages.state import config, current_experiments, current_trace, keep, keep_new_trace, plain
+from pages.state import (config, current_experiments, current_trace, keep, keep_new_trace, message,
+                         plain)
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
@@ -119,7 +120,7 @@ if generate:
                     trace = replace(trace, stop_reason="limit")
                 keep("trace", trace)
         except EngineError as err:
-            st.error(plain(str(err)))
+            st.error(message(err))
 elif trace is not None and st.session_state.pop("replay", False):
     st.caption("Replaying the recorded trace at its recorded pace (shortened to at most 20 s).")
     for n, wait in enumerate(replay_pace(trace), start=1):
@@ -160,7 +161,7 @@ with st.expander("Replay a trace file", expanded=trace is None or "upload_error"
                      help="A file from “Download trace”: it replays at the recorded pace, "
                           "no model needed.")
     if "upload_error" in st.session_state:
-        st.error(plain(st.session_state["upload_error"]))
+        st.error(message(st.session_state["upload_error"]))
     if trace is not None and st.button("Replay current trace"):
         st.session_state["replay"] = True
         st.rerun()

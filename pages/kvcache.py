@@ -14,7 +14,7 @@ from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
 from pages.common import BUDGET_NOTE, model_turn, no_trace_notice
-from pages.state import config, current_experiments, current_trace, keep_experiments, plain
+from pages.state import config, current_experiments, current_trace, keep_experiments, message
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
@@ -65,7 +65,7 @@ with tabs[1]:
                     st.info(BUDGET_NOTE.format(s=limits.click_s))
                 keep_experiments(cache_on_off=tuple(found))
             except EngineError as err:
-                st.error(plain(str(err)))
+                st.error(message(err))
             bar.empty()
         found = current_experiments().cache_on_off
         if found:
@@ -122,7 +122,7 @@ with tabs[3]:
                             break
                 keep_experiments(cache_variants=tuple(runs))
             except EngineError as err:
-                st.error(plain(str(err)))
+                st.error(message(err))
             bar.empty()
         runs = current_experiments().cache_variants
         if runs:

@@ -130,6 +130,18 @@ def keep_new_trace(trace: Trace, experiments: Experiments | None = None) -> None
     keep("experiments", experiments)
 
 
+_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
+
+
+def message(err: BaseException | str) -> str:
+    """An error for the page: plain text (see `plain`), and on a hosted demo without filesystem
+    paths (a visitor has no use for the server's layout)."""
+    text = str(err)
+    if config().hosted:
+        text = _PATH.sub("…", text)
+    return plain(text)
+
+
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:=&])")
 
 

@@ -11,7 +11,7 @@ from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.microbench import raise_bandwidth
 from engine.roofline import utilization
 from pages.common import BUDGET_NOTE, model_turn
-from pages.state import config, keep_experiments, plain
+from pages.state import config, keep_experiments, message, plain
 
 NEW_TOKENS = 32
 
@@ -47,7 +47,7 @@ def _compare(trace, lm, compile: bool) -> None:
         if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
             raise_bandwidth(lm.device, result.bandwidth_gb_s)
     except EngineError as err:
-        st.error(plain(str(err)))
+        st.error(message(err))
     else:
         st.rerun()  # redraw the page: the roofline above gains the decode points
     finally:

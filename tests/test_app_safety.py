@@ -171,3 +171,13 @@ def test_session_records_hold_at_most_their_cap_of_traces(lm):
     assert _size(trace) >= sum(a.nbytes for s in trace.steps for a in (s.attention, s.hidden)
                                if isinstance(a, np.ndarray))
     assert SESSIONS.nbytes <= SESSIONS.max_bytes
+
+
+def test_hosted_messages_show_no_filesystem_paths(monkeypatch):
+    from pages.state import message
+
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
+    shown = message("the default model file is missing: /usr/lib/python3/site-packages/x.gguf")
+    assert "/usr" not in shown and "missing" in shown
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    assert "usr" in message("missing: /usr/lib/x.gguf")  # locally the path helps
