@@ -181,3 +181,35 @@ def test_hosted_messages_show_no_filesystem_paths(monkeypatch):
     assert "/usr" not in shown and "missing" in shown
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     assert "usr" in message("missing: /usr/lib/x.gguf")  # locally the path helps
+
+
+def test_html_in_prompts_and_pieces_is_escaped(tiny_lm):
+    from charts.tokens import token_chips_html
+
+    prompt = '<script>alert(1)</script><img src=x onerror=alert(2)> "quoted"'
+    trace = Run(tiny_lm, prompt, GenerationSettings(max_new_tokens=3, seed=0)).run_all()
+    html = token_chips_html(trace)
+    assert "<script" not in html and "<img" not in html and "&lt;" in html
+
+
+@pytest.mark.parametrize("source", ["/etc", "/dev/null", "no-such-org/no-such-model"])
+def test_system_folders_and_unknown_ids_are_one_line(source):
+    from engine import ModelLoadError, load_model
+
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(source)
+    assert "\n" not in str(caught.value)
+
+
+def test_thirty_runs_in_a_row_leave_memory_flat():
+    import psutil
+
+    at = fresh().run()
+    for _ in range(5):  # warm-up: allocator pools, first-use caches
+        at = generate(at, "Say hi.", tokens=2)
+    before = psutil.Process().memory_info().rss
+    for i in range(30):
+        at = generate(at, f"Say hi to {i}.", tokens=2)
+        assert not at.exception
+    grown = psutil.Process().memory_info().rss - before
+    assert grown < 64 << 20, f"RSS grew {grown / 2**20:.0f} MB over 30 runs"

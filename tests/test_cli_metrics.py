@@ -51,7 +51,7 @@ def test_run_and_show_json(tmp_path):
     (["run", "word " * 50, "--max-prompt-tokens", "10"], "limit is 10"),
     (["run", "hi", "--model", "nobody/no-such-model-xyz"], "cannot load model"),
     (["run", "hi", "--temperature", "-1"], "temperature"),
-    (["show", "/dev/null"], "not a valid trace"),
+    (["show", "/dev/null"], "not a regular file"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message, capsys):
