@@ -36,18 +36,26 @@ def free_port() -> int:
 def streamlit_server(log_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """Start `streamlit run app.py` on a free loopback port; yield its URL; always stop it."""
     port = free_port()
-    full_env = dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
+    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+               "--server.address", "127.0.0.1", "--server.headless", "true"]
+    with served(command, f"http://127.0.0.1:{port}", log_path, env) as (url, _proc):
+        yield url
+
+
+@contextlib.contextmanager
+def served(command: list[str], url: str, log_path: Path, env: dict[str, str] | None = None,
+           cwd: Path = ROOT, replace_env: bool = False) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Run a server command until `url`/_stcore/health answers ok; yield (url, process); always
+    stop it. `replace_env`: `env` is the whole environment, not additions to this one."""
+    full_env = dict(env or {}) if replace_env else dict(os.environ, HF_HUB_OFFLINE="1", **(env or {}))
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-             "--server.address", "127.0.0.1", "--server.headless", "true"],
-            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(command, cwd=cwd, env=full_env, stdout=log,
+                                stderr=subprocess.STDOUT)
         try:
             deadline = time.time() + 120
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"streamlit exited early; see {log_path}")
+                    raise RuntimeError(f"the server exited early; see {log_path}")
                 try:
                     with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
                         if resp.read().strip() == b"ok":
@@ -55,9 +63,9 @@ def streamlit_server(log_path: Path, env: dict[str, str] | None = None) -> Itera
                 except OSError:
                     pass
                 if time.time() > deadline:
-                    raise RuntimeError(f"streamlit did not become healthy; see {log_path}")
-                time.sleep(0.3)
-            yield url
+                    raise RuntimeError(f"the server did not become healthy; see {log_path}")
+                time.sleep(0.1)
+            yield url, proc
         finally:
             proc.terminate()
             try:

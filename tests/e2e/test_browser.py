@@ -195,9 +195,12 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
     wait_for_app(page)
     assert "s=" in page.url  # the session's token survives page changes
     page.reload()
+    # the restored table, not "No trace yet" (right after a reload the page can read idle before
+    # its first script run has drawn anything, so wait for the element itself)
+    page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=60_000)
     wait_for_app(page)
     assert page.get_by_role("heading", name="Steps").count() >= 1
-    assert page.locator('[data-testid="stDataFrame"]').count() >= 1  # the table, not "No trace yet"
+    assert page.get_by_text("No trace yet").count() == 0
     page.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
     wait_for_app(page)
     assert page.locator(GEN).count() == generated

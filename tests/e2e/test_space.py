@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -18,7 +17,8 @@ from playwright.sync_api import sync_playwright
 from engine import GenerationSettings, Run, load_model
 from engine.tracefile import load_trace
 
-from .browser import APP_CONNECTED, APP_IDLE, free_port, launch_chromium, start_generation
+from .browser import (APP_CONNECTED, APP_IDLE, free_port, launch_chromium, served,
+                      start_generation)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Name three fruits.", "Name three planets.", "Name three rivers.", "Name three birds."]
@@ -28,7 +28,7 @@ RSS_BOUND = 4 << 30
 
 @pytest.fixture(scope="module")
 def space(tmp_path_factory):
-    """(url, server process, seconds from start to a healthy server) of a hosted entrypoint."""
+    """(url, server process, monotonic time the entrypoint was started) of a hosted Space."""
     home = tmp_path_factory.mktemp("home")
     env = {k: v for k, v in os.environ.items()
            if k not in ("XDG_CACHE_HOME", "INFERENCE_EXPLORER_CACHE")}
@@ -37,29 +37,10 @@ def space(tmp_path_factory):
     subprocess.run([str(ROOT / "scripts" / "prepare_model.sh")], env=env, check=True,
                    capture_output=True, timeout=300)
     assert list((home / ".cache" / "inference-explorer" / "models").glob("*/complete.json"))
-    log = open(home / "server.log", "wb")
     start = time.monotonic()
-    proc = subprocess.Popen([str(ROOT / "scripts" / "serve.sh")], env=env, cwd=home,
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{env['PORT']}"
-    try:
-        while True:
-            assert proc.poll() is None, (home / "server.log").read_text()[-2000:]
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                    if resp.read().strip() == b"ok":
-                        break
-            except OSError:
-                time.sleep(0.1)
-            assert time.monotonic() - start < 60, "no healthy server after 60 s"
+    with served([str(ROOT / "scripts" / "serve.sh")], f"http://127.0.0.1:{env['PORT']}",
+                home / "server.log", env, cwd=home, replace_env=True) as (url, proc):
         yield url, proc, start
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def rss(proc: subprocess.Popen) -> int:
