@@ -86,6 +86,17 @@ def wait_for_app(page, timeout_ms: int = 180_000) -> None:
     page.wait_for_selector(APP_IDLE, timeout=timeout_ms)
 
 
+def go_to(page, name: str, timeout_ms: int = 180_000) -> None:
+    """Clicks a page in the sidebar and waits for that page's own heading, then for idle.
+
+    Waiting for idle alone is not enough: right after the click the old page can still read
+    idle before the new page's run starts (a clean-clone CI run failed on exactly that).
+    """
+    page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
+    page.get_by_role("heading", name=name).first.wait_for(timeout=timeout_ms)
+    wait_for_app(page, timeout_ms)
+
+
 def open_app(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page.goto(url)

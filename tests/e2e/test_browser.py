@@ -7,7 +7,7 @@ from playwright.sync_api import sync_playwright
 
 from engine.tracefile import read_trace_file
 
-from .browser import (generate_and_wait, launch_chromium, open_app, start_generation,
+from .browser import (generate_and_wait, go_to, launch_chromium, open_app, start_generation,
                       streamlit_server, wait_for_app)
 
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
@@ -70,14 +70,12 @@ def test_download_then_upload_replays(browser, url, tmp_path):
     page = open_app(browser, url)
     generate_and_wait(page, "What is the capital of France?")
     generated = page.locator(GEN).count()
-    page.get_by_test_id("stSidebarNav").get_by_text("KV cache", exact=True).click()
-    wait_for_app(page)
+    go_to(page, "KV cache")
     page.get_by_role("tab", name="Shrinking it").click()
     page.get_by_role("button", name="Measure memory and quality").click()
     page.get_by_text("KL(full ‖ variant), nats").wait_for(timeout=120_000)  # an experiment result
     wait_for_app(page)
-    page.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
-    wait_for_app(page)
+    go_to(page, "Generate")
     with page.expect_download() as info:
         page.get_by_role("button", name="Download trace").click()
     path = tmp_path / "run.npz"
@@ -99,14 +97,12 @@ def test_download_then_upload_replays(browser, url, tmp_path):
     assert any(0 < n < generated for n in seen), "the replay streams at the recorded pace"
     no_exception(fresh)
     for name in ("Tokens", "Embeddings", "Attention", "KV cache"):  # views of the replayed trace
-        fresh.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
-        wait_for_app(fresh)
+        go_to(fresh, name)
         assert fresh.locator(".js-plotly-plot").count() >= 1
         no_exception(fresh)
     fresh.get_by_role("tab", name="Shrinking it").click()  # the file's experiment, not rerun
     assert fresh.get_by_text("KL(full ‖ variant), nats").count() >= 1
-    fresh.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
-    wait_for_app(fresh)
+    go_to(fresh, "Generate")
 
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a trace at all")
@@ -121,8 +117,7 @@ def test_every_page_renders(browser, url):
     generate_and_wait(page, "Name a colour.")
     for name in ("Tokens", "Embeddings", "Attention", "Prefill vs decode", "KV cache", "Steps",
                  "Generate"):
-        page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
-        wait_for_app(page)
+        go_to(page, name)
         no_exception(page)
         assert page.get_by_role("heading", name=name).count() >= 1
     page.close()
@@ -155,8 +150,7 @@ def test_four_sessions_generate_at_once_in_arrival_order(browser, url):
 def test_attention_chart_downloads_as_svg(browser, url, tmp_path):
     page = open_app(browser, url)
     generate_and_wait(page, "Name a colour.")
-    page.get_by_test_id("stSidebarNav").get_by_text("Attention", exact=True).click()
-    wait_for_app(page)
+    go_to(page, "Attention")
     page.get_by_text("svg", exact=True).click()
     wait_for_app(page)
     page.wait_for_timeout(1000)
@@ -174,8 +168,7 @@ def test_eager_vs_native_decode_on_the_real_model(browser, url):
     """The Prefill vs decode page's kernel table, driven by clicks: real model, real C build."""
     page = open_app(browser, url)
     generate_and_wait(page, "Name a colour.")
-    page.get_by_test_id("stSidebarNav").get_by_text("Prefill vs decode", exact=True).click()
-    wait_for_app(page)
+    go_to(page, "Prefill vs decode")
     page.get_by_role("button", name="Measure this machine's ceilings").click()
     wait_for_app(page)
     page.get_by_role("button", name="Compare eager and native C").click()
@@ -191,8 +184,7 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
     page = open_app(browser, url)
     generate_and_wait(page, "Name three colours.")
     generated = page.locator(GEN).count()
-    page.get_by_test_id("stSidebarNav").get_by_text("Steps", exact=True).click()
-    wait_for_app(page)
+    go_to(page, "Steps")
     assert "s=" in page.url  # the session's token survives page changes
     page.reload()
     # the restored table, not "No trace yet" (right after a reload the page can read idle before
@@ -201,8 +193,7 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
     wait_for_app(page)
     assert page.get_by_role("heading", name="Steps").count() >= 1
     assert page.get_by_text("No trace yet").count() == 0
-    page.get_by_test_id("stSidebarNav").get_by_text("Generate", exact=True).click()
-    wait_for_app(page)
+    go_to(page, "Generate")
     assert page.locator(GEN).count() == generated
     assert page.get_by_role("textbox", name="Prompt", exact=True).input_value() == "Name three colours."
     no_exception(page)

@@ -17,7 +17,7 @@ from playwright.sync_api import sync_playwright
 from engine import GenerationSettings, Run, load_model
 from engine.tracefile import load_trace
 
-from .browser import (APP_CONNECTED, APP_IDLE, free_port, launch_chromium, served,
+from .browser import (APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium, served,
                       start_generation)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,8 +88,7 @@ def test_a_space_serves_four_visitors_within_its_limits(space, tmp_path):
         over.get_by_text("the limit is 256").wait_for(timeout=60_000)
 
         kernels = pages[1]
-        kernels.get_by_test_id("stSidebarNav").get_by_text("Prefill vs decode", exact=True).click()
-        kernels.wait_for_selector(APP_IDLE, timeout=60_000)
+        go_to(kernels, "Prefill vs decode", 60_000)
         kernels.get_by_role("button", name="Compare eager and native C").click()
         kernels.get_by_text("Per token vs eager").wait_for(timeout=120_000)
         kernels.wait_for_selector(APP_IDLE, timeout=60_000)
