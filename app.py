@@ -1,10 +1,8 @@
 """Inference Explorer — the entry point: router, shared sidebar, session restore.
 
-Shared objects (the model turn lock, the model store, session records) and the configuration live
-in pages/state.py. Pages read from `st.session_state`: `lm` (this session's loaded model or None),
-`compiled_decoder` / `native_decoder` (functions returning the model's shared decoders; the native
-one raises EngineError with the reason it cannot run), `settings` (GenerationSettings from the
-sidebar), and what state.keep() restores after a reload: `trace`, `prompt`, `experiments`.
+Shared objects (the model turn lock, the model store, session records), the configuration and
+the session's typed state (`loaded_model()`, `session_model()`, `generation_settings()`,
+`current_trace()`) live in pages/state.py; the sidebar here sets them.
 """
 
 from __future__ import annotations
@@ -17,9 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings  # noqa: E402
-from engine.compiled import CompiledDecoder  # noqa: E402
-from engine.native import NativeDecoder  # noqa: E402
-from pages.state import MODELS, config, message, restore_session  # noqa: E402
+from pages.state import (MODELS, SessionModel, config, message, restore_session,  # noqa: E402
+                         set_generation_settings, set_session_model)
 
 LIMITS = config().limits
 ASSETS = Path(__file__).parent / "assets"
@@ -27,8 +24,7 @@ MAX_SOURCE_CHARS = 200
 
 
 def no_model() -> None:
-    st.session_state["lm"] = st.session_state["model_entry"] = None
-    st.session_state["compiled_decoder"] = st.session_state["native_decoder"] = None
+    set_session_model(None)
 
 
 @st.fragment(run_every=1.0)
@@ -87,9 +83,7 @@ def sidebar_model() -> None:
         st.caption(f"{spec.param_count / 1e6:.0f} M parameters, {spec.layers} layers, "
                    f"{spec.heads} query / {spec.kv_heads} KV heads, {spec.dtype}; "
                    f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
-    st.session_state["lm"], st.session_state["model_entry"] = lm, entry
-    st.session_state["compiled_decoder"] = lambda: MODELS.compiled((source, dtype), CompiledDecoder)
-    st.session_state["native_decoder"] = lambda: entry.extra("native", NativeDecoder)
+    set_session_model(SessionModel(source, dtype, entry))
 
 
 def sidebar_settings() -> None:
@@ -111,10 +105,10 @@ def sidebar_settings() -> None:
                      "same tokens, slower.")
     attn = side.toggle("Record attention", True, help="Keep every layer's attention weights "
                        "for the attention pages (costs memory on long prompts).")
-    st.session_state["settings"] = GenerationSettings(
+    set_generation_settings(GenerationSettings(
         max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k), top_p=float(top_p),
         seed=int(seed), chat_template=chat, kv_cache=kv, record_attention=attn,
-        max_prompt_tokens=LIMITS.prompt_tokens)
+        max_prompt_tokens=LIMITS.prompt_tokens))
 
 
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")

@@ -13,7 +13,7 @@ from charts.attention import (decode_row_chart, downsample, full_attention, gqa_
 from engine.inspect_head import HeadInputs, capture_qkv, explain_head
 from engine import EngineError
 from pages.common import memo, model_turn, require_trace
-from pages.state import config, message
+from pages.state import config, loaded_model, message
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12
@@ -121,7 +121,7 @@ with tabs[4]:
         f"{mha / spec.kv_bytes_per_token:.0f}× more.")
 
 with tabs[5]:
-    lm = st.session_state.get("lm")
+    lm = loaded_model()
     if lm is None or lm.spec.name != spec.name or lm.spec.layers != spec.layers:
         st.info("This view reruns the model to read its q, k and v: load the model that made "
                 "this trace (see the sidebar).")

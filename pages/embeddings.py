@@ -11,7 +11,7 @@ from charts.tokens import piece_text, visible
 from engine.embeddings import EmbeddingIndex
 from engine.rope import angles, score_by_distance
 from pages.common import memo, model_turn, no_trace_notice
-from pages.state import current_trace
+from pages.state import current_trace, loaded_model, session_model
 
 
 @st.cache_data(show_spinner=False)
@@ -32,13 +32,13 @@ def label(token_id: int) -> str:
 
 
 st.title("Embeddings")
-lm = st.session_state.get("lm")
+lm = loaded_model()
 trace = current_trace()
 if lm is None:
     st.info("This page reads the model's embedding table: load a model in the sidebar.")
     st.stop()
 spec = lm.spec
-entry = st.session_state["model_entry"]
+entry = session_model().entry
 if "embedding_index" not in entry.extras:  # once per loaded model, for all sessions
     with st.spinner("Normalizing the embedding table…"), model_turn():
         entry.extra("embedding_index", EmbeddingIndex)

@@ -16,8 +16,8 @@ from engine.metrics import replay_pace
 from engine.tracecheck import check_viewable
 from engine.tracefile import read_trace_file, trace_to_bytes
 from pages.common import model_turn
-from pages.state import (config, current_experiments, current_trace, keep, keep_new_trace, message,
-                         plain)
+from pages.state import (config, current_experiments, current_trace, generation_settings, keep,
+                         keep_new_trace, loaded_model, message, plain)
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
@@ -90,7 +90,7 @@ if stop and trace is not None and trace.stop_reason == "running":
     keep("trace", trace)
 
 if generate:
-    lm = st.session_state.get("lm")
+    lm = loaded_model()
     if lm is None:
         st.error("No model is loaded yet — see the sidebar (it may still be loading). You can "
                  "still upload a trace below.")
@@ -98,7 +98,7 @@ if generate:
         try:
             keep("prompt", prompt)
             budget = threading.Event()  # set when the hosted per-click budget is spent
-            run = Run(lm, prompt, st.session_state["settings"], stop_event=budget)
+            run = Run(lm, prompt, generation_settings(), stop_event=budget)
             try:
                 with model_turn(budget):
                     drawn = 0.0

@@ -14,14 +14,15 @@ from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
 from pages.common import BUDGET_NOTE, model_turn, no_trace_notice
-from pages.state import config, current_experiments, current_trace, keep_experiments, message
+from pages.state import (config, current_experiments, current_trace, keep_experiments,
+                         loaded_model, message)
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
 st.title("KV cache")
 st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
            "them instead of recomputing them — memory traded for time.")
-trace, lm = current_trace(), st.session_state.get("lm")
+trace, lm = current_trace(), loaded_model()
 limits = config().limits
 tabs = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", "Paged blocks"])
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import streamlit as st
 
-from engine import Trace
+from engine import GenerationSettings, LoadedModel, Trace
 from engine.experiments import Experiments
 from engine.sharing import FairLock, ModelStore, SessionStore
+from engine.sharing.models import ModelEntry
 from engine.sharing.sessions import new_token
 
 
@@ -107,6 +108,55 @@ def keep(key: str, value: Any) -> None:
     token = st.session_state.get(_TOKEN)
     if token is not None:
         SESSIONS.put(token, key, value)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionModel:
+    """The model this session chose (source and weights dtype) and its shared entry."""
+
+    source: str
+    dtype: str
+    entry: ModelEntry
+
+    @property
+    def lm(self) -> LoadedModel:
+        return self.entry.lm
+
+    def compiled_decoder(self) -> Any:
+        """The model's torch.compile decoder, shared by every session that chose this model."""
+        from engine.compiled import CompiledDecoder
+        return MODELS.compiled((self.source, self.dtype), CompiledDecoder)
+
+    def native_decoder(self) -> Any:
+        """The model's native C decoder; raises EngineError saying why it cannot run."""
+        from engine.native import NativeDecoder
+        return self.entry.extra("native", NativeDecoder)
+
+
+_MODEL, _SETTINGS = "session_model", "generation_settings"
+
+
+def set_session_model(model: SessionModel | None) -> None:
+    st.session_state[_MODEL] = model
+
+
+def session_model() -> SessionModel | None:
+    return st.session_state.get(_MODEL)
+
+
+def loaded_model() -> LoadedModel | None:
+    """This session's loaded model, or None (not loaded yet, or failed)."""
+    model = session_model()
+    return model.lm if model is not None else None
+
+
+def set_generation_settings(settings: GenerationSettings) -> None:
+    st.session_state[_SETTINGS] = settings
+
+
+def generation_settings() -> GenerationSettings:
+    """The sidebar's generation settings (defaults before the sidebar ran)."""
+    return st.session_state.get(_SETTINGS) or GenerationSettings()
 
 
 def current_trace() -> Trace | None:

@@ -13,12 +13,12 @@ from engine.microbench import cached_ceilings, ceilings
 from engine.roofline import step_work, utilization
 from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 from pages.common import BUDGET_NOTE, model_turn, require_trace
-from pages.state import config, current_experiments, keep_experiments
+from pages.state import config, current_experiments, keep_experiments, loaded_model
 from pages.timing_kernels import kernels_section
 
 st.title("Prefill vs decode")
 trace = require_trace()
-lm = st.session_state.get("lm")
+lm = loaded_model()
 
 
 def ms(value: float | None, digits: int = 1) -> str:

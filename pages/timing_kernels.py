@@ -11,7 +11,7 @@ from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
 from engine.microbench import raise_bandwidth
 from engine.roofline import utilization
 from pages.common import BUDGET_NOTE, model_turn
-from pages.state import config, keep_experiments, message, plain
+from pages.state import config, keep_experiments, message, plain, session_model
 
 NEW_TOKENS = 32
 
@@ -19,7 +19,7 @@ NEW_TOKENS = 32
 def _native():
     """(the shared native decoder, "") or (None, why it cannot run: NativeDecoder says)."""
     try:
-        return st.session_state["native_decoder"](), ""
+        return session_model().native_decoder(), ""
     except EngineError as err:
         return None, str(err)
 
@@ -40,7 +40,7 @@ def _compare(trace, lm, compile: bool) -> None:
                                       .replace("what was measured is shown", "try again"))
                 bar.progress(done, text=text)
 
-            result = compare_decode(st.session_state["compiled_decoder"](), ids, NEW_TOKENS,
+            result = compare_decode(session_model().compiled_decoder(), ids, NEW_TOKENS,
                                     config().limits.kernel_rounds, say=progress, compile=compile,
                                     native=native, native_note=note)
         keep_experiments(decode_comparison=result)

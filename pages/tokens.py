@@ -12,14 +12,14 @@ from charts.embeddings import language_bars
 from charts.tokens import chips_html, token_chips_html
 from engine.tokens import bpe_steps, join_tokens, pre_tokens, text_cost, tokenize
 from pages.common import no_trace_notice
-from pages.state import current_trace, plain
+from pages.state import current_trace, loaded_model, plain
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
 
 st.title("Tokens")
 st.caption("A model reads integers, not letters. Byte-pair encoding (BPE) cuts text into pieces "
            "from its vocabulary; each piece has an id. Hover a chip for its id and raw bytes.")
-lm = st.session_state.get("lm")
+lm = loaded_model()
 trace = current_trace()
 if trace is not None:
     st.subheader("The last run")

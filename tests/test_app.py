@@ -26,7 +26,7 @@ def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
 def generate(at: AppTest, prompt: str, tokens: int = 4) -> AppTest:
     # AppTest re-runs only the current page after the first run (not the st.navigation entry
     # point), so sidebar widgets cannot be driven here; set the settings they would produce.
-    at.session_state["settings"] = replace(at.session_state["settings"], max_new_tokens=tokens)
+    at.session_state["generation_settings"] = replace(at.session_state["generation_settings"], max_new_tokens=tokens)
     at.text_area(key="prompt").set_value(prompt)
     at.button[0].click()  # the form's Generate button
     return at.run()
@@ -44,11 +44,11 @@ def test_every_page_without_a_trace_says_how_to_get_one(page):
 def test_sidebar_frame(monkeypatch):
     at = fresh(monkeypatch).run()
     assert not at.exception
-    assert at.session_state["lm"].spec.layers == 30
+    assert at.session_state["session_model"].lm.spec.layers == 30
     assert at.sidebar.text_input(key="model_source") is not None
     labels = [t.label for t in at.sidebar.toggle]
     assert labels == ["Chat template", "KV cache", "Record attention"]
-    assert at.session_state["settings"].max_prompt_tokens == 1024
+    assert at.session_state["generation_settings"].max_prompt_tokens == 1024
 
 
 def test_hosted_mode_restricts_model_and_limits(monkeypatch):
@@ -56,7 +56,7 @@ def test_hosted_mode_restricts_model_and_limits(monkeypatch):
     assert not at.exception
     assert len(at.sidebar.text_input) == 0, "no model picker in hosted mode"
     assert at.sidebar.slider[0].max == 64
-    assert at.session_state["settings"].max_prompt_tokens == 256
+    assert at.session_state["generation_settings"].max_prompt_tokens == 256
 
 
 def test_generate_then_every_page_shows_the_trace():
@@ -130,7 +130,7 @@ def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
 
 def test_attention_page_without_recorded_attention():
     at = fresh().run()
-    at.session_state["settings"] = replace(at.session_state["settings"], max_new_tokens=2,
+    at.session_state["generation_settings"] = replace(at.session_state["generation_settings"], max_new_tokens=2,
                                            record_attention=False)
     at.text_area(key="prompt").set_value("Hi")
     at.button[0].click()
@@ -184,6 +184,23 @@ def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
     assert any("identical" in m.value for m in at.markdown)
 
 
+def with_decoders(at: AppTest, compiled, native) -> None:
+    """The session's model with its shared decoders swapped for real ones over the tiny model."""
+    from pages.state import SessionModel
+
+    class TinyDecoders(SessionModel):
+        __slots__ = ()
+
+        def compiled_decoder(self):
+            return compiled()
+
+        def native_decoder(self):
+            return native()
+
+    model = at.session_state["session_model"]
+    at.session_state["session_model"] = TinyDecoders(model.source, model.dtype, model.entry)
+
+
 def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
     """The real button path, with the shared decoders swapped for ones over the tiny model (a
     real torch.compile in seconds, not minutes)."""
@@ -192,8 +209,8 @@ def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
 
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     at = generate(fresh().run(), "Name a colour.", tokens=4)
-    at.session_state["compiled_decoder"] = lambda: CompiledDecoder(tiny_lm, max_tokens=256)
-    at.session_state["native_decoder"] = lambda: NativeDecoder(tiny_lm, max_tokens=256)
+    with_decoders(at, lambda: CompiledDecoder(tiny_lm, max_tokens=256),
+                  lambda: NativeDecoder(tiny_lm, max_tokens=256))
     at.switch_page("pages/timing.py").run()
     next(b for b in at.button if b.label.startswith("Measure")).click().run()
     next(b for b in at.button if b.label == "Compile and compare").click().run()
@@ -206,8 +223,7 @@ def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monk
 
     at = generate(fresh(monkeypatch, hosted=True).run(), "Name a colour.", tokens=3)
     decoder = CompiledDecoder(tiny_lm, max_tokens=256)
-    at.session_state["compiled_decoder"] = lambda: decoder
-    at.session_state["native_decoder"] = lambda: NativeDecoder(tiny_lm, max_tokens=256)
+    with_decoders(at, lambda: decoder, lambda: NativeDecoder(tiny_lm, max_tokens=256))
     at.switch_page("pages/timing.py").run()
     assert not [b for b in at.button if b.label == "Compile and compare"]
     assert any("run the app locally" in i.value for i in at.info)
@@ -294,7 +310,7 @@ def test_float16_weights_halve_the_kv_cache():
     at.session_state["weights_dtype"] = "float16"
     at.run()
     assert not at.exception
-    lm = at.session_state["lm"]
+    lm = at.session_state["session_model"].lm
     assert lm.spec.dtype == "float16" and lm.spec.kv_bytes_per_token == 23_040
     at = generate(at, "Say hi.", tokens=3)
     trace = at.session_state["trace"]

@@ -22,12 +22,12 @@ def test_clearing_every_cache_from_a_browser_keeps_the_model_and_the_lock():
     """A browser's "clear cache" message runs cache_data.clear() and cache_resource.clear() for
     the whole process; the shared model (and its lock) must survive it."""
     at = fresh().run()
-    model, lock = at.session_state["lm"], LOCK
+    model, lock = at.session_state["session_model"].lm, LOCK
     st.cache_data.clear()
     st.cache_resource.clear()
     again = fresh().run()
     assert not again.exception
-    assert again.session_state["lm"] is model  # no second copy loaded
+    assert again.session_state["session_model"].lm is model  # no second copy loaded
     from pages.state import LOCK as lock_after
 
     assert lock_after is lock
@@ -36,13 +36,13 @@ def test_clearing_every_cache_from_a_browser_keeps_the_model_and_the_lock():
 def test_a_visitors_dtype_choice_does_not_swap_another_visitors_model(monkeypatch):
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     first = fresh().run()
-    fp32 = first.session_state["lm"]
+    fp32 = first.session_state["session_model"].lm
     other = fresh()
     other.session_state["weights_dtype"] = "float16"
     other.run()
-    assert other.session_state["lm"].spec.dtype == "float16"
+    assert other.session_state["session_model"].lm.spec.dtype == "float16"
     again = fresh().run()  # a float32 visitor's next session: the same model, not a reload
-    assert again.session_state["lm"] is fp32 and fp32.spec.dtype == "float32"
+    assert again.session_state["session_model"].lm is fp32 and fp32.spec.dtype == "float32"
 
 
 def test_hosted_mode_has_no_weights_picker_and_says_why(monkeypatch):
@@ -149,7 +149,7 @@ def test_a_long_model_id_is_one_plain_error(monkeypatch):
     at.session_state["model_source"] = "x~strike~" + "a" * 300  # one 309-character file name
     at.run()
     assert not at.exception
-    assert at.session_state["lm"] is None
+    assert at.session_state["session_model"] is None
     assert any("\\~strike\\~" in e.value for e in at.sidebar.error)
 
 

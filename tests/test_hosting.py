@@ -127,7 +127,7 @@ def test_a_hosted_page_draws_before_the_model_has_loaded(lm, monkeypatch):
     start = time.monotonic()
     at = fresh().run()
     assert time.monotonic() - start < 20 and not at.exception
-    assert at.session_state["lm"] is None
+    assert at.session_state["session_model"] is None
     assert any("in the background" in i.value for i in at.sidebar.info)
     release.set()
     for _ in range(100):
@@ -135,7 +135,7 @@ def test_a_hosted_page_draws_before_the_model_has_loaded(lm, monkeypatch):
             break
         time.sleep(0.05)
     again = fresh().run()
-    assert again.session_state["lm"] is lm
+    assert again.session_state["session_model"].lm is lm
 
 
 def test_a_failed_background_load_is_one_message(monkeypatch):
@@ -162,5 +162,5 @@ def test_hosted_mode_ignores_a_forged_model_choice(monkeypatch):
     at.session_state["weights_dtype"] = "float16"
     at.run()
     assert not at.exception
-    lm = at.session_state["lm"]
+    lm = at.session_state["session_model"].lm
     assert lm.source == "default" and lm.spec.dtype == "float32"
