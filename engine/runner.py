@@ -8,6 +8,7 @@ done, checks a stop flag between steps, and can hand out its (partial) :class:`T
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -20,6 +21,7 @@ from transformers import Cache, DynamicCache
 
 from . import __version__
 from .attention import AttentionRecorder, recording
+from .clock import MachineSample, clock_ms, load_average, others_share
 from .detok import IncrementalDetokenizer
 from .errors import InputError
 from .kvcache import cache_layer_bytes
@@ -27,7 +29,7 @@ from .loader import LoadedModel
 from .sampling import choose_token
 from .settings import GenerationSettings
 from .spec import ModelSpec
-from .trace import Step, Trace
+from .trace import MachineLoad, Step, Trace
 
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
 
@@ -80,11 +82,11 @@ def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
     return frozenset(ids)
 
 
-def clock_ms(device: torch.device) -> float:
-    """Wall clock in ms; on CUDA, synchronize first so queued kernels are counted."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() * 1000.0
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
 
 
 def timed_greedy(first_logits: torch.Tensor, step: Callable[[int, int], torch.Tensor],
@@ -143,6 +145,9 @@ class Run:
         self.stop_reason = "running"
         self.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._stop = stop_event or threading.Event()
+        self._load_before = load_average()
+        self._first: MachineSample | None = None
+        self._last: MachineSample | None = None
 
     def stop(self) -> None:
         """Ask the run to stop before its next step; what is done stays in the trace."""
@@ -176,7 +181,8 @@ class Run:
                 return
             if recorder is not None:
                 recorder.last_query_only = i > 0 and cache is None
-            start = clock_ms(device)
+            before = MachineSample.now(device)
+            self._first = self._first or before
             with torch.inference_mode(), recording(model, recorder):
                 if i == 0:
                     logits, hidden = prefill(model, sequence, cache, s.record_hidden)
@@ -184,6 +190,7 @@ class Run:
                     logits, hidden = decode_one_token(model, sequence[:, -1:], cache, s.record_hidden)
                 else:
                     logits, hidden = forward_full(model, sequence, s.record_hidden)
+                forward = clock_ms(device) - before.wall_ms
                 token = choose_token(logits, s.temperature, s.top_k, s.top_p, generator)
                 probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
                 top = torch.topk(probs, s.record_top_k)
@@ -193,7 +200,8 @@ class Run:
                 hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
                 top_ids = top.indices.cpu().numpy().astype(np.int64)
                 top_probs = top.values.cpu().numpy().astype(np.float32)
-            latency = clock_ms(device) - start
+            after = self._last = MachineSample.now(device)
+            latency = after.wall_ms - before.wall_ms
             sequence = torch.cat([sequence, torch.tensor([[token]], device=device)], dim=1)
             per_layer = cache_layer_bytes(cache) if cache is not None else (0,) * lm.spec.layers
             last = token in eos or i == s.max_new_tokens - 1
@@ -207,7 +215,9 @@ class Run:
                 top_pieces=tuple(lm.tokenizer.convert_ids_to_tokens(top_ids.tolist())),
                 chosen_prob=chosen_prob,
                 chosen_rank=chosen_rank,
-                attention=attention.numpy() if attention is not None else None, hidden=hidden_np)
+                attention=attention.numpy() if attention is not None else None, hidden=hidden_np,
+                forward_ms=forward, cpu_ms=after.cpu_ms - before.cpu_ms,
+                others_share=others_share(before, after))
             self.steps.append(step)
             yield step
             if token in eos:
@@ -226,7 +236,17 @@ class Run:
             prompt_special=tuple(i in special for i in self.prompt_ids),
             steps=tuple(self.steps), stop_reason=self.stop_reason,
             tokenize_ms=self.tokenize_ms, device=str(self.lm.device),
-            attention_layers=self.recorded_layers, created_at=self.created_at, engine_version=__version__)
+            attention_layers=self.recorded_layers, created_at=self.created_at,
+            engine_version=__version__, machine=self.machine_load())
+
+    def machine_load(self) -> MachineLoad:
+        """The machine around the run so far (see engine/disturbance.py for how it is read)."""
+        whole = None
+        if self._first is not None and self._last is not None:
+            whole = others_share(self._first, self._last)
+        return MachineLoad(threads=torch.get_num_threads(), cores=usable_cores(),
+                           load_before=self._load_before, load_after=load_average(),
+                           others_share=whole)
 
 
 def generate_trace(lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None) -> Trace:

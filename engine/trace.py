@@ -25,7 +25,9 @@ class Step:
     The prefill step runs the whole prompt and yields the first output token; each decode step
     runs one token. `context_len` is the number of positions that step attended over (the cache
     length after it); `position` is the produced token's position. `latency_ms` is the step's own
-    wall time, sampling and recording included (CUDA: synchronized). Attention is
+    wall time, sampling and recording included (CUDA: synchronized); `forward_ms` is the model
+    forward within it, and `cpu_ms` / `others_share` say whether other work on the machine delayed
+    it (see engine/disturbance.py). Attention is
     (L_rec, H, T_query, context_len) float16 — T_query is the prompt length for prefill, 1 for a
     decode step; `hidden` is (layers + 1, hidden_size): the embedding output, then each layer's
     output, at the last position.
@@ -48,12 +50,32 @@ class Step:
     chosen_rank: int
     attention: np.ndarray | None = None
     hidden: np.ndarray | None = None
+    forward_ms: float | None = None  # the model forward alone (no sampling, no recording)
+    cpu_ms: float | None = None  # CPU time this process used during the step, all threads
+    others_share: float | None = None  # share (0–1) of all CPUs' time other processes used
 
     def __post_init__(self) -> None:
         if len(self.top_pieces) != len(self.top_ids):
             raise ValueError("top_pieces and top_ids differ in length")
         if self.phase not in PHASES:
             raise ValueError(f"unknown phase {self.phase!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLoad:
+    """The machine around a run: how many threads the model ran on, how many cores this process
+    may use, the 1-minute load average before and after, and the share of all CPUs' time that
+    other processes used during the run (None where the OS does not say)."""
+
+    threads: int
+    cores: int
+    load_before: float | None
+    load_after: float | None
+    others_share: float | None
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {name: getattr(self, name) for name in
+                ("threads", "cores", "load_before", "load_after", "others_share")}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -71,6 +93,7 @@ class Trace:
     attention_layers: tuple[int, ...]
     created_at: str
     engine_version: str
+    machine: MachineLoad | None = None  # None in files from before format 3
 
     def __post_init__(self) -> None:
         if self.stop_reason not in STOP_REASONS:

@@ -91,6 +91,13 @@ def _check_step(step: Step, i: int, trace: Trace) -> None:
             or step.position != n + i or step.context_len != n + i:
         _fail(f"{where}: position and context length must be {n + i}")
     _duration(step.latency_ms, f"{where}: latency", positive=True)
+    for name in ("forward_ms", "cpu_ms"):
+        if getattr(step, name) is not None:
+            _duration(getattr(step, name), f"{where}: {name.removesuffix('_ms')} time")
+    if step.forward_ms is not None and step.forward_ms > step.latency_ms:
+        _fail(f"{where}: the forward cannot take longer than the whole step")
+    if step.others_share is not None and not _in_range(step.others_share, 0.0, 1.0):
+        _fail(f"{where}: the other processes' CPU share must lie between 0 and 1")
     if not isinstance(step.piece, str) or not isinstance(step.text, str) \
             or len(step.piece) > 1000 or len(step.text) > 1000:
         _fail(f"{where}: piece and text must be short strings")
@@ -126,6 +133,22 @@ def _check_step(step: Step, i: int, trace: Trace) -> None:
               f"{(spec.layers + 1, spec.hidden_size)}")
 
 
+def _check_machine(trace: Trace) -> None:
+    machine = trace.machine
+    if machine is None:
+        return
+    for name in ("threads", "cores"):
+        value = getattr(machine, name)
+        if not _is_int(value) or not 1 <= value <= 4096:
+            _fail(f"the machine's {name} must be a whole number from 1 to 4,096")
+    for name in ("load_before", "load_after"):
+        value = getattr(machine, name)
+        if value is not None and not _in_range(value, 0.0, 1e6):
+            _fail("the machine's load average must be a non-negative number")
+    if machine.others_share is not None and not _in_range(machine.others_share, 0.0, 1.0):
+        _fail("the other processes' CPU share must lie between 0 and 1")
+
+
 def check_trace(trace: Trace) -> Trace:
     """Raise TraceFormatError at the first broken invariant; return the trace if all hold."""
     spec = trace.model
@@ -151,6 +174,7 @@ def check_trace(trace: Trace) -> Trace:
     if len(trace.steps) > MAX_NEW_TOKENS_LIMIT:
         _fail(f"a trace has at most {MAX_NEW_TOKENS_LIMIT} steps")
     _duration(trace.tokenize_ms, "tokenization time")
+    _check_machine(trace)
     for i, step in enumerate(trace.steps):
         _check_step(step, i, trace)
     for name in ("attention", "hidden"):

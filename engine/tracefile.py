@@ -29,11 +29,11 @@ from .errors import TraceFormatError
 from .experiments import Experiments, experiments_from_dict, experiments_to_dict
 from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from .spec import ModelSpec
-from .trace import Step, Trace
+from .trace import MachineLoad, Step, Trace
 from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
@@ -45,8 +45,15 @@ def _add_experiments(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "version": 2, "experiments": None}
 
 
+def _add_machine(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 records the forward time, CPU time and the machine's load; older files did not
+    measure them, so they stay unknown (None), never guessed."""
+    return {**meta, "version": 3, "machine": None}
+
+
 # version n → function turning version-n metadata into version n+1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments,
+                                                                   2: _add_machine}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -61,6 +68,7 @@ _ARRAY_FIELDS = {  # name → allowed dtype
 }
 _SCALAR_STEP_FIELDS = ("index", "phase", "token_id", "piece", "text", "position", "context_len",
                        "latency_ms", "kv_bytes", "kv_bytes_per_layer", "chosen_prob", "chosen_rank")
+_TIMING_STEP_FIELDS = ("forward_ms", "cpu_ms", "others_share")  # version 3; None when unknown
 
 
 def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> bytes:
@@ -79,13 +87,14 @@ def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> byte
         "attention_layers": list(trace.attention_layers),
         "created_at": trace.created_at,
         "engine_version": trace.engine_version,
+        "machine": trace.machine.to_dict() if trace.machine is not None else None,
         "experiments": None if experiments is None or experiments.empty
         else experiments_to_dict(experiments),
         "steps": [],
     }
     arrays: dict[str, np.ndarray] = {}
     for step in trace.steps:
-        record = {name: getattr(step, name) for name in _SCALAR_STEP_FIELDS}
+        record = {name: getattr(step, name) for name in _SCALAR_STEP_FIELDS + _TIMING_STEP_FIELDS}
         record["kv_bytes_per_layer"] = list(step.kv_bytes_per_layer)
         record["top_pieces"] = list(step.top_pieces)
         meta["steps"].append(record)
@@ -249,6 +258,7 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         raise TraceFormatError(f"a trace has a list of at most {MAX_NEW_TOKENS_LIMIT} steps")
     for i, record in enumerate(records):
         fields = {name: record[name] for name in _SCALAR_STEP_FIELDS}
+        fields.update({name: record.get(name) for name in _TIMING_STEP_FIELDS})
         fields["kv_bytes_per_layer"] = tuple(record["kv_bytes_per_layer"])
         fields["top_pieces"] = tuple(str(v) for v in record["top_pieces"])
         fields.update({name: _array(arrays, i, name) for name in _ARRAY_FIELDS})
@@ -272,4 +282,13 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         attention_layers=tuple(meta["attention_layers"]),
         created_at=str(meta["created_at"]),
         engine_version=str(meta["engine_version"]),
+        machine=_machine(meta["machine"]),
     )
+
+
+def _machine(value: Any) -> MachineLoad | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != set(MachineLoad.__slots__):
+        raise TraceFormatError("not a valid trace: the machine record has other fields")
+    return MachineLoad(**value)

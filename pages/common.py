@@ -9,6 +9,7 @@ from typing import Callable, Iterator, TypeVar
 import streamlit as st
 
 from engine import Trace
+from engine.disturbance import RULE, assess
 from pages.state import LOCK, config, current_trace
 
 T = TypeVar("T")
@@ -79,3 +80,14 @@ def memo(name: str, key: tuple, compute: Callable[[], T]) -> T:
     if held is None or held[0] != key:
         held = st.session_state[name] = (key, compute())
     return held[1]
+
+
+def disturbance_warning(trace: Trace) -> None:
+    """A plain warning when other work on the machine delayed this run's steps, with the rule."""
+    result = assess(trace)
+    warning = result.warning()
+    if warning is None:
+        return
+    st.warning(warning, icon=":material/speed:")
+    with st.expander("How a step is marked delayed"):
+        st.markdown(RULE)

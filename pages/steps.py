@@ -1,4 +1,4 @@
-"""Steps: every step of the current trace as a table — phase, token, latency, cache, probability."""
+"""Steps: every step of the current trace as a table — phase, token, timing, cache, probability."""
 
 from __future__ import annotations
 
@@ -6,29 +6,62 @@ import pandas as pd
 import streamlit as st
 
 from charts import piece_text
-from engine import summarize
-from pages.common import require_trace
+from engine import Trace, summarize
+from engine.disturbance import assess, cpu_share, expected_threads
+from pages.common import disturbance_warning, require_trace
 from pages.state import plain
 
-st.title("Steps")
-trace = require_trace()
 
-s = summarize(trace)
-st.caption(f"{plain(trace.model.name)} on {plain(trace.device)} · {s.prompt_tokens} prompt tokens → "
-           f"{s.output_tokens} generated · stop: {trace.stop_reason}")
-cols = st.columns(4)
-cols[0].metric("TTFT", f"{s.ttft_ms:.0f} ms" if s.ttft_ms is not None else "–")
-cols[1].metric("ITL p50", f"{s.itl_p50_ms:.1f} ms" if s.itl_p50_ms is not None else "–")
-cols[2].metric("ITL p90", f"{s.itl_p90_ms:.1f} ms" if s.itl_p90_ms is not None else "–")
-cols[3].metric("TPOT", f"{s.tpot_ms:.1f} ms" if s.tpot_ms is not None else "–",
-               help="(end-to-end − TTFT) / (output tokens − 1)")
-table = pd.DataFrame([{
-    "step": step.index, "phase": step.phase, "token": repr(piece_text(step.piece)),
-    "id": step.token_id, "latency (ms)": round(step.latency_ms, 2),
-    "context (tokens)": step.context_len, "KV cache (bytes)": step.kv_bytes,
-    "p(chosen)": round(step.chosen_prob, 4), "rank": step.chosen_rank + 1,
-} for step in trace.steps])
-st.dataframe(table, hide_index=True, width="stretch")
-st.caption("KV cache bytes are measured from the cache tensors; with the cache on they equal "
-           f"2 · {trace.model.layers} layers · {trace.model.kv_heads} KV heads · "
-           f"{trace.model.head_dim} head_dim · {trace.model.dtype_bytes} bytes · context tokens.")
+def _ms(value: float | None, digits: int = 1) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def summary(trace: Trace) -> None:
+    s = summarize(trace)
+    st.caption(f"{plain(trace.model.name)} on {plain(trace.device)} · {s.prompt_tokens} prompt "
+               f"tokens → {s.output_tokens} generated · stop: {trace.stop_reason}")
+    cols = st.columns(4)
+    cols[0].metric("TTFT", f"{s.ttft_ms:.0f} ms" if s.ttft_ms is not None else "–")
+    cols[1].metric("ITL p50", f"{s.itl_p50_ms:.1f} ms" if s.itl_p50_ms is not None else "–")
+    cols[2].metric("ITL p90", f"{s.itl_p90_ms:.1f} ms" if s.itl_p90_ms is not None else "–")
+    cols[3].metric("TPOT", f"{s.tpot_ms:.1f} ms" if s.tpot_ms is not None else "–",
+                   help="(end-to-end − TTFT) / (output tokens − 1)")
+
+
+def step_table(trace: Trace) -> None:
+    threads, delayed = expected_threads(trace), set(assess(trace).delayed_steps)
+    table = pd.DataFrame([{
+        "step": step.index, "phase": step.phase, "token": repr(piece_text(step.piece)),
+        "id": step.token_id, "wall (ms)": _ms(step.latency_ms, 2),
+        "forward (ms)": _ms(step.forward_ms, 2), "CPU (ms)": _ms(step.cpu_ms),
+        "CPU share": _ms(cpu_share(step, threads), 2),
+        "others' CPU": _ms(step.others_share, 2),
+        "timing": "⚠ delayed by other work" if step.index in delayed else "",
+        "context (tokens)": step.context_len, "KV cache (bytes)": step.kv_bytes,
+        "p(chosen)": round(step.chosen_prob, 4), "rank": step.chosen_rank + 1,
+    } for step in trace.steps])
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "wall (ms)": st.column_config.NumberColumn(help="The whole step: forward, sampling, "
+                                                   "recording (wall clock; GPU: synchronized)"),
+        "forward (ms)": st.column_config.NumberColumn(help="The model forward alone"),
+        "CPU (ms)": st.column_config.NumberColumn(help="CPU time this process used during the "
+                                                  "step, all threads together"),
+        "CPU share": st.column_config.NumberColumn(
+            format="percent", help=f"CPU ms ÷ ({threads} threads × wall ms): how much of the CPU "
+                                   "time it asked for this process got"),
+        "others' CPU": st.column_config.NumberColumn(
+            format="percent", help="Share of all CPUs' time other programs used during the step "
+                                   "(/proc/stat minus this process)"),
+        "timing": st.column_config.TextColumn(width="medium"),
+    })
+    st.caption("KV cache bytes are measured from the cache tensors; with the cache on they equal "
+               f"2 · {trace.model.layers} layers · {trace.model.kv_heads} KV heads · "
+               f"{trace.model.head_dim} head_dim · {trace.model.dtype_bytes} bytes · context "
+               "tokens. Timing columns are empty for traces recorded before they were measured.")
+
+
+st.title("Steps")
+current = require_trace()
+summary(current)
+disturbance_warning(current)
+step_table(current)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 import json
 import zipfile
 
@@ -146,19 +147,45 @@ def test_a_lecture_pack_carries_its_experiment_results(trace):
     assert read_trace_file(trace_to_bytes(trace)).experiments.empty
 
 
-def test_a_version_1_file_is_upgraded_with_no_experiments(trace):
-    from engine.tracefile import read_trace_file
-
+def _older_file(trace, version: int) -> bytes:
+    """The trace written as format `version` wrote it: v1 had no experiments, v1 and v2 no
+    forward / CPU time and no machine record."""
     buffer = io.BytesIO(trace_to_bytes(trace))
     with zipfile.ZipFile(buffer) as archive:
         parts = {i.filename: archive.read(i) for i in archive.infolist()}
     meta = json.loads(np.load(io.BytesIO(parts["meta.json.npy"])).tobytes())
-    meta["version"] = 1
-    del meta["experiments"]
+    meta["version"] = version
+    del meta["machine"]
+    for record in meta["steps"]:
+        for name in ("forward_ms", "cpu_ms", "others_share"):
+            del record[name]
+    if version == 1:
+        del meta["experiments"]
     out = io.BytesIO()
     np.savez_compressed(out, **{name.removesuffix(".npy"): np.load(io.BytesIO(data))
                                 for name, data in parts.items() if name != "meta.json.npy"},
                         **{META_KEY: np.frombuffer(json.dumps(meta).encode(), np.uint8)})
-    back = read_trace_file(out.getvalue())
-    assert traces_equal(back.trace, trace) and back.experiments.empty
-    assert FORMAT_VERSION == 2
+    return out.getvalue()
+
+
+def _unmeasured(trace):
+    steps = tuple(replace(s, forward_ms=None, cpu_ms=None, others_share=None) for s in trace.steps)
+    return replace(trace, steps=steps, machine=None)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_files_are_upgraded_with_unknown_timing(trace, version):
+    from engine.tracefile import read_trace_file
+
+    back = read_trace_file(_older_file(trace, version))
+    assert traces_equal(back.trace, _unmeasured(trace)) and back.experiments.empty
+    assert back.trace.machine is None and back.trace.steps[1].cpu_ms is None
+    assert FORMAT_VERSION == 3
+
+
+def test_timing_and_machine_records_round_trip(trace):
+    back = load_trace(trace_to_bytes(trace))
+    assert trace.machine is not None and back.machine == trace.machine
+    for a, b in zip(trace.steps, back.steps):
+        assert (a.forward_ms, a.cpu_ms, a.others_share) == (b.forward_ms, b.cpu_ms, b.others_share)
+        assert 0 < a.forward_ms <= a.latency_ms and a.cpu_ms >= 0

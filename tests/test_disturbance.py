@@ -1,0 +1,101 @@
+"""Timing that stays honest on a busy machine: each step records its forward time, its CPU time and
+the other processes' share of the CPUs, and a named rule marks steps other work delayed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine import GenerationSettings, generate_trace
+from engine.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT, RULE, assess, step_delayed
+from engine.trace import MachineLoad
+
+
+@pytest.fixture(scope="module")
+def quiet_trace(tiny_lm):
+    return generate_trace(tiny_lm, "Name a colour.", GenerationSettings(max_new_tokens=4))
+
+
+def _with(trace, cpu_share: float | None, others: float | None, threads: int = 2):
+    """The trace with every step's CPU time and others' share set (a file could say so)."""
+    steps = tuple(replace(s, cpu_ms=None if cpu_share is None else cpu_share * threads * s.latency_ms,
+                          others_share=others) for s in trace.steps)
+    return replace(trace, steps=steps, device="cpu",
+                   machine=MachineLoad(threads, threads, 3.5, 4.0, others))
+
+
+def test_every_step_records_forward_cpu_and_the_machine(lm):
+    trace = generate_trace(lm, "Name a colour.", GenerationSettings(max_new_tokens=4))
+    assert trace.machine is not None and trace.machine.threads >= 1
+    for step in trace.steps:  # the real model's steps span several /proc/stat ticks
+        assert 0 < step.forward_ms <= step.latency_ms
+        assert step.cpu_ms > 0 and 0 <= step.others_share <= 1
+
+
+@pytest.mark.parametrize("cpu_share, others, delayed", [
+    (0.2, 0.8, True),  # both signals: marked
+    (CPU_SHARE_LIMIT - 0.01, OTHERS_LIMIT, True),
+    (0.2, 0.1, False),  # little else ran: a step that waited on memory, not on neighbours
+    (0.95, 0.8, False),  # others ran on spare cores; this process got all it asked for
+    (CPU_SHARE_LIMIT, 0.9, False),
+    (None, 0.9, False),  # not measured (older file): never guessed
+])
+def test_the_rule_needs_both_signals(quiet_trace, cpu_share, others, delayed):
+    trace = _with(quiet_trace, cpu_share, others)
+    assert all(step_delayed(s, 2) == delayed for s in trace.steps)
+    result = assess(trace)
+    assert result.disturbed == delayed
+    assert (result.warning() is not None) == delayed
+
+
+def test_the_warning_counts_steps_and_says_what_to_do(quiet_trace):
+    trace = _with(quiet_trace, 0.3, 0.6)
+    warning = assess(trace).warning()
+    assert f"{len(trace.steps)} of {len(trace.steps)} steps" in warning
+    assert "60%" in warning and "load average 3.5 before, 4.0 after" in warning
+    assert "Run it again" in warning and "close other programs" in warning
+    assert "25%" in RULE and "75%" in RULE
+
+
+def test_older_traces_are_not_measured_and_not_flagged(quiet_trace):
+    trace = _with(quiet_trace, None, None)
+    assert not assess(trace).measured and not assess(trace).disturbed
+
+
+def test_a_busy_machine_is_caught(lm):
+    """Two programs spinning on every core while the model runs: the rule marks the run."""
+    cores = len(os.sched_getaffinity(0))
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(2 * cores)]
+    try:
+        time.sleep(0.3)
+        trace = generate_trace(lm, "Name a colour.", GenerationSettings(max_new_tokens=6))
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+    result = assess(trace)
+    assert result.measured and result.disturbed, [(s.cpu_ms, s.latency_ms, s.others_share)
+                                                  for s in trace.steps]
+    assert trace.machine.others_share >= OTHERS_LIMIT
+
+
+@pytest.mark.parametrize("cpu_share, others, shown", [(0.3, 0.7, True), (0.95, 0.7, False)])
+def test_steps_page_marks_delayed_steps_and_warns(quiet_trace, cpu_share, others, shown):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "app.py"), default_timeout=180).run()
+    at.session_state["trace"] = _with(quiet_trace, cpu_share, others)
+    at.switch_page("pages/steps.py").run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert {"wall (ms)", "forward (ms)", "CPU (ms)", "CPU share", "others' CPU"} <= set(table)
+    flagged = table["timing"].str.contains("delayed by other work")
+    assert flagged.all() if shown else not flagged.any()
+    warnings = [w.value for w in at.warning]
+    assert any("timing was disturbed" in w and "Run it again" in w for w in warnings) == shown
