@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test bench model browser space clean
+.PHONY: setup run test test-fast lint bench model browser space clean
 
 setup: $(STAMP)
 
@@ -45,12 +45,19 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium; }; } || \
 	  echo "Chromium not found at $(CHROMIUM): install it or set CHROMIUM=/path (browser tests need it)"
 
-test: model browser
+test: model browser lint
 	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q tests
 
+# The fast tier while developing: no browser, no real model, no torch.compile.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not browser and not real_model and not compile" tests
+
+lint: setup
+	$(BIN)/ruff check .
+
 bench: model
-	$(BIN)/python bench/engine_bench.py
-	$(BIN)/python bench/browser_bench.py
+	$(BIN)/python -m bench.engine_bench
+	$(BIN)/python -m bench.browser_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out build

@@ -15,8 +15,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings  # noqa: E402
-from pages.state import (MODELS, SessionModel, config, message, restore_session,  # noqa: E402
-                         set_generation_settings, set_session_model)
+from pages.state import (  # noqa: E402
+    MODELS,
+    SessionModel,
+    config,
+    message,
+    restore_session,
+    set_generation_settings,
+    set_session_model,
+)
 
 LIMITS = config().limits
 ASSETS = Path(__file__).parent / "assets"
@@ -106,7 +113,8 @@ def sidebar_settings() -> None:
     attn = side.toggle("Record attention", True, help="Keep every layer's attention weights "
                        "for the attention pages (costs memory on long prompts).")
     set_generation_settings(GenerationSettings(
-        max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k), top_p=float(top_p),
+        max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k),
+        top_p=float(top_p),
         seed=int(seed), chat_template=chat, kv_cache=kv, record_attention=attn,
         max_prompt_tokens=LIMITS.prompt_tokens))
 

@@ -4,7 +4,9 @@ Measures, with a warm model: the time from pressing Generate (Ctrl+Enter) to the
 token on screen, and the on-screen token rate against the engine's own rate (1000 / mean ITL of
 the same run's trace, downloaded from the page).
 
-    python bench/browser_bench.py [--rounds 3] [--out bench/out/browser.json]
+From the repository root (the packages import from there, nothing is put on sys.path):
+
+    python -m bench.browser_bench [--rounds 3] [--out bench/out/browser.json]
 """
 
 from __future__ import annotations
@@ -14,19 +16,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from engine import load_trace  # noqa: E402
-from tests.e2e.browser import (launch_chromium, open_app, start_generation,  # noqa: E402
-                               streamlit_server, wait_for_app)
+from engine import load_trace
+from tests.e2e.browser import launch_chromium, open_app, start_generation, streamlit_server, wait_for_app
 
 PROMPT = "Write a long story about a lighthouse keeper."
 

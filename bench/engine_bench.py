@@ -6,33 +6,35 @@ All variants run side by side in one process, interleaved over several rounds, o
 and token count; we report medians and ratios (the machine is shared and noisy, so absolute
 numbers drift, ratios measured together do not). Also cold (GGUF) and warm (cached) load times.
 
-    python bench/engine_bench.py [--tokens 64] [--rounds 3] [--out bench/out/engine.json]
+From the repository root (the packages import from there, nothing is put on sys.path):
+
+    python -m bench.engine_bench [--tokens 32] [--rounds 12] [--out bench/out/engine.json]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import random
-import statistics
-import sys
-import tempfile
-import time
-from datetime import datetime, timezone
-from pathlib import Path
 
-import torch
-from transformers import DynamicCache
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # an entry point: offline unless asked, as the app
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
 
 from engine import GenerationSettings, Run, load_model  # noqa: E402
 from engine.compiled import CompiledDecoder  # noqa: E402
 from engine.loader import CACHE_ENV  # noqa: E402
-from engine.native import NativeDecoder  # noqa: E402
 from engine.microbench import bandwidth_buffer, ceilings, measure_bandwidth, read_gb_s  # noqa: E402
+from engine.native import NativeDecoder  # noqa: E402
 from engine.roofline import forward_work  # noqa: E402
 from engine.runner import prepare_prompt  # noqa: E402
 
@@ -142,9 +144,9 @@ def main() -> None:
         fn()
     # Each round runs every variant once, in a shuffled order; ratios are taken within a round
     # (paired), so slow drifts of a shared machine cancel out.
-    # Every variant's run is bracketed by two reads of a 1 GB buffer: this VM's read bandwidth
-    # sits at ~32 or ~52 GB/s for seconds at a time, so a reading taken elsewhere in the round
-    # may belong to the other state.
+    # Every variant's run is bracketed by two reads of a 1 GB buffer: on a shared VM the read
+    # bandwidth can sit in one state or another for seconds at a time, so a reading taken
+    # elsewhere in the round may belong to another state (the report lists every read).
     rng = random.Random(0)
     buffer = bandwidth_buffer(lm.device)
     rounds: list[dict[str, tuple[float, float, int, float]]] = []

@@ -1,27 +1,40 @@
 """Inference Explorer engine: load a model, run an instrumented generation, record a Trace.
 
 A pure library (no Streamlit). The Trace is the one contract between engine and UI.
+
+Importing the package does nothing else: no environment variable is set (entry points such as
+`python -m engine` and app.py choose offline mode before transformers is imported) and the names
+below are imported on first access, so `import engine` does not pull in torch or transformers.
 """
 
-import os
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-# Offline by default: hub ids load only from the local Hugging Face cache unless the user sets
-# HF_HUB_OFFLINE=0 themselves. Must be set before transformers is imported.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# name → the module that defines it
+_EXPORTS = {
+    "EngineError": "errors", "InputError": "errors", "ModelLoadError": "errors",
+    "TraceFormatError": "errors", "LoadedModel": "loader", "load_model": "loader",
+    "LatencySummary": "metrics", "summarize": "metrics", "Run": "runner",
+    "generate_trace": "runner", "GenerationSettings": "settings", "ModelSpec": "spec",
+    "Step": "trace", "Trace": "trace", "traces_equal": "trace", "load_trace": "tracefile",
+    "save_trace": "tracefile",
+}
 
-from .errors import EngineError, InputError, ModelLoadError, TraceFormatError  # noqa: E402
-from .loader import LoadedModel, load_model  # noqa: E402
-from .metrics import LatencySummary, summarize  # noqa: E402
-from .runner import Run, generate_trace  # noqa: E402
-from .settings import GenerationSettings  # noqa: E402
-from .spec import ModelSpec  # noqa: E402
-from .trace import Step, Trace, traces_equal  # noqa: E402
-from .tracefile import load_trace, save_trace  # noqa: E402
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "EngineError", "GenerationSettings", "InputError", "LatencySummary", "LoadedModel",
-    "ModelLoadError", "ModelSpec", "Run", "Step", "Trace", "TraceFormatError", "generate_trace",
-    "load_model", "load_trace", "save_trace", "summarize", "traces_equal",
-]
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+

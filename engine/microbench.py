@@ -12,31 +12,17 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from .ceilings import Ceilings  # the type lives in a leaf module; still importable from here
 from .loader import cache_root, resolve_dtype
-from .runner import clock_ms
+from .clock import clock_ms
 
 HUGE_PAGE = 2 * 2**20
 MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
-
-
-@dataclass(frozen=True, slots=True)
-class Ceilings:
-    device: str
-    bandwidth_gb_s: float  # bytes read per second / 1e9
-    matmul_tflop_s: float  # FLOP/s / 1e12
-    dtype: str
-    measured_at: str
-    cached: bool = False
-
-    @property
-    def ridge(self) -> float:
-        """Arithmetic intensity (FLOP/byte) where the two ceilings meet."""
-        return self.matmul_tflop_s * 1e12 / (self.bandwidth_gb_s * 1e9)
 
 
 def device_name(device: torch.device) -> str:
@@ -56,9 +42,9 @@ def device_name(device: torch.device) -> str:
 def huge_page_buffer(floats: int) -> torch.Tensor:
     """A float32 buffer whose memory is advised to use 2 MB pages (before it is first touched):
     one TLB entry per 2 MB instead of per 4 KB. The native decoder keeps its weights in one
-    (measured 2.5 % faster per token than 4 KB pages, 12 paired rounds), and the bandwidth
-    ceiling is read from one, so it never counts TLB misses the decoder does not have. Where the
-    advice is unavailable (not Linux, THP off) the buffer is simply a plain one."""
+    (fewer TLB misses while it streams them; bench/engine_bench.py measures the decode), and
+    the bandwidth ceiling is read from one, so it never counts TLB misses the decoder does not
+    have. Where the advice is unavailable (not Linux, THP off) the buffer is a plain one."""
     raw = torch.empty(floats + HUGE_PAGE // 4, dtype=torch.float32)
     start = (-raw.data_ptr()) % HUGE_PAGE // 4
     buffer = raw[start:start + floats]
@@ -102,9 +88,9 @@ def read_gb_s(buffer: torch.Tensor) -> float:
 def measure_bandwidth(device: torch.device, megabytes: int = 1024, repeats: int = 8,
                       spread_s: float = 1.5) -> float:
     """GB/s: the best of `repeats` reads of a `bandwidth_buffer`, spread over `spread_s` seconds.
-    Spread, because on a shared VM the reading changes with time: here continuous reads sit at
-    ~32 or at ~52 GB/s for seconds at a time. The ceiling is the best this machine showed, so MBU
-    is never flattered (and `ceilings` keeps the best reading ever made)."""
+    Spread, because on a shared VM the reading changes with time, in states that last seconds.
+    The ceiling is the best this machine showed, so MBU is never flattered (and `ceilings` keeps
+    the best reading ever made)."""
     buffer = bandwidth_buffer(device, megabytes)
     buffer.sum()
     best = 0.0

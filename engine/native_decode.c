@@ -6,26 +6,32 @@
  * k-major ([block][k][BLOCK]), so a block is one sequential stream, x[k] is broadcast, and BLOCK
  * accumulators stay in vector registers (no horizontal sums). The plain loops are vectorized by
  * the compiler for whatever this CPU has (-march=native); hand-written AVX-512 intrinsics
- * measured no faster. All steps of the forward run inside one
- * OpenMP parallel region with barriers between dependent phases: no per-op dispatch at all.
+ * measured no faster. All steps of the forward run inside one OpenMP parallel region with
+ * barriers between dependent phases: no per-op dispatch at all.
  *
- * Layout of `w` (fp32, built by engine/native.py): per layer
- *   in_norm[H] | qkv[Nqkv/B][H][B] | o[H/B][Q][B] | post_norm[H] | gate_up[I/B][2][H][B]
- *   | down[H/B][I][B]
- * then final_norm[H] | lm_head[Vp/B][H][B], where B = BLOCK, Q = heads·head_dim,
- * Nqkv = (heads + 2·kv_heads)·head_dim, I = intermediate size, Vp = vocab rounded up to B.
- * gate_up interleaves each block of gate with the same block of up, so one thread computes
- * silu(gate)·up for its rows without another barrier.
+ * The weights `w` (fp32, packed by engine/native.py) are a sequence of parts whose order, shapes
+ * and offsets `layout()` in engine/native.py computes once; they arrive here as `off`: part p of
+ * layer l starts at w + off[l * LAYER_PARTS + p], the final norm and the LM head at
+ * w + off[layers * LAYER_PARTS + FINAL_NORM / LM_HEAD]. Every matrix is stored in BLOCK-row
+ * blocks, k-major ([block][k][BLOCK]); gate_up interleaves each block of gate with the same block
+ * of up ([block][2][k][BLOCK]), so one thread computes silu(gate)·up for its rows without another
+ * barrier.
  */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #ifndef BLOCK
 #define BLOCK 32 /* rows per packed block; engine/native.py passes -DBLOCK */
 #endif
+#ifndef MAX_HEAD_DIM
+#define MAX_HEAD_DIM 512 /* largest head_dim rope() holds on its stack; passed as -DMAX_HEAD_DIM */
+#endif
+
+/* The parts of one layer, in the order of LAYER_PARTS in engine/native.py, then the final ones. */
+enum { IN_NORM, QKV, O, POST_NORM, GATE_UP, DOWN, LAYER_PARTS };
+enum { FINAL_NORM, LM_HEAD };
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab, max_tokens;
@@ -89,7 +95,7 @@ static void rms_norm(const float* x, const float* weight, float* out, int64_t n,
 /* HF rotate_half convention: v·cos + rotate_half(v)·sin, rotate_half(v) = (−v2, v1). */
 static void rope(float* v, const float* cos_row, const float* sin_row, int64_t d) {
   const int64_t half = d / 2;
-  float tmp[512];
+  float tmp[MAX_HEAD_DIM];
   for (int64_t i = 0; i < d; ++i) {
     const float rot = i < half ? -v[i + half] : v[i - half];
     tmp[i] = v[i] * cos_row[i] + rot * sin_row[i];
@@ -116,27 +122,40 @@ static void attend(const float* q, const float* keys, const float* values, int64
   }
 }
 
-/* Size of the packed weights for `c`, in floats: Python sizes its buffer with this formula. */
-int64_t packed_floats(const Config* c) {
-  const int64_t h = c->hidden, q = c->heads * c->head_dim;
-  const int64_t nqkv = (c->heads + 2 * c->kv_heads) * c->head_dim;
-  const int64_t vp = (c->vocab + BLOCK - 1) / BLOCK * BLOCK;
-  const int64_t layer = h + nqkv * h + h * q + h + 2 * c->inter * h + h * c->inter;
-  return c->layers * layer + h + vp * h;
+/* The step's working memory, carved from one buffer the caller allocates once per decoder. */
+typedef struct {
+  float *x, *xn, *qkv, *att, *act, *scores;
+} Scratch;
+
+/* Points `s` into `base` (NULL: sizes only) and returns the floats the step uses. */
+static int64_t carve(const Config* c, float* base, Scratch* s) {
+  const int64_t sizes[] = {c->hidden, c->hidden, (c->heads + 2 * c->kv_heads) * c->head_dim,
+                           c->heads * c->head_dim, c->inter, c->heads * c->max_tokens};
+  float** slots[] = {&s->x, &s->xn, &s->qkv, &s->att, &s->act, &s->scores};
+  int64_t used = 0;
+  for (int i = 0; i < 6; ++i) {
+    *slots[i] = base ? base + used : NULL;
+    used += sizes[i];
+  }
+  return used;
+}
+
+/* Floats of scratch memory `decode_step` needs for `c`: Python allocates it once. */
+int64_t scratch_floats(const Config* c) {
+  Scratch s;
+  return carve(c, NULL, &s);
 }
 
 /* Writes K/V of `token` at `pos` into the caches ([layers][kv_heads][max_tokens][head_dim]) and
- * the logits (vocab) of the next token. Returns 0, or −1 when scratch memory is unavailable. */
-int decode_step(const Config* c, const float* w, const float* embed, const float* cos_table,
-                const float* sin_table, float* k_cache, float* v_cache, int64_t token,
-                int64_t pos, float* logits, int threads) {
+ * the logits (vocab) of the next token. `scratch` holds scratch_floats(c) floats. */
+void decode_step(const Config* c, const float* w, const int64_t* off, const float* embed,
+                 const float* cos_table, const float* sin_table, float* k_cache, float* v_cache,
+                 int64_t token, int64_t pos, float* scratch, float* logits, int threads) {
   const int64_t h = c->hidden, d = c->head_dim, q = c->heads * d, kvd = c->kv_heads * d;
   const int64_t nqkv = q + 2 * kvd, group = c->heads / c->kv_heads, T = c->max_tokens;
-  const int64_t layer_floats = h + nqkv * h + h * q + h + 2 * c->inter * h + h * c->inter;
-  float* scratch = malloc(sizeof(float) * (2 * h + nqkv + q + c->inter + c->heads * T));
-  if (!scratch) return -1;
-  float *x = scratch, *xn = x + h, *qkv = xn + h, *att = qkv + nqkv, *act = att + q;
-  float* scores = act + c->inter;
+  Scratch s;
+  carve(c, scratch, &s);
+  float *x = s.x, *xn = s.xn, *qkv = s.qkv, *att = s.att, *act = s.act, *scores = s.scores;
   const float* cos_row = cos_table + pos * d;
   const float* sin_row = sin_table + pos * d;
   memcpy(x, embed + token * h, h * sizeof(float));
@@ -145,12 +164,10 @@ int decode_step(const Config* c, const float* w, const float* embed, const float
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     for (int64_t l = 0; l < c->layers; ++l) {
-      const float* in_norm = w + l * layer_floats;
-      const float* wqkv = in_norm + h;
-      const float* wo = wqkv + nqkv * h;
-      const float* post_norm = wo + h * q;
-      const float* wgu = post_norm + h;
-      const float* wdown = wgu + 2 * c->inter * h;
+      const int64_t* part = off + l * LAYER_PARTS;
+      const float *in_norm = w + part[IN_NORM], *wqkv = w + part[QKV], *wo = w + part[O];
+      const float *post_norm = w + part[POST_NORM], *wgu = w + part[GATE_UP];
+      const float* wdown = w + part[DOWN];
       float* kc = k_cache + l * c->kv_heads * T * d;
       float* vc = v_cache + l * c->kv_heads * T * d;
 #pragma omp single
@@ -183,11 +200,9 @@ int decode_step(const Config* c, const float* w, const float* embed, const float
       gemv(wdown, act, x, h, c->inter, ADD, t, nt);
 #pragma omp barrier
     }
-    const float* final_norm = w + c->layers * layer_floats;
+    const int64_t* final = off + c->layers * LAYER_PARTS;
 #pragma omp single
-    rms_norm(x, final_norm, xn, h, c->eps);
-    gemv(final_norm + h, xn, logits, c->vocab, h, STORE, t, nt);
+    rms_norm(x, w + final[FINAL_NORM], xn, h, c->eps);
+    gemv(w + final[LM_HEAD], xn, logits, c->vocab, h, STORE, t, nt);
   }
-  free(scratch);
-  return 0;
 }

@@ -161,7 +161,8 @@ def traces_equal(a: Trace, b: Trace) -> bool:
     for sa, sb in zip(a.steps, b.steps):
         for f in fields(Step):
             va, vb = getattr(sa, f.name), getattr(sb, f.name)
-            same = _array_equal(va, vb) if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray) else va == vb
+            arrays = isinstance(va, np.ndarray) or isinstance(vb, np.ndarray)
+            same = _array_equal(va, vb) if arrays else va == vb
             if not same:
                 return False
     return True

@@ -1,14 +1,21 @@
-"""Shared fixtures: the real default model (parity tests) and a tiny random model (speed)."""
+"""Shared fixtures: the real default model (parity tests) and a tiny random model (speed); the
+test tiers.
+
+Tiers are pytest markers (registered in pyproject.toml) applied here by path and fixture, so a
+test file does not repeat them: tests/e2e/ → `browser`, the `lm` fixture → `real_model`. A test
+that loads the real model some other way (the app, the CLI) or compiles says so itself
+(`pytestmark = pytest.mark.real_model`, `@pytest.mark.compile`). The fast tier:
+    pytest -m "not browser and not real_model and not compile"
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+# The suite runs offline whatever the shell says (the Makefile and the entry points do the same).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -16,6 +23,16 @@ import torch  # noqa: E402
 
 from engine.loader import LoadedModel, load_model  # noqa: E402
 from engine.spec import spec_from_model  # noqa: E402
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.browser)
+        if "lm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_model)
 
 
 @pytest.fixture(scope="session")
@@ -25,19 +42,33 @@ def lm() -> LoadedModel:
 
 
 @pytest.fixture(scope="session")
-def tiny_lm(lm: LoadedModel) -> LoadedModel:
+def default_tokenizer():
+    """The default model's tokenizer alone, read from the converted cache (no weights loaded), so
+    the tiny model stays in the fast tier; converts the model once if there is no cache yet."""
+    from transformers import AutoTokenizer
+
+    from engine.loader import _default_cache_dir, default_gguf_path, is_complete_cache
+
+    folder = _default_cache_dir(default_gguf_path())
+    if not is_complete_cache(folder):
+        return load_model().tokenizer
+    return AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(default_tokenizer) -> LoadedModel:
     """A 2-layer random-weight Llama (4 query heads, 2 KV heads) with the real tokenizer."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(lm.tokenizer), hidden_size=64, intermediate_size=128,
+    config = LlamaConfig(vocab_size=len(default_tokenizer), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=512, tie_word_embeddings=True,
                          bos_token_id=1, eos_token_id=2, attn_implementation="sdpa")
     model = LlamaForCausalLM(config).eval()
     model.requires_grad_(False)
     model.generation_config.eos_token_id = 2
-    return LoadedModel(model, lm.tokenizer, spec_from_model(model, "tiny-random-llama"), "tiny",
+    return LoadedModel(model, default_tokenizer, spec_from_model(model, "tiny-random-llama"), "tiny",
                        torch.device("cpu"), 0.0, False)
 
 

@@ -10,6 +10,8 @@ from streamlit.testing.v1 import AppTest
 
 from pages.state import MODELS
 
+pytestmark = pytest.mark.real_model  # every test here runs the app with the default model
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
          "pages/timing.py", "pages/kvcache.py", "pages/steps.py"]
@@ -26,7 +28,8 @@ def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
 def generate(at: AppTest, prompt: str, tokens: int = 4) -> AppTest:
     # AppTest re-runs only the current page after the first run (not the st.navigation entry
     # point), so sidebar widgets cannot be driven here; set the settings they would produce.
-    at.session_state["generation_settings"] = replace(at.session_state["generation_settings"], max_new_tokens=tokens)
+    settings = at.session_state["generation_settings"]
+    at.session_state["generation_settings"] = replace(settings, max_new_tokens=tokens)
     at.text_area(key="prompt").set_value(prompt)
     at.button[0].click()  # the form's Generate button
     return at.run()
@@ -130,8 +133,8 @@ def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
 
 def test_attention_page_without_recorded_attention():
     at = fresh().run()
-    at.session_state["generation_settings"] = replace(at.session_state["generation_settings"], max_new_tokens=2,
-                                           record_attention=False)
+    settings = at.session_state["generation_settings"]
+    at.session_state["generation_settings"] = replace(settings, max_new_tokens=2, record_attention=False)
     at.text_area(key="prompt").set_value("Hi")
     at.button[0].click()
     at.run()
@@ -201,6 +204,7 @@ def with_decoders(at: AppTest, compiled, native) -> None:
     at.session_state["session_model"] = TinyDecoders(model.source, model.dtype, model.entry)
 
 
+@pytest.mark.compile
 def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
     """The real button path, with the shared decoders swapped for ones over the tiny model (a
     real torch.compile in seconds, not minutes)."""

@@ -17,6 +17,8 @@ from engine.sweeps import SweepPoint
 from pages.state import LOCK, plain
 from tests.test_app import fresh, generate
 
+pytestmark = pytest.mark.real_model  # every test here runs the app with the default model
+
 
 def test_clearing_every_cache_from_a_browser_keeps_the_model_and_the_lock():
     """A browser's "clear cache" message runs cache_data.clear() and cache_resource.clear() for

@@ -23,6 +23,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           env=env, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.real_model
 def test_run_and_show_json(tmp_path):
     out = tmp_path / "t.npz"
     result = cli("run", "What is 2 + 2?", "--max-new-tokens", "8", "--out", str(out))
@@ -48,7 +49,8 @@ def test_run_and_show_json(tmp_path):
     (["run", "hi", "--max-new-tokens", "0"], "max new tokens"),
     (["run", "hi", "--max-new-tokens", "999999"], "max new tokens"),
     (["run", "hi", "--max-new-tokens", "ten"], "invalid int"),
-    (["run", "word " * 50, "--max-prompt-tokens", "10"], "limit is 10"),
+    pytest.param(["run", "word " * 50, "--max-prompt-tokens", "10"], "limit is 10",
+                 marks=pytest.mark.real_model),
     (["run", "hi", "--model", "nobody/no-such-model-xyz"], "cannot load model"),
     (["run", "hi", "--temperature", "-1"], "temperature"),
     (["show", "/dev/null"], "not a regular file"),

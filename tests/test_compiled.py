@@ -15,6 +15,7 @@ def tiny_decoder(tiny_lm):
     return CompiledDecoder(tiny_lm, max_tokens=64)
 
 
+@pytest.mark.compile
 def test_compiled_decode_matches_eager_and_generate(tiny_lm, tiny_decoder):
     prompt = [1, 415, 2936, 9060, 285]
     result = compare_decode(tiny_decoder, prompt, new_tokens=12, rounds=2)
@@ -29,6 +30,7 @@ def test_compiled_decode_matches_eager_and_generate(tiny_lm, tiny_decoder):
     assert again.compile_s == 0.0 and again.tokens == result.tokens[:4]
 
 
+@pytest.mark.compile
 def test_compiled_logits_match_eager_logits(tiny_decoder):
     prompt = [1, 100, 200, 300]
     with torch.inference_mode():
@@ -68,6 +70,7 @@ def test_comparison_speedup_and_validation():
         DecodeComparison(4, 8, 1, 90.0, 30.0, 1.0, True, (1, 2), Work(1e9, 5e8), -1.0)
 
 
+@pytest.mark.compile
 def test_two_models_of_one_shape_keep_their_own_compiled_weights(tiny_lm):
     """Frozen weights are constants of the compiled graph: a second model with the same shapes
     must not run on the first one's weights."""
@@ -89,6 +92,7 @@ def test_two_models_of_one_shape_keep_their_own_compiled_weights(tiny_lm):
         torch.testing.assert_close(logits[True], logits[False], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.compile
 def test_a_replaced_decoder_refuses_to_run_compiled(tiny_decoder, tiny_lm):
     prompt = [1, 2, 3]
     tiny_decoder.compile(prompt)

@@ -85,6 +85,7 @@ def test_a_busy_machine_is_caught(lm):
     assert trace.machine.others_share >= OTHERS_LIMIT
 
 
+@pytest.mark.real_model
 @pytest.mark.parametrize("cpu_share, others, shown", [(0.3, 0.7, True), (0.95, 0.7, False)])
 def test_steps_page_marks_delayed_steps_and_warns(quiet_trace, cpu_share, others, shown):
     from streamlit.testing.v1 import AppTest

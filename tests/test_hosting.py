@@ -87,6 +87,7 @@ def budget_of(monkeypatch):
     return set_budget
 
 
+@pytest.mark.real_model
 def test_a_generation_stops_at_the_per_click_budget(budget_of, monkeypatch):
     budget_of(1.0)
     at = fresh(monkeypatch, hosted=True).run()
@@ -97,6 +98,7 @@ def test_a_generation_stops_at_the_per_click_budget(budget_of, monkeypatch):
     assert any("limit of 1 s of model time per click" in c.value for c in at.caption)
 
 
+@pytest.mark.real_model
 def test_the_budget_counts_model_time_not_waiting(budget_of, monkeypatch):
     """A visitor who waited 2 s for another's run still gets the whole budget once it is theirs."""
     budget_of(1.0)
@@ -156,6 +158,7 @@ def test_a_failed_background_load_is_one_message(monkeypatch):
     assert any("file is missing" in e.value for e in at.sidebar.error)
 
 
+@pytest.mark.real_model
 def test_hosted_mode_ignores_a_forged_model_choice(monkeypatch):
     at = fresh(monkeypatch, hosted=True)
     at.session_state["model_source"] = "/etc"

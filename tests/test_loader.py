@@ -9,11 +9,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from engine import ModelLoadError, load_model
-from engine import loader
+from engine import ModelLoadError, load_model, loader
 from engine.loader import default_gguf_path, write_model_cache
 
 
+@pytest.mark.real_model  # converts the real GGUF, then reloads it
 def test_cached_model_equals_fresh_gguf_load(tmp_path, monkeypatch):
     monkeypatch.setenv(loader.CACHE_ENV, str(tmp_path))
     fresh = load_model()  # dequantizes the GGUF, then writes the cache under tmp_path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -12,17 +13,38 @@ import engine.native as native
 from engine.compiled import CompiledDecoder, compare_decode
 from engine.errors import EngineError, InputError
 from engine.microbench import HUGE_PAGE, huge_page_buffer
-from engine.native import BLOCK, NativeDecoder, _blocks, native_problem
+from engine.native import (
+    BLOCK,
+    FINAL_PARTS,
+    LAYER_PARTS,
+    NativeDecoder,
+    _blocks,
+    layout,
+    native_problem,
+    packed_floats,
+)
 
 PROMPT = [1, 415, 2936, 9060, 285]
 
 
 @pytest.fixture(scope="module")
-def tiny_native(tiny_lm):
-    return NativeDecoder(tiny_lm, max_tokens=64)
+def native_lm(tiny_lm):
+    """The tiny model with random norm weights (a fresh model's are all ones, so a norm read from
+    the wrong place, or the wrong norm, would go unnoticed)."""
+    model = copy.deepcopy(tiny_lm.model)
+    generator = torch.Generator().manual_seed(0)
+    for name, weight in model.named_parameters():
+        if name.endswith("norm.weight"):
+            weight.copy_(0.5 + torch.rand(weight.shape, generator=generator))
+    return replace(tiny_lm, model=model)
 
 
-def test_logits_and_cache_equal_transformers_at_every_step(tiny_lm, tiny_native):
+@pytest.fixture(scope="module")
+def tiny_native(native_lm):
+    return NativeDecoder(native_lm, max_tokens=64)
+
+
+def test_logits_and_cache_equal_transformers_at_every_step(native_lm, tiny_native):
     """Each native step against a full forward of transformers over the whole sequence so far;
     the K/V it wrote against transformers' own cache (post-RoPE keys)."""
     ids = list(PROMPT)
@@ -32,8 +54,8 @@ def test_logits_and_cache_equal_transformers_at_every_step(tiny_lm, tiny_native)
             position = len(ids)
             ids.append(token)
             logits = tiny_native.step(token, position).clone()
-            cache = DynamicCache(config=tiny_lm.model.config)
-            expected = tiny_lm.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+            cache = DynamicCache(config=native_lm.model.config)
+            expected = native_lm.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
             torch.testing.assert_close(logits, expected.logits[0, -1], atol=1e-4, rtol=1e-4)
             token = int(logits.argmax())
         for i, layer in enumerate(cache.layers):
@@ -43,9 +65,9 @@ def test_logits_and_cache_equal_transformers_at_every_step(tiny_lm, tiny_native)
                                        rtol=1e-5)
 
 
-def test_greedy_tokens_equal_generate(tiny_lm, tiny_native):
+def test_greedy_tokens_equal_generate(native_lm, tiny_native):
     tokens, times = tiny_native.greedy(PROMPT, 12)
-    reference = tiny_lm.model.generate(torch.tensor([PROMPT]), max_new_tokens=12, min_new_tokens=12,
+    reference = native_lm.model.generate(torch.tensor([PROMPT]), max_new_tokens=12, min_new_tokens=12,
                                        do_sample=False)[0, len(PROMPT):].tolist()
     assert tokens == reference
     assert len(times) == 11 and all(t > 0 for t in times)
@@ -62,14 +84,52 @@ def test_packed_blocks_are_k_major_with_zero_padding():
                 assert packed[b, k, j] == (weight[row, k] if row < 70 else 0)
 
 
-def test_packed_weights_are_every_parameter_once(tiny_lm, tiny_native):
+def test_packed_weights_are_every_parameter_once(native_lm, tiny_native):
     """Packed floats = all parameters (tied embedding counted once, as the LM head) + vocabulary
-    padding; the C formula and the Python packing agree (pack_weights checks it too)."""
+    padding: the layout's size against the model's own tensors."""
     config = tiny_native.config
     padded_vocab = -(-config.vocab // BLOCK) * BLOCK
-    params = sum(p.numel() for p in tiny_lm.model.parameters())
+    params = sum(p.numel() for p in native_lm.model.parameters())
+    assert tiny_native.weights.numel() == packed_floats(layout(config))
     assert tiny_native.weights.numel() == params + (padded_vocab - config.vocab) * config.hidden
     assert tiny_native.weight_bytes == tiny_native.weights.numel() * 4
+
+
+def _unblocked(packed: torch.Tensor, rows: int) -> torch.Tensor:
+    """(N/B, K, B) → (N, K): the inverse of the block packing, written independently."""
+    blocks, k, b = packed.shape
+    return packed.permute(0, 2, 1).reshape(blocks * b, k)[:rows]
+
+
+def test_each_packed_part_is_where_the_layout_says(native_lm, tiny_native):
+    """Read every part back from the packed buffer at its offset and compare it with the torch
+    weight it came from: a part packed in the wrong place or order fails here by name."""
+    model, weights = native_lm.model, tiny_native.weights
+    parts = layout(tiny_native.config)
+    assert [p.name for p in parts] == list(LAYER_PARTS) * len(model.model.layers) + list(FINAL_PARTS)
+    assert parts[0].offset == 0 and all(a.offset + a.floats == b.offset for a, b in zip(parts, parts[1:]))
+    for part in parts:
+        stored = weights[part.offset:part.offset + part.floats].view(part.shape)
+        if part.layer is None:
+            expected = {"final_norm": model.model.norm.weight, "lm_head": model.lm_head.weight}
+        else:
+            layer = model.model.layers[part.layer]
+            attn, mlp = layer.self_attn, layer.mlp
+            expected = {"in_norm": layer.input_layernorm.weight,
+                        "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                        "o": attn.o_proj.weight, "post_norm": layer.post_attention_layernorm.weight,
+                        "gate_up": (mlp.gate_proj.weight, mlp.up_proj.weight),
+                        "down": mlp.down_proj.weight}
+        want = expected[part.name]
+        where = f"{part.name} of layer {part.layer}"
+        if part.name == "gate_up":
+            for i, matrix in enumerate(want):
+                assert torch.equal(_unblocked(stored[:, i], matrix.shape[0]), matrix), where
+        elif stored.dim() == 1:
+            assert torch.equal(stored, want), where
+        else:
+            assert torch.equal(_unblocked(stored, want.shape[0]), want), where
+            assert not stored.permute(0, 2, 1).reshape(-1, want.shape[1])[want.shape[0]:].any()
 
 
 def test_steps_outside_the_cache_or_vocabulary_are_refused(tiny_native):
@@ -118,8 +178,8 @@ def test_huge_page_buffer_is_aligned():
     assert buffer.data_ptr() % HUGE_PAGE == 0
 
 
-def test_eager_and_native_comparison_without_compiling(tiny_lm, tiny_native):
-    decoder = CompiledDecoder(tiny_lm, max_tokens=64)
+def test_eager_and_native_comparison_without_compiling(native_lm, tiny_native):
+    decoder = CompiledDecoder(native_lm, max_tokens=64)
     result = compare_decode(decoder, PROMPT, new_tokens=8, rounds=2, compile=False,
                             native=tiny_native, bandwidth_mb=16)
     assert 0 < result.bandwidth_gb_s < 1e4  # best of the reads bracketing the 4 runs
@@ -128,3 +188,18 @@ def test_eager_and_native_comparison_without_compiling(tiny_lm, tiny_native):
     assert list(result.steps) == ["eager", "native C"] and result.compiled_itl_ms is None
     assert result.same_tokens and result.compile_s == 0.0 and not decoder.compiled
     assert result.speedup("native C") == pytest.approx(result.eager_itl_ms / result.native_itl_ms)
+
+
+def test_a_part_of_the_wrong_shape_is_refused_by_name(native_lm, monkeypatch):
+    """Packing checks every part against the layout, not only the total."""
+    original = native.layout
+
+    def one_block_short(config):
+        parts = original(config)
+        qkv = parts[1]
+        parts[1] = native.Part(qkv.name, qkv.layer, qkv.offset, (qkv.shape[0] - 1, *qkv.shape[1:]))
+        return parts
+
+    monkeypatch.setattr(native, "layout", one_block_short)
+    with pytest.raises(EngineError, match=r"cannot pack layer 0 qkv: shape \(\d+, 64, 32\)"):
+        NativeDecoder(native_lm, max_tokens=16)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import io
-from dataclasses import replace
 import json
 import zipfile
+from dataclasses import replace
 
 import numpy as np
 import pytest

@@ -7,8 +7,15 @@ from playwright.sync_api import sync_playwright
 
 from engine.tracefile import read_trace_file
 
-from .browser import (generate_and_wait, go_to, launch_chromium, open_app, start_generation,
-                      streamlit_server, wait_for_app)
+from .browser import (
+    generate_and_wait,
+    go_to,
+    launch_chromium,
+    open_app,
+    start_generation,
+    streamlit_server,
+    wait_for_app,
+)
 
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
 GEN = ".ie-chips .ie-gen"

@@ -17,8 +17,7 @@ from playwright.sync_api import sync_playwright
 from engine import GenerationSettings, Run, load_model
 from engine.tracefile import load_trace
 
-from .browser import (APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium, served,
-                      start_generation)
+from .browser import APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium, served, start_generation
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Name three fruits.", "Name three planets.", "Name three rivers.", "Name three birds."]
