@@ -18,6 +18,7 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from typing import Any, NoReturn, Sequence  # noqa: E402
 
+from .disturbance import assess  # noqa: E402
 from .errors import EngineError  # noqa: E402
 from .metrics import summarize  # noqa: E402
 from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings  # noqa: E402
@@ -69,6 +70,9 @@ def _print_summary(trace: Trace) -> None:
     print(f"ITL p50/p90  {_ms(summary.itl_p50_ms)} / {_ms(summary.itl_p90_ms)}")
     print(f"decode       {'n/a' if rate is None else f'{rate:.1f}'} tokens/s")
     print(f"KV cache     {trace.kv_bytes:,} bytes")
+    warning = assess(trace).warning()
+    if warning is not None:
+        print(f"timing       {warning}")
     print(f"text         {trace.output_text}")
 
 
@@ -88,8 +92,11 @@ def show_json(trace: Trace) -> dict[str, Any]:
         "ttft_ms": trace.ttft_ms,
         "itl_ms": list(trace.itl_ms),
         "summary": summarize(trace).to_dict(),
+        "machine": trace.machine.to_dict() if trace.machine is not None else None,
+        "delayed_steps": list(assess(trace).delayed_steps),
         "steps": [{"phase": s.phase, "token_id": s.token_id, "token_text": s.text,
-                   "piece": s.piece, "latency_ms": s.latency_ms, "kv_bytes": s.kv_bytes,
+                   "piece": s.piece, "latency_ms": s.latency_ms, "forward_ms": s.forward_ms,
+                   "cpu_ms": s.cpu_ms, "others_share": s.others_share, "kv_bytes": s.kv_bytes,
                    "context_len": s.context_len, "chosen_prob": s.chosen_prob}
                   for s in trace.steps],
     }

@@ -100,3 +100,16 @@ def test_steps_page_marks_delayed_steps_and_warns(quiet_trace, cpu_share, others
     assert flagged.all() if shown else not flagged.any()
     warnings = [w.value for w in at.warning]
     assert any("timing was disturbed" in w and "Run it again" in w for w in warnings) == shown
+
+
+def test_cli_show_reports_delayed_steps(quiet_trace, capsys):
+    from engine.__main__ import _print_summary, show_json
+
+    busy = _with(quiet_trace, 0.2, 0.9)
+    document = show_json(busy)
+    assert document["delayed_steps"] == list(range(len(busy.steps)))
+    assert document["machine"]["others_share"] == 0.9
+    assert document["steps"][0]["cpu_ms"] == busy.steps[0].cpu_ms
+    _print_summary(busy)
+    assert "timing       This run's timing was disturbed" in capsys.readouterr().out
+    assert show_json(_with(quiet_trace, 0.95, 0.9))["delayed_steps"] == []
