@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import html
+import re
+from typing import Any
 
-from engine.tokens import Token, piece_bytes
+import pandas as pd
+
+from engine.tokens import MergeStep, Token, piece_bytes, piece_label, split_characters, splits_character
 from engine.trace import Trace
 
 
 def piece_text(piece: str) -> str:
     """'Ġthe' → ' the', 'Ċ' → '\\n', '▁the' → ' the'; a piece holding part of a UTF-8 character
-    shows its bytes as U+FFFD (that is the honest view of one token on its own)."""
-    data = piece_bytes(piece)
-    if data is not None:
-        return data.decode("utf-8", errors="replace")
+    shows those bytes as `<E6 9D>`, not as U+FFFD, which would make every such token look alike."""
+    if piece_bytes(piece) is not None:
+        return piece_label(piece)
     return piece.replace("▁", " ")
 
 
@@ -21,40 +24,89 @@ _CONTROL = {c: "␣" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2
 _CONTROL.update({ord(" "): "·", ord("\n"): "↵", ord("\t"): "→", ord("\r"): "␍"})
 
 
+_BYTE_GROUP = re.compile(r"(<[0-9A-F]{2}(?: [0-9A-F]{2})*>)")  # as `piece_label` writes bytes
+
+
 def visible(text: str) -> str:
     """Make whitespace visible in a chip: space → ·, newline → ↵, tab → →, carriage return → ␍,
-    any other control or line-separator character → ␣. No line break can reach the chips' HTML,
-    where a blank line would end the HTML block and let markdown parse what follows."""
-    return text.translate(_CONTROL) or "∅"
+    any other control or line-separator character → ␣ — except the spaces between the bytes
+    of a `<E6 9D>` group. No line break can reach the chips' HTML, where a blank line would end
+    the HTML block and let markdown parse what follows."""
+    parts = _BYTE_GROUP.split(text)  # odd indices: byte groups
+    return "".join(p if i % 2 else p.translate(_CONTROL) for i, p in enumerate(parts)) or "∅"
 
 
-def _chip(text: str, title: str, kind: str) -> str:
-    return (f'<span class="ie-chip ie-{kind}" title="{html.escape(title, quote=True)}">'
+BYTES_STYLE = "border-style: dashed"  # a chip holding part of a character
+
+
+def _chip(text: str, title: str, kind: str, partial: bool = False) -> str:
+    style = f' style="{BYTES_STYLE}"' if partial else ""
+    return (f'<span class="ie-chip ie-{kind}"{style} title="{html.escape(title, quote=True)}">'
             f"{html.escape(visible(text))}</span>")
+
+
+def _split_note(token: Token, characters: str) -> str:
+    """Hover text for a chip whose bytes are part of a character split across tokens."""
+    if token.special or not splits_character(token.raw):
+        return ""
+    whose = f" of {characters}" if characters else ""
+    return (f" · <…> are UTF-8 bytes{whose}: a character split across tokens (byte-level BPE "
+            "cuts text by bytes; the tokens together decode to it)")
 
 
 def token_chips_html(trace: Trace) -> str:
     """Prompt chips (special tokens marked) then one chip per generated token, with hover text."""
+    tokens = [Token(tid, piece, special) for tid, piece, special in
+              zip(trace.prompt_token_ids, trace.prompt_pieces, trace.prompt_special)]
+    tokens += [Token(step.token_id, step.piece, False) for step in trace.steps]
+    split = split_characters(tokens)
+    n = len(trace.prompt_token_ids)
     parts = []
-    for i, (tid, piece, special) in enumerate(zip(trace.prompt_token_ids, trace.prompt_pieces,
-                                                  trace.prompt_special)):
-        label = piece if special else piece_text(piece)
-        kind = "special" if special else "prompt"
-        parts.append(_chip(label, f"prompt token {i} · id {tid}{' · special' if special else ''}",
-                           kind))
-    for step in trace.steps:
+    for i, (tok, special) in enumerate(zip(tokens[:n], trace.prompt_special)):
+        label = tok.piece if special else piece_text(tok.piece)
+        note = _split_note(tok, split[i])
+        parts.append(_chip(label, f"prompt token {i} · id {tok.id}{' · special' if special else ''}"
+                           + note, "special" if special else "prompt", bool(note)))
+    for step, tok, chars in zip(trace.steps, tokens[n:], split[n:]):
+        note = _split_note(tok, chars)
         title = (f"{step.phase} step {step.index} · id {step.token_id} · {step.latency_ms:.1f} ms"
-                 f" · p={step.chosen_prob:.3f} (rank {step.chosen_rank + 1})")
-        parts.append(_chip(piece_text(step.piece), title, "gen"))
+                 f" · p={step.chosen_prob:.3f} (rank {step.chosen_rank + 1})") + note
+        parts.append(_chip(piece_text(step.piece), title, "gen", bool(note)))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
 
 
 def chips_html(tokens: list[Token]) -> str:
-    """Chips for any token list: readable text, id and the raw bytes on hover."""
+    """Chips for any token list: readable text, id and the raw bytes on hover; a token holding
+    part of a character shows its bytes (`<E6 9D>`) and says so on hover."""
     parts = []
-    for i, tok in enumerate(tokens):
+    for i, (tok, chars) in enumerate(zip(tokens, split_characters(tokens))):
         label = tok.piece if tok.special else piece_text(tok.piece)
-        data = " ".join(f"{b:02x}" for b in tok.raw)
-        title = f"token {i} · id {tok.id} · bytes {data}" + (" · special" if tok.special else "")
-        parts.append(_chip(label, title, "special" if tok.special else "prompt"))
+        data = " ".join(f"{b:02X}" for b in tok.raw)
+        note = _split_note(tok, chars)
+        title = (f"token {i} · id {tok.id} · bytes {data}" + (" · special" if tok.special else "")
+                 + note)
+        parts.append(_chip(label, title, "special" if tok.special else "prompt", bool(note)))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
+
+
+ROW_PX, HEADER_PX = 35, 38  # st.dataframe's row height and its header (with borders), in px
+SELECTED = "background-color: #fff1dc; font-weight: 600"  # the slider's merge step
+
+
+def table_height(rows: int) -> int:
+    """A st.dataframe height in px that shows all `rows` without an inner scrollbar: the
+    default (10 rows) hid the last merges, whose final row is the tokenizer's own output."""
+    return HEADER_PX + ROW_PX * rows
+
+
+def merge_table(steps: list[MergeStep], selected: int) -> Any:
+    """Every BPE merge step as a row (pieces as stored, with Ġ, and as text), the `selected`
+    step highlighted; a pandas Styler for st.dataframe."""
+    frame = pd.DataFrame([{
+        "step": i, "merged": f"{s.pair[0]} + {s.pair[1]}" if s.pair else "(bytes)",
+        "merge rank": s.rank, "pieces": " · ".join(s.pieces),
+        "as text": " | ".join(visible(piece_text(p)) for p in s.pieces)}
+        for i, s in enumerate(steps)])
+    frame["merge rank"] = frame["merge rank"].astype("Int64")  # None (the bytes) stays empty
+    return frame.style.apply(lambda row: [SELECTED if row.name == selected else ""] * len(row),
+                             axis=1).format({"merge rank": "{:,}"}, na_rep="–")

@@ -8,6 +8,7 @@ string over a 256-character alphabet standing for raw bytes.
 from __future__ import annotations
 
 import json
+import re
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,6 +40,50 @@ def piece_bytes(piece: str) -> bytes | None:
     return None
 
 
+_SPLIT = re.compile(r"[\udc80-\udcff]+")  # bytes no complete UTF-8 character claims
+
+
+def byte_label(data: bytes) -> str:
+    """Readable text for bytes that may hold part of a UTF-8 character: complete characters as
+    text, each run of leftover bytes as `<E6 9D>`. Byte-level BPE cuts text by bytes, so one
+    token can carry 2 of the 3 bytes of 東; shown alone those decode to U+FFFD, which hides
+    what the token is. `surrogateescape` maps each undecodable byte b to U+DC00 + b."""
+    text = data.decode("utf-8", errors="surrogateescape")
+    return _SPLIT.sub(lambda m: "<" + " ".join(f"{ord(c) - 0xDC00:02X}" for c in m.group())
+                      + ">", text)
+
+
+def splits_character(data: bytes) -> bool:
+    """True when these bytes hold part of a UTF-8 character (not only whole characters)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def split_characters(tokens: "list[Token]") -> list[str]:
+    """For each token, the characters it holds only some bytes of ('' when none), found by
+    decoding the joined bytes and seeing which characters cross a token boundary."""
+    ends, pos = [], 0
+    for tok in tokens:
+        pos += len(tok.raw)
+        ends.append(pos)
+    starts = [0, *ends[:-1]]
+    text = b"".join(t.raw for t in tokens).decode("utf-8", errors="surrogateescape")
+    spans, pos = [], 0  # (first byte, end byte, character) of every character over 1 byte
+    for ch in text:
+        size = 1 if "\udc80" <= ch <= "\udcff" else len(ch.encode("utf-8"))
+        if size > 1:
+            spans.append((pos, pos + size, ch))
+        pos += size
+    out = []
+    for start, end in zip(starts, ends):
+        out.append("".join(ch for a, b, ch in spans if a < end and b > start
+                           and not (start <= a and b <= end)))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Token:
     id: int
@@ -62,6 +107,98 @@ def tokenize(tokenizer: Any, text: str) -> list[Token]:
 def join_tokens(tokens: list[Token]) -> str:
     """Concatenate the tokens' bytes and decode: the inverse of `tokenize`."""
     return b"".join(t.raw for t in tokens).decode("utf-8", errors="replace")
+
+
+def piece_label(piece: str) -> str:
+    """A vocabulary piece as readable text: 'Ġthe' → ' the', 'æĿ' → '<E6 9D>' (the bytes of a
+    character split across tokens); a piece outside the byte alphabet stays as it is."""
+    data = piece_bytes(piece)
+    return byte_label(data) if data is not None else piece
+
+
+@dataclass(frozen=True, slots=True)
+class ProbedToken:
+    """Which token a typed word probes: its first token. The same letters are different tokens
+    with and without the space before them ('king' is a word ending, 'Ġking' the word), so the
+    page says which one it used and offers the word-initial form."""
+
+    word: str  # as typed
+    ids: tuple[int, ...]  # the word's tokens, as the tokenizer cuts it alone
+    pieces: tuple[str, ...]
+    word_initial: tuple[str, int, str] | None  # (" word", its first id, piece) when that differs
+
+    @property
+    def token_id(self) -> int:
+        return self.ids[0]
+
+    @property
+    def piece(self) -> str:
+        return self.pieces[0]
+
+    @property
+    def split(self) -> bool:
+        return len(self.ids) > 1
+
+    def description(self) -> str:
+        """One or two sentences naming the probed piece and its id, for the page."""
+        first = f"the piece {_shown(self.piece)} (id {self.token_id})"
+        if self.split:
+            what = (f"“{self.word}” splits into {len(self.ids)} pieces: "
+                    + " · ".join(_shown(p) for p in self.pieces) + f"; probed: the first, {first}")
+        else:
+            what = f"“{self.word}” is one token: {first}"
+        if self.piece.startswith("Ġ"):
+            what += ", word-initial (Ġ stands for the space before a word)."
+        elif self.word_initial is not None:
+            text, tid, piece = self.word_initial
+            what += (", with no space before it: the form used inside a longer word or at the "
+                     f"very start of a text. In running text the word follows a space: "
+                     f"“{text}” starts with {_shown(piece)} (id {tid}).")
+        else:
+            what += "."
+        if any(splits_character(piece_bytes(p) or b"") for p in self.pieces):
+            what += " <…> are UTF-8 bytes of a character split across tokens."
+        return what
+
+
+def _shown(piece: str) -> str:
+    """A piece as the vocabulary spells it (Ġ for a leading space), except one holding part of
+    a UTF-8 character, whose stand-in letters mean nothing: its bytes, as `<E6 9D>`."""
+    data = piece_bytes(piece)
+    if data is None or not splits_character(data):
+        return piece
+    return ("Ġ" if data.startswith(b" ") else "") + byte_label(data.removeprefix(b" "))
+
+
+def probe_token(tokenizer: Any, word: str) -> ProbedToken | None:
+    """The token a typed word probes and, for a word typed without a leading space, the
+    word-initial form; None when the word has no tokens (empty)."""
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if not ids:
+        return None
+    alternative = None
+    stripped = word.lstrip()
+    if stripped and stripped == word and stripped[0].isalnum():
+        alt_ids = tokenizer(" " + stripped, add_special_tokens=False)["input_ids"]
+        alt_piece = tokenizer.convert_ids_to_tokens(alt_ids[0]) if alt_ids else "Ġ"
+        if alt_ids[0] != ids[0] and piece_label(alt_piece).strip()[:1].isalpha():
+            alternative = (" " + stripped, alt_ids[0], alt_piece)
+    return ProbedToken(word, tuple(ids), tuple(tokenizer.convert_ids_to_tokens(ids)), alternative)
+
+
+def prompt_word(tokenizer: Any, text: str, min_letters: int = 4) -> int | None:
+    """A token to start the neighbour view on: the first whole word of the user's text (one
+    word-initial piece of at least `min_letters` letters, not continued by the next piece),
+    else its first word-initial piece, else None."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(ids)
+    continues = [piece_label(p)[:1].isalpha() for p in pieces[1:]] + [False]  # no space first
+    initial = [(i, p) for i, p, more in zip(ids, pieces, continues)
+               if p.startswith("Ġ") and p[1:].isalpha() and not more]
+    for tid, piece in initial:
+        if len(piece) - 1 >= min_letters:
+            return tid
+    return initial[0][0] if initial else None
 
 
 @dataclass(frozen=True, slots=True)

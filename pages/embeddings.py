@@ -8,10 +8,15 @@ import streamlit as st
 
 from charts.embeddings import embedding_map, rope_angle_chart, rope_score_chart
 from charts.tokens import piece_text, visible
+from engine import LoadedModel, Trace
 from engine.embeddings import EmbeddingIndex
 from engine.rope import angles, score_by_distance
+from engine.tokens import probe_token, prompt_word
 from pages.common import memo, model_turn, no_trace_notice
-from pages.state import current_trace, loaded_model, session_model
+from pages.state import current_trace, loaded_model, plain, session_model
+
+SAMPLE = " The king and the queen walked to Paris."
+PICK, PROBE, FOLLOWS = "emb_pick", "emb_probe", "emb_follows"  # widget keys; the trace they follow
 
 
 @st.cache_data(show_spinner=False)
@@ -27,70 +32,141 @@ def rope_views(theta: float, head_dim: int) -> tuple[np.ndarray, np.ndarray, dic
     return angles(theta, head_dim, np.arange(0, 257)), distances, series
 
 
-def label(token_id: int) -> str:
+def token_label(lm: LoadedModel, token_id: int) -> str:
     return visible(piece_text(lm.tokenizer.convert_ids_to_tokens(int(token_id))))
 
 
-st.title("Embeddings")
-lm = loaded_model()
-trace = current_trace()
-if lm is None:
-    st.info("This page reads the model's embedding table: load a model in the sidebar.")
-    st.stop()
-spec = lm.spec
-entry = session_model().entry
-if "embedding_index" not in entry.extras:  # once per loaded model, for all sessions
-    with st.spinner("Normalizing the embedding table…"), model_turn():
-        entry.extra("embedding_index", EmbeddingIndex)
-index = entry.extra("embedding_index", EmbeddingIndex)
-st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
-           f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
-           "close together; closeness here is cosine similarity.")
+def embedding_index() -> EmbeddingIndex:
+    """The normalized table, built once per loaded model and shared by all sessions."""
+    entry = session_model().entry
+    if "embedding_index" not in entry.extras:
+        with st.spinner("Normalizing the embedding table…"), model_turn():
+            entry.extra("embedding_index", EmbeddingIndex)
+    return entry.extra("embedding_index", EmbeddingIndex)
 
-if trace is not None and trace.model.vocab_size == spec.vocab_size:
-    ids = [i for i, special in zip(trace.prompt_token_ids, trace.prompt_special) if not special]
-else:
-    no_trace_notice("Your prompt's tokens will show here; meanwhile, a sample sentence:")
-    ids = lm.tokenizer(" The king and the queen walked to Paris.", add_special_tokens=False).input_ids
-ids = list(dict.fromkeys(ids))
-st.subheader("Nearest tokens")
-chosen = st.selectbox("Token (from the last prompt)" if trace else "Token", ids, format_func=label)
-probe = st.text_input("…or probe any word", placeholder="e.g.  dog", max_chars=100,
-                      help="Its first token is used.")
-if probe:
-    probe_ids = lm.tokenizer(probe, add_special_tokens=False).input_ids
-    chosen = probe_ids[0] if probe_ids else chosen
-near = index.neighbours(chosen, 10)
-st.dataframe(pd.DataFrame({"rank": range(1, 11), "token": [label(i) for i in near.ids],
-                           "id": near.ids, "cosine similarity": near.scores.round(4)}),
-             hide_index=True, width="stretch")
 
-st.subheader("A 2-D map")
-if st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or st.session_state.get("map_on"):
+def prompt_tokens(lm: LoadedModel, trace: Trace | None) -> tuple[list[int], int | None]:
+    """The prompt's distinct non-special token ids (or a sample sentence's) and the one to start
+    on: a word of the user's own text, not the chat template's first token."""
+    if trace is not None and trace.model.vocab_size == lm.spec.vocab_size:
+        ids = [i for i, special in zip(trace.prompt_token_ids, trace.prompt_special) if not special]
+        start = prompt_word(lm.tokenizer, trace.prompt)
+    else:
+        no_trace_notice("Your prompt's tokens will show here; meanwhile, a sample sentence:")
+        ids = lm.tokenizer(SAMPLE, add_special_tokens=False).input_ids
+        start = prompt_word(lm.tokenizer, SAMPLE)
+    ids = list(dict.fromkeys(ids))
+    return ids, start if start in ids else (ids[0] if ids else None)
+
+
+def follow_trace(trace: Trace | None, ids: list[int], start: int | None) -> None:
+    """A new trace resets the picker to a word of its prompt and clears the typed probe, so
+    the page never keeps showing a token from a run that is gone (so does a picker Streamlit
+    dropped while another page was open)."""
+    state = st.session_state
+    if FOLLOWS not in state or state[FOLLOWS] is not trace or state.get(PICK) not in ids:
+        st.session_state[FOLLOWS] = trace
+        st.session_state[PICK] = start
+        st.session_state[PROBE] = ""
+
+
+def use_word_initial(text: str) -> None:
+    st.session_state[PROBE] = text
+
+
+def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], traced: bool) -> int:
+    """The picker, the probe box, which token was probed, and its 10 nearest tokens; returns
+    the probed token id."""
+    st.subheader("Nearest tokens")
+    chosen = st.selectbox("Token (from the last prompt)" if traced else "Token", ids, key=PICK,
+                          format_func=lambda i: token_label(lm, i))
+    probe = st.text_input("…or probe any word", key=PROBE, placeholder="e.g.  dog", max_chars=100,
+                          help="Its first token is used; a leading space matters (below).")
+    probed = probe_token(lm.tokenizer, probe) if probe else None
+    if probed is not None:
+        chosen = probed.token_id
+        st.caption(plain(probed.description()))
+        if probed.word_initial is not None:
+            text, _, piece = probed.word_initial
+            st.button(f"Probe “{text}” ({piece}) instead", on_click=use_word_initial,
+                      args=(text,), icon=":material/space_bar:")
+    else:
+        piece = lm.tokenizer.convert_ids_to_tokens(int(chosen))
+        st.caption(plain(f"Neighbours of the piece {piece} (id {chosen}), as it appears in the "
+                         "prompt (Ġ stands for the space before a word)."))
+    near = index.neighbours(chosen, 10)
+    st.dataframe(pd.DataFrame({"rank": range(1, 11), "token": [token_label(lm, i) for i in near.ids],
+                               "id": near.ids, "cosine similarity": near.scores.round(4)}),
+                 hide_index=True, width="stretch")
+    return int(chosen)
+
+
+def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int) -> None:
+    """The probed token, its neighbours, the prompt's tokens and a vocabulary sample on the 2
+    directions of largest variance."""
+    st.subheader("A 2-D map")
+    if not (st.button("Draw the map (PCA)", icon=":material/scatter_plot:")
+            or st.session_state.get("map_on")):
+        return
     st.session_state["map_on"] = True
-    neighbour_ids = [int(i) for i in near.ids]
+    neighbour_ids = [int(i) for i in index.neighbours(chosen, 10).ids]
+    shown = [chosen, *neighbour_ids, *ids]
+
     def project() -> tuple:
         with model_turn():  # an SVD on the cores: not while another visitor's run is timed
-            return index.pca_map(ids + neighbour_ids, background=1500)
+            return index.pca_map(shown, background=1500)
 
     coords, sample, background = memo(  # one SVD per model and token choice
-        "pca_memo", (index, tuple(ids + neighbour_ids)), project)
-    n = len(ids)
-    st.plotly_chart(embedding_map({
-        "prompt token": (coords[:n], [label(i) for i in ids]),
-        "neighbour": (coords[n:], [f"{label(i)} (near {label(chosen)})" for i in neighbour_ids]),
-        "vocabulary sample": (background, [label(i) for i in sample])}), width="stretch")
-    st.caption("The 2 directions of largest variance of these vectors plus 1,500 random "
-               "vocabulary tokens (grey). A projection from 576 dimensions keeps only part of "
-               "the structure: use the table above for exact similarities.")
+        "pca_memo", (index, tuple(shown)), project)
+    near = [token_label(lm, i) for i in neighbour_ids]
+    probed = token_label(lm, chosen)
+    figure = embedding_map(
+        {"probed token": (coords[:1], [probed]), "neighbour": (coords[1:11], near),
+         "prompt token": (coords[11:], [token_label(lm, i) for i in ids]),
+         "vocabulary sample": (background, [token_label(lm, i) for i in sample])},
+        hover={"neighbour": [f"{t} (near {probed})" for t in near],
+               "probed token": [f"{probed} (probed, id {chosen})"]})
+    st.plotly_chart(figure, width="stretch")
+    labelled = sum(sum(1 for t in group.text if t) for group in figure.data if group.text)
+    st.caption(f"The 2 directions of largest variance of these vectors plus 1,500 random "
+               f"vocabulary tokens (grey); the star is the probed token. {labelled} of "
+               f"{len(coords)} coloured points are labelled, where a label has room (the star "
+               "first, then its neighbours, then the prompt); hover any point for its token. A "
+               f"projection from {lm.spec.hidden_size} dimensions keeps only part of the "
+               "structure: use the table above for exact similarities.")
 
-st.subheader("Position: rotary embeddings (RoPE)")
-theta = spec.rope_theta or 10_000.0
-angle_table, distances, series = rope_views(theta, spec.head_dim)
-st.plotly_chart(rope_angle_chart(angle_table, np.arange(0, 257)), width="stretch")
-st.caption(f"Each head vector ({spec.head_dim} numbers) is split into {spec.head_dim // 2} pairs; "
-           f"pair i turns by position · θ^(−2i/{spec.head_dim}) radians, θ = {theta:,.0f}. Early "
-           "pairs spin fast (fine position), late pairs slowly (coarse position).")
-st.plotly_chart(rope_score_chart(distances, series), width="stretch")
-st.caption("The same two vectors, rotated for their positions, give a q·k score that depends "
-           "only on how far apart they are — not on where they sit in the text.")
+
+def rope_section(lm: LoadedModel) -> None:
+    spec = lm.spec
+    st.subheader("Position: rotary embeddings (RoPE)")
+    theta = spec.rope_theta or 10_000.0
+    angle_table, distances, series = rope_views(theta, spec.head_dim)
+    st.plotly_chart(rope_angle_chart(angle_table, np.arange(0, 257)), width="stretch")
+    st.caption(f"Each head vector ({spec.head_dim} numbers) is split into {spec.head_dim // 2} "
+               f"pairs; pair i turns by position · θ^(−2i/{spec.head_dim}) radians, θ = "
+               f"{theta:,.0f}. Early pairs spin fast (fine position), late pairs slowly (coarse "
+               "position).")
+    st.plotly_chart(rope_score_chart(distances, series), width="stretch")
+    st.caption("The same two vectors, rotated for their positions, give a q·k score that depends "
+               "only on how far apart they are — not on where they sit in the text.")
+
+
+def page() -> None:
+    st.title("Embeddings")
+    lm, trace = loaded_model(), current_trace()
+    if lm is None:
+        st.info("This page reads the model's embedding table: load a model in the sidebar.")
+        st.stop()
+    index = embedding_index()
+    spec = lm.spec
+    st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
+               f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
+               "close together; closeness here is cosine similarity.")
+    ids, start = prompt_tokens(lm, trace)
+    follow_trace(trace, ids, start)
+    chosen = nearest_tokens(lm, index, ids, trace is not None)
+    pca_map(lm, index, ids, chosen)
+    rope_section(lm)
+
+
+page()
