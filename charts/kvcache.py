@@ -5,12 +5,35 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from engine.kvcache import CacheConfig
+from engine.paging import PagedLayout
 from engine.trace import Trace
 
 from .attention import HEAD_COLORS
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
 
 ATTENTION_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MLA": "#2ca02c"}
+# One colour per cache variant, in every figure of the page (the KL chart leaves the full cache
+# out, so a colour by position would shift between the KL and the memory chart).
+VARIANT_COLORS = {"full": "#444444", "int8": "#ff7f0e", "int4": "#d62728",
+                  "window + sinks": "#2ca02c", "window": "#9467bd"}
+UNUSED_COLOR = "#e6e6e6"
+NAME_CHARS = 28  # model names on the calculator's axis; the full name is in the hover
+
+
+def variant_color(config: CacheConfig) -> str:
+    """The colour of a cache variant (full, int8, int4, window with or without sinks)."""
+    if config.kind == "window":
+        return VARIANT_COLORS["window + sinks" if config.sinks else "window"]
+    return VARIANT_COLORS[config.kind]
+
+
+def short_name(name: str, limit: int = NAME_CHARS) -> str:
+    """A name cut in the middle, so both its start and its end (" (loaded)") stay readable."""
+    if len(name) <= limit:
+        return name
+    tail = (limit - 1) * 2 // 3
+    return name[:limit - 1 - tail] + "…" + name[-tail:]
 
 
 def live_memory_chart(trace: Trace) -> go.Figure:
@@ -42,20 +65,31 @@ def on_off_chart(on_ms: np.ndarray, off_ms: np.ndarray) -> go.Figure:
 
 
 def per_token_bars(names: list[str], kinds: list[str], values: list[float]) -> go.Figure:
-    fig = go.Figure(go.Bar(x=names, y=[v / 1024 for v in values], customdata=kinds,
-                           marker_color=[ATTENTION_COLORS[k] for k in kinds],
-                           hovertemplate="%{x} (%{customdata})<br>%{y:,.1f} KiB per token"
-                                         "<extra></extra>"))
-    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
-    fig.update_yaxes(title_text="KV cache per token (KiB)")
+    """Horizontal bars, one per model, coloured by attention type (legend): a long model name
+    is cut on the axis (full in the hover), so it cannot squeeze the plot."""
+    fig = go.Figure()
+    for kind, color in ATTENTION_COLORS.items():
+        rows = [i for i, k in enumerate(kinds) if k == kind]
+        if rows:
+            fig.add_trace(go.Bar(
+                y=[names[i] for i in rows], x=[values[i] / 1024 for i in rows], orientation="h",
+                name=kind, marker_color=color, customdata=[kind] * len(rows),
+                hovertemplate="%{y} (%{customdata})<br>%{x:,.1f} KiB per token<extra></extra>"))
+    fig.update_layout(height=80 + 34 * len(names), margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0,
+                              "title_text": "attention:"})
+    fig.update_yaxes(categoryorder="array", categoryarray=names, autorange="reversed",
+                     tickvals=names, ticktext=[short_name(n) for n in names])
+    fig.update_xaxes(title_text="KV cache per token (KiB)", rangemode="tozero")
     return fig
 
 
 def variant_chart(runs, field: str, title: str, scale: float = 1.0) -> go.Figure:
+    """One line per cache variant, in that variant's colour (`variant_color`)."""
     fig = go.Figure()
-    for i, run in enumerate(runs):
+    for run in runs:
         fig.add_trace(go.Scatter(y=getattr(run, field) / scale, mode="lines", name=run.config.label,
-                                 line={"color": HEAD_COLORS[i % len(HEAD_COLORS)]}))
+                                 line={"color": variant_color(run.config)}))
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.12})
     fig.update_xaxes(title_text="generated token")
@@ -63,19 +97,37 @@ def variant_chart(runs, field: str, title: str, scale: float = 1.0) -> go.Figure
     return fig
 
 
-def blocks_chart(layout, names: list[str]) -> go.Figure:
-    """Physical blocks in allocation order, coloured by owner, filled share as hover."""
-    owner, fill, labels = {}, {}, {}
+def blocks_chart(layout: PagedLayout, names: list[str]) -> go.Figure:
+    """Physical blocks in allocation order: a bar per block in its sequence's colour, as high as
+    the token slots it uses, and the slots it leaves unused stacked in grey (the legend says
+    which is which)."""
+    owner, used, labels = {}, {}, {}
     for seq, table in enumerate(layout.block_tables):
         for logical, physical in enumerate(table):
-            used = min(layout.block_size, layout.lengths[seq] - logical * layout.block_size)
-            owner[physical], fill[physical] = seq, used
-            labels[physical] = f"{names[seq]} · logical block {logical} · {used}/{layout.block_size} used"
-    xs = sorted(owner)
-    fig = go.Figure(go.Bar(x=xs, y=[fill[p] for p in xs], hovertext=[labels[p] for p in xs],
-                           hoverinfo="text", marker_color=[HEAD_COLORS[owner[p] % 14] for p in xs]))
-    fig.add_hline(y=layout.block_size, line_dash="dot", annotation_text="block size")
-    fig.update_layout(height=260, margin={"l": 10, "r": 10, "t": 20, "b": 10}, bargap=0.05)
+            owner[physical] = seq
+            used[physical] = min(layout.block_size, layout.lengths[seq] - logical * layout.block_size)
+            labels[physical] = (f"{names[seq]} · logical block {logical} · "
+                                f"{used[physical]}/{layout.block_size} slots used")
+    fig = go.Figure()
+    for seq, name in enumerate(names):
+        xs = [p for p in sorted(owner) if owner[p] == seq]
+        if xs:
+            fig.add_trace(go.Bar(x=xs, y=[used[p] for p in xs], name=name,
+                                 marker_color=HEAD_COLORS[seq % len(HEAD_COLORS)],
+                                 hovertext=[labels[p] for p in xs], hoverinfo="text"))
+    xs = [p for p in sorted(owner) if used[p] < layout.block_size]
+    fig.add_trace(go.Bar(x=xs, y=[layout.block_size - used[p] for p in xs],
+                         name="unused slots (wasted)", marker={"color": UNUSED_COLOR,
+                                                               "line": {"color": "#999999",
+                                                                        "width": 1}},
+                         hovertext=[f"block {p}: {layout.block_size - used[p]} slots unused"
+                                    for p in xs], hoverinfo="text"))
+    fig.add_hline(y=layout.block_size, line_dash="dot",
+                  annotation_text=f"block size ({layout.block_size} slots)")
+    fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.05,
+                      barmode="stack", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom",
+                                               "x": 0, "title_text": "block of:",
+                                               "traceorder": "normal"})
     fig.update_xaxes(title_text="physical block id (allocation order)")
-    fig.update_yaxes(title_text="token slots used", range=[0, layout.block_size * 1.15])
+    fig.update_yaxes(title_text="token slots", range=[0, layout.block_size * 1.15])
     return fig

@@ -5,23 +5,49 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
-from engine import EngineError, Run, TraceFormatError, summarize
+from charts.formatting import duration, rate, size
+from engine import EngineError, Run, Trace, TraceFormatError, summarize
 from engine.metrics import replay_pace
 from engine.tracecheck import check_viewable
 from engine.tracefile import read_trace_file, trace_to_bytes
 from pages.common import model_turn
-from pages.state import (config, current_experiments, current_trace, generation_settings, keep,
-                         keep_new_trace, loaded_model, message, plain)
+from pages.state import (
+    config,
+    current_experiments,
+    current_trace,
+    generation_settings,
+    keep,
+    keep_new_trace,
+    loaded_model,
+    message,
+    pending_run,
+    plain,
+    set_pending_run,
+)
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
 MAX_PROMPT_CHARS = 20_000  # far above any prompt the token limit lets through
+CHART_EVERY_S = 1.0  # live chart redraws at most this often: plotly redraws cost the CPU the model needs
+REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}
+REPLAY_MAX_S, REPLAY_STEP_MAX_S = 20.0, 2.0  # a replay holds a server thread this long at most
+# A run stopped before its first token has no trace to keep; the page shows it (its prompt, no
+# answer) instead of the previous run's answer. Page-local: other pages keep the last trace.
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """The places a (possibly partial) trace is drawn into, live and when done."""
+
+    banner: st.delta_generator.DeltaGenerator
+    chips: st.delta_generator.DeltaGenerator
+    answer: st.delta_generator.DeltaGenerator
+    metrics: st.delta_generator.DeltaGenerator
+    chart: st.delta_generator.DeltaGenerator
 
 
 def use_sample() -> None:
@@ -48,106 +74,176 @@ def load_upload() -> None:
         st.session_state["upload_error"] = f"{upload.name[:120]}: {err}"
 
 
-CHART_EVERY_S = 1.0  # live chart redraws at most this often: plotly redraws cost the CPU the model needs
+def header() -> None:
+    st.title("Generate")
+    st.caption("Type a prompt and watch the model run: prefill reads the whole prompt in one pass, "
+               "then decode produces one token per step, reusing the KV cache.")
 
 
-def show(trace, chips, metrics, chart, tag: str, draw_chart: bool = True) -> None:
+def prompt_form() -> tuple[str, bool, bool]:
+    """The prompt box with its samples, Generate (or Ctrl+Enter) and Stop."""
+    st.selectbox("Sample prompts", list(SAMPLES), index=None, key="sample", on_change=use_sample,
+                 placeholder="Pick a sample prompt…")
+    with st.form("generate_form", border=False):
+        prompt = st.text_area("Prompt", key="prompt", height=100, max_chars=MAX_PROMPT_CHARS,
+                              placeholder="Ask the model something… (Ctrl+Enter to generate)")
+        generate = st.form_submit_button("Generate", type="primary", icon=":material/play_arrow:")
+    stop = st.button("Stop", icon=":material/stop:", help="Stop the running generation; the tokens "
+                     "decoded so far are kept.")
+    return prompt, generate, stop
+
+
+def shown_trace(stop: bool) -> Trace | None:
+    """What this page shows: the session's trace, or a run that ended before its first token
+    (its own prompt, no answer) — never the previous run's answer under a new prompt. A Stop
+    click marks a run still marked running as stopped."""
+    pending = pending_run()
+    trace = pending if pending is not None else current_trace()
+    if stop and trace is not None and trace.stop_reason == "running":
+        trace = replace(trace, stop_reason="stopped")
+        if pending is not None:
+            set_pending_run(trace)
+        else:
+            keep("trace", trace)
+    return trace
+
+
+def show(trace: Trace, slots: Slots, tag: str, draw_chart: bool = True) -> None:
     """Draw a (possibly partial) trace into the live slots."""
-    chips.markdown(token_chips_html(trace), unsafe_allow_html=True)
+    slots.chips.markdown(token_chips_html(trace), unsafe_allow_html=True)
+    show_answer(trace, slots)
+    show_metrics(trace, slots)
+    if not trace.steps:
+        slots.chart.empty()
+    elif draw_chart:
+        slots.chart.plotly_chart(step_chart(trace), width="stretch",
+                                 key=f"steps-{tag}-{len(trace.steps)}")
+
+
+def show_answer(trace: Trace, slots: Slots) -> None:
+    """The generated text as plain text (readable, copyable), below its chips."""
+    if not trace.output_text:
+        slots.answer.caption("No token yet: the prefill is running." if trace.stop_reason == "running"
+                             else "No answer: the run ended before its first token.")
+        return
+    with slots.answer.container():
+        st.caption("Answer as plain text (the button at its right copies it):")
+        st.code(trace.output_text, language=None, wrap_lines=True)
+
+
+def show_metrics(trace: Trace, slots: Slots) -> None:
     s = summarize(trace)
     last = trace.itl_ms[-1] if trace.itl_ms else None
-    with metrics.container():
+    with slots.metrics.container():
         cols = st.columns(5)
-        cols[0].metric("TTFT", "–" if s.ttft_ms is None else f"{s.ttft_ms:.0f} ms",
+        cols[0].metric("TTFT", duration(s.ttft_ms),
                        help="Time to first token: tokenization + prefill of the whole prompt.")
-        cols[1].metric("Last ITL", "–" if last is None else f"{last:.0f} ms",
+        cols[1].metric("Last ITL", duration(last),
                        help="Inter-token latency: the gap before the latest token.")
-        cols[2].metric("Mean ITL", "–" if s.itl_mean_ms is None else f"{s.itl_mean_ms:.0f} ms")
-        cols[3].metric("Decode rate", "–" if s.decode_tokens_per_s is None
-                       else f"{s.decode_tokens_per_s:.1f} tok/s", help="Decode steps ÷ their time.")
-        cols[4].metric("KV cache", f"{trace.kv_bytes / 1024:,.0f} KiB",
-                       help="Measured from the cache tensors (keys + values, every layer).")
-    if draw_chart:
-        chart.plotly_chart(step_chart(trace), width="stretch", key=f"steps-{tag}-{len(trace.steps)}")
+        cols[2].metric("Mean ITL", duration(s.itl_mean_ms), help="Mean of the decode steps' ITL.")
+        cols[3].metric("Decode rate", rate(s.decode_tokens_per_s), help="Decode steps ÷ their time.")
+        cols[4].metric("KV cache", size(trace.kv_bytes),
+                       help=f"Measured from the cache tensors (keys + values, every layer): "
+                            f"{trace.kv_bytes:,} B.")
 
 
-st.title("Generate")
-st.caption("Type a prompt and watch the model run: prefill reads the whole prompt in one pass, "
-           "then decode produces one token per step, reusing the KV cache.")
-st.selectbox("Sample prompts", list(SAMPLES), index=None, key="sample", on_change=use_sample,
-             placeholder="Pick a sample prompt…")
-with st.form("generate_form", border=False):
-    prompt = st.text_area("Prompt", key="prompt", height=100, max_chars=MAX_PROMPT_CHARS,
-                          placeholder="Ask the model something… (Ctrl+Enter to generate)")
-    generate = st.form_submit_button("Generate", type="primary", icon=":material/play_arrow:")
-stop = st.button("Stop", icon=":material/stop:", help="Stop the running generation; the tokens decoded so far "
-                 "are kept.")
-
-chips, metrics, chart = st.empty(), st.empty(), st.empty()
-trace = current_trace()
-if stop and trace is not None and trace.stop_reason == "running":
-    trace = replace(trace, stop_reason="stopped")
-    keep("trace", trace)
-
-if generate:
+def run_generation(prompt: str, slots: Slots) -> Trace | None:
+    """Run the model on the prompt, drawing every step; the finished (or stopped) run's trace,
+    or None when it could not start (the reason shown)."""
     lm = loaded_model()
     if lm is None:
         st.error("No model is loaded yet — see the sidebar (it may still be loading). You can "
                  "still upload a trace below.")
-    else:
+        return None
+    try:
+        keep("prompt", prompt)
+        budget = threading.Event()  # set when the hosted per-click budget is spent
+        run = Run(lm, prompt, generation_settings(), stop_event=budget)
+        set_pending_run(run.trace())  # until the first token: this run, no answer
         try:
-            keep("prompt", prompt)
-            budget = threading.Event()  # set when the hosted per-click budget is spent
-            run = Run(lm, prompt, generation_settings(), stop_event=budget)
-            try:
-                with model_turn(budget):
-                    drawn = 0.0
-                    for step in run:
-                        trace = run.trace()
-                        if step.index == 0:
-                            keep_new_trace(trace)  # results computed on the old trace go
-                        else:
-                            keep("trace", trace)
-                        redraw = time.monotonic() - drawn >= CHART_EVERY_S
-                        show(trace, chips, metrics, chart, "live", redraw)
-                        drawn = time.monotonic() if redraw else drawn
-            finally:
-                if run.steps and run.stop_reason == "running":  # interrupted by Stop
-                    keep("trace", replace(run.trace(), stop_reason="stopped"))
-            if run.steps:
-                trace = run.trace()
-                if budget.is_set() and trace.stop_reason == "stopped":
-                    trace = replace(trace, stop_reason="limit")
-                keep("trace", trace)
-        except EngineError as err:
-            st.error(message(err))
-elif trace is not None and st.session_state.pop("replay", False):
-    st.caption("Replaying the recorded trace at its recorded pace (shortened to at most 20 s).")
-    for n, wait in enumerate(replay_pace(trace), start=1):
-        time.sleep(wait)
-        show(trace.prefix(n), chips, metrics, chart, "replay", n % 8 == 1)
+            with model_turn(budget):
+                drawn = 0.0
+                for step in run:
+                    trace = run.trace()
+                    if step.index == 0:
+                        keep_new_trace(trace)  # results computed on the old trace go
+                    else:
+                        keep("trace", trace)
+                    redraw = time.monotonic() - drawn >= CHART_EVERY_S
+                    show(trace, slots, "live", redraw)
+                    drawn = time.monotonic() if redraw else drawn
+        finally:
+            if run.stop_reason == "running":  # interrupted: Stop, or the page left mid-run
+                stopped = replace(run.trace(), stop_reason="stopped")
+                if run.steps:
+                    keep("trace", stopped)
+                else:
+                    set_pending_run(stopped)
+        trace = run.trace()
+        if budget.is_set() and trace.stop_reason == "stopped":
+            trace = replace(trace, stop_reason="limit")
+        if trace.steps:
+            keep("trace", trace)
+        else:
+            set_pending_run(trace)
+        return trace
+    except EngineError as err:
+        st.error(message(err))
+        return None
 
-if trace is None:
-    st.info("Generate a trace above, or upload one below to replay it.")
-else:
-    show(trace, chips, metrics, chart, "final")
+
+def replay_waits(trace: Trace, speed: float | None) -> list[float]:
+    """Seconds before each step of a replay at `speed` × the recorded pace (None: at once). The
+    pace is `replay_pace`'s, with its bounds scaled so that a slowed replay still ends within
+    REPLAY_MAX_S."""
+    if speed is None:
+        return [0.0] * len(trace.steps)
+    slower = min(speed, 1.0)
+    return [w / speed for w in replay_pace(trace, REPLAY_MAX_S * slower, REPLAY_STEP_MAX_S * slower)]
+
+
+def replay(trace: Trace, slots: Slots) -> None:
+    """Show a recorded trace step by step at the chosen speed, under a banner saying so."""
+    label = st.session_state.get("replay_speed") or "1×"
+    speed = REPLAY_SPEEDS.get(label, 1.0)
+    pace = "all at once" if speed is None else f"at {label} its recorded pace"
+    slots.banner.info(
+        f"**Replay** of a recorded trace ({plain(trace.created_at)}, {plain(trace.model.name)} on "
+        f"{plain(trace.device)}), {pace}: the model is not running, every time shown is the "
+        f"recorded one. A replay lasts at most {REPLAY_MAX_S:.0f} s; its speed is set at the "
+        "bottom of the page.", icon=":material/replay:")
+    if speed is None:
+        return  # the page draws the whole trace next
+    for n, wait in enumerate(replay_waits(trace, speed), start=1):
+        time.sleep(wait)
+        show(trace.prefix(n), slots, "replay", n % 8 == 1)
+
+
+def summary(trace: Trace) -> None:
+    """Why the run ended, and on what."""
     reason = {"eos": "the model ended its answer", "length": "the token limit was reached",
               "stopped": "you pressed Stop", "running": "still running",
               "limit": f"this demo's limit of {config().limits.click_s or 0:.0f} s of model time "
                        "per click was reached"}[trace.stop_reason]
     st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
-               f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on {plain(trace.device)}.")
+               f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on "
+               f"{plain(trace.device)}.")
+
+
+def why_this_token(trace: Trace) -> None:
     st.subheader("Why this token?")
     options = list(range(len(trace.steps)))
-    if options:
-        pick = st.select_slider(
-            "Generated token", options, value=options[-1] if len(options) == 1 else 0,
-            format_func=lambda i: f"{i}: {piece_text(trace.steps[i].piece)!r}", key="pick")
-        step = trace.steps[pick]
-        st.plotly_chart(topk_chart(step), width="stretch")
-        if step.chosen_rank > 0:
-            st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
-                       f"(p = {step.chosen_prob:.3f}), not the most probable token.")
+    pick = st.select_slider(
+        "Generated token", options, value=options[-1] if len(options) == 1 else 0,
+        format_func=lambda i: f"{i}: {piece_text(trace.steps[i].piece)!r}", key="pick")
+    step = trace.steps[pick]
+    st.plotly_chart(topk_chart(step), width="stretch")
+    if step.chosen_rank > 0:
+        st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
+                   f"(p = {step.chosen_prob:.3f}), not the most probable token.")
+
+
+def download(trace: Trace) -> None:
     found = current_experiments()  # read now: the data function runs outside this script run
     st.download_button("Download trace", data=lambda: trace_to_bytes(trace, found),
                        file_name="inference-explorer.trace.npz", mime="application/octet-stream",
@@ -155,13 +251,43 @@ else:
                             "with the experiment results computed on it: opened again, every "
                             "page shows them without rerunning anything.")
 
-with st.expander("Replay a trace file", expanded=trace is None or "upload_error" in st.session_state):
-    st.file_uploader("Trace file (.npz)", type=["npz"], key="upload", on_change=load_upload,
-                     max_upload_size=config().limits.upload_mb,
-                     help="A file from “Download trace”: it replays at the recorded pace, "
-                          "no model needed.")
-    if "upload_error" in st.session_state:
-        st.error(message(st.session_state["upload_error"]))
-    if trace is not None and st.button("Replay current trace"):
+
+def replay_section(trace: Trace | None) -> None:
+    """Replay the current trace, or a trace file, at a chosen speed (no model needed)."""
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    row.segmented_control("Replay speed", list(REPLAY_SPEEDS), default="1×", required=True,
+                          key="replay_speed",
+                          help="Relative to the recorded pace, for the current trace and for an "
+                               f"uploaded file; a replay lasts at most {REPLAY_MAX_S:.0f} s "
+                               "whatever the file says.")
+    if trace is not None and trace.steps and row.button("Replay current trace",
+                                                        icon=":material/replay:"):
         st.session_state["replay"] = True
         st.rerun()
+    with st.expander("Replay a trace file",
+                     expanded=trace is None or "upload_error" in st.session_state):
+        st.file_uploader("Trace file (.npz)", type=["npz"], key="upload", on_change=load_upload,
+                         max_upload_size=config().limits.upload_mb,
+                         help="A file from “Download trace”: it replays at the speed above, "
+                              "no model needed.")
+        if "upload_error" in st.session_state:
+            st.error(message(st.session_state["upload_error"]))
+
+
+header()
+PROMPT, GENERATE, STOP = prompt_form()
+SLOTS = Slots(st.empty(), st.empty(), st.empty(), st.empty(), st.empty())
+TRACE = shown_trace(STOP)
+if GENERATE:
+    TRACE = run_generation(PROMPT, SLOTS) or shown_trace(False)
+elif st.session_state.pop("replay", False) and TRACE is not None and TRACE.steps:
+    replay(TRACE, SLOTS)
+if TRACE is None:
+    st.info("Generate a trace above, or upload one below to replay it.")
+else:
+    show(TRACE, SLOTS, "final")
+    summary(TRACE)
+    if TRACE.steps:
+        why_this_token(TRACE)
+        download(TRACE)
+replay_section(TRACE)

@@ -8,79 +8,76 @@ import pandas as pd
 import streamlit as st
 
 from charts.kvcache import blocks_chart, live_memory_chart, on_off_chart, per_token_bars, variant_chart
-from engine import EngineError
+from engine import EngineError, LoadedModel, Trace
 from engine.cachelab import cache_on_off, compare_caches
 from engine.kvcache import CacheConfig
 from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.paging import paged_layout
 from pages.common import BUDGET_NOTE, model_turn, no_trace_notice
-from pages.state import (config, current_experiments, current_trace, keep_experiments,
-                         loaded_model, message)
+from pages.state import config, current_experiments, current_trace, keep_experiments, loaded_model, message
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
-st.title("KV cache")
-st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
-           "them instead of recomputing them — memory traded for time.")
-trace, lm = current_trace(), loaded_model()
-limits = config().limits
-tabs = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", "Paged blocks"])
 
-with tabs[0]:
-    if trace is None:
+
+def live_memory(trace: Trace | None) -> None:
+    if trace is None or not trace.steps:
         no_trace_notice()
-    else:
-        m = trace.model
-        st.plotly_chart(live_memory_chart(trace), width="stretch")
-        last = trace.steps[-1]
-        st.markdown(f"Formula: 2 · {m.layers} layers · {m.kv_heads} KV heads · {m.head_dim} "
-                    f"head_dim · {m.dtype_bytes} B · {last.context_len} tokens = "
-                    f"**{m.kv_bytes(last.context_len):,} B**; measured from the tensors: "
-                    f"**{last.kv_bytes:,} B**" + ("" if trace.settings.kv_cache else
-                                                   " (cache off: nothing is kept)."))
-        per_layer = m.kv_bytes(last.context_len) // m.layers if trace.settings.kv_cache else 0
-        st.dataframe(pd.DataFrame({"layer": range(m.layers), "measured (B)": last.kv_bytes_per_layer,
-                                   "formula (B)": [per_layer] * m.layers}),
-                     hide_index=True, height=200)
+        return
+    m = trace.model
+    st.plotly_chart(live_memory_chart(trace), width="stretch")
+    last = trace.steps[-1]
+    st.markdown(f"Formula: 2 · {m.layers} layers · {m.kv_heads} KV heads · {m.head_dim} "
+                f"head_dim · {m.dtype_bytes} B · {last.context_len} tokens = "
+                f"**{m.kv_bytes(last.context_len):,} B**; measured from the tensors: "
+                f"**{last.kv_bytes:,} B**" + ("" if trace.settings.kv_cache else
+                                               " (cache off: nothing is kept)."))
+    per_layer = m.kv_bytes(last.context_len) // m.layers if trace.settings.kv_cache else 0
+    st.dataframe(pd.DataFrame({"layer": range(m.layers), "measured (B)": last.kv_bytes_per_layer,
+                               "formula (B)": [per_layer] * m.layers}),
+                 hide_index=True, height=200)
 
-with tabs[1]:
+
+def cache_on_vs_off(lm: LoadedModel | None) -> None:
     if lm is None:
         st.info("This experiment runs the model: load one in the sidebar.")
-    else:
-        prompt = st.text_input("Prompt", "Write a long story about a dragon who learns to bake bread.",
-                                max_chars=2000)
-        offered = [n for n in (16, 32, 64, 128, 256) if n <= limits.new_tokens]
-        lengths = st.multiselect("New tokens", offered, default=[n for n in (16, 32, 64)
-                                                                  if n in offered],
-                                 help="Without the cache every step recomputes the whole "
-                                      f"sequence: {offered[-1]} tokens takes a while on two cores.")
-        if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
-            bar, found = st.progress(0.0), []
-            try:
-                with model_turn() as stop:
-                    for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
-                                               limits.new_tokens, stop):
-                        found.append(result)
-                        bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
-                if stop.is_set():
-                    st.info(BUDGET_NOTE.format(s=limits.click_s))
-                keep_experiments(cache_on_off=tuple(found))
-            except EngineError as err:
-                st.error(message(err))
-            bar.empty()
-        found = current_experiments().cache_on_off
-        if found:
-            st.dataframe(pd.DataFrame([{"new tokens": r.new_tokens,
-                                        "cache on (ms)": round(r.on_ms.sum()),
-                                        "cache off (ms)": round(r.off_ms.sum()),
-                                        "speedup": f"{r.speedup:.2f}×", "identical tokens": r.same_tokens}
-                                       for r in found]), hide_index=True)
-            st.plotly_chart(on_off_chart(found[-1].on_ms, found[-1].off_ms), width="stretch")
-            st.caption("Without the cache each step is a prefill of the whole sequence, so its "
-                       "time grows with the length; with it a step processes one token. The "
-                       "saving grows with the output length — measured here, not claimed.")
+        return
+    limits = config().limits
+    prompt = st.text_input("Prompt", "Write a long story about a dragon who learns to bake bread.",
+                           max_chars=2000)
+    offered = [n for n in (16, 32, 64, 128, 256) if n <= limits.new_tokens]
+    lengths = st.multiselect("New tokens", offered, default=[n for n in (16, 32, 64)
+                                                              if n in offered],
+                             help="Without the cache every step recomputes the whole "
+                                  f"sequence: {offered[-1]} tokens takes a while on two cores.")
+    if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
+        bar, found = st.progress(0.0), []
+        try:
+            with model_turn() as stop:
+                for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
+                                           limits.new_tokens, stop):
+                    found.append(result)
+                    bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
+            if stop.is_set():
+                st.info(BUDGET_NOTE.format(s=limits.click_s))
+            keep_experiments(cache_on_off=tuple(found))
+        except EngineError as err:
+            st.error(message(err))
+        bar.empty()
+    found = current_experiments().cache_on_off
+    if found:
+        st.dataframe(pd.DataFrame([{"new tokens": r.new_tokens,
+                                    "cache on (ms)": round(r.on_ms.sum()),
+                                    "cache off (ms)": round(r.off_ms.sum()),
+                                    "speedup": f"{r.speedup:.2f}×", "identical tokens": r.same_tokens}
+                                   for r in found]), hide_index=True)
+        st.plotly_chart(on_off_chart(found[-1].on_ms, found[-1].off_ms), width="stretch")
+        st.caption("Without the cache each step is a prefill of the whole sequence, so its "
+                   "time grows with the length; with it a step processes one token. The "
+                   "saving grows with the output length — measured here, not claimed.")
 
-with tabs[2]:
+
+def calculator(lm: LoadedModel | None) -> None:
     models = MODELS + ([from_spec(lm.spec)] if lm is not None else [])
     c1, c2, c3 = st.columns(3)
     context = c1.number_input("Context length (tokens)", 1, 1_000_000, 4096, step=1024)
@@ -92,7 +89,15 @@ with tabs[2]:
         "total (GiB)": round(x.total_bytes(int(context), int(batch), dtype) / 2**30, 3),
         "source": x.source or None} for x in models]),
         hide_index=True, width="stretch",
-        column_config={"source": st.column_config.LinkColumn("source")})
+        column_config={  # the rule is the point of the table: it gets the room, whole
+            "model": st.column_config.TextColumn("model", width="medium"),
+            "attention": st.column_config.TextColumn("attention", width=70),
+            "per-layer rule": st.column_config.TextColumn("per-layer rule", width="large"),
+            "bytes per token": st.column_config.NumberColumn("bytes per token", format="localized",
+                                                             width=120),
+            "total (GiB)": st.column_config.NumberColumn("total (GiB)", width="small"),
+            "source": st.column_config.LinkColumn("source", display_text="config ↗",
+                                                  width="small")})
     st.plotly_chart(per_token_bars([x.name for x in models], [x.attention for x in models],
                                    [x.bytes_per_token(dtype) for x in models]), width="stretch")
     st.caption("Llama-2-13B in fp16: 2 · 40 · 40 · 128 · 2 B = 819,200 B = 0.78 MiB per token and "
@@ -100,55 +105,65 @@ with tabs[2]:
                "rounded up. Sliding-window layers (Mistral, Gemma's local layers) stop growing at "
                "the window; int8/int4 add one fp16 scale per cached vector.")
 
-with tabs[3]:
+
+def shrinking_it(trace: Trace | None, lm: LoadedModel | None) -> None:
     if trace is None or lm is None or lm.spec.name != trace.model.name or len(trace.steps) < 2:
         st.info("Needs a trace with several generated tokens from the loaded model.")
-    else:
-        c1, c2 = st.columns(2)
-        window = c1.slider("Sliding window W (recent tokens kept)", 4, 256, 32)
-        sinks = c2.slider("Attention sinks (first tokens kept)", 0, 16, 4)
-        if st.button("Measure memory and quality", icon=":material/science:"):
-            configs = [CacheConfig("int8"), CacheConfig("int4"), CacheConfig("window", window, sinks),
-                       CacheConfig("window", window, 0)]
-            bar, runs = st.progress(0.0), []
-            try:
-                with model_turn() as stop:
-                    for run in compare_caches(lm, list(trace.prompt_token_ids),
-                                              list(trace.output_token_ids), configs,
-                                              limits.sequence_tokens):
-                        runs.append(run)
-                        bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
-                        if stop.is_set():
-                            st.info(BUDGET_NOTE.format(s=limits.click_s))
-                            break
-                keep_experiments(cache_variants=tuple(runs))
-            except EngineError as err:
-                st.error(message(err))
-            bar.empty()
-        runs = current_experiments().cache_variants
-        if runs:
-            st.dataframe(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),
-                                        "vs full": f"{r.kv_bytes[-1] / runs[0].kv_bytes[-1]:.0%}",
-                                        "top-1 agreement": f"{r.agreement:.1%}",
-                                        "mean KL (nats)": round(float(r.kl.mean()), 4)} for r in runs]),
-                         hide_index=True)
-            st.plotly_chart(variant_chart(runs[1:], "kl", "KL(full ‖ variant), nats"), width="stretch")
-            st.plotly_chart(variant_chart(runs, "kv_bytes", "KV cache (KiB)", 1024), width="stretch")
-            st.caption("Teacher-forced: every variant reads the same tokens as the full-cache run; "
-                       "KL and agreement compare their next-token distributions at each step. "
-                       "int8/int4 use per-token symmetric scales (one fp16 scale per head vector).")
+        return
+    limits = config().limits
+    c1, c2 = st.columns(2)
+    window = c1.slider("Sliding window W (recent tokens kept)", 4, 256, 32)
+    sinks = c2.slider("Attention sinks (first tokens kept)", 0, 16, 4)
+    if st.button("Measure memory and quality", icon=":material/science:"):
+        configs = [CacheConfig("int8"), CacheConfig("int4"), CacheConfig("window", window, sinks),
+                   CacheConfig("window", window, 0)]
+        bar, runs = st.progress(0.0), []
+        try:
+            with model_turn() as stop:
+                for run in compare_caches(lm, list(trace.prompt_token_ids),
+                                          list(trace.output_token_ids), configs,
+                                          limits.sequence_tokens):
+                    runs.append(run)
+                    bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
+                    if stop.is_set():
+                        st.info(BUDGET_NOTE.format(s=limits.click_s))
+                        break
+            keep_experiments(cache_variants=tuple(runs))
+        except EngineError as err:
+            st.error(message(err))
+        bar.empty()
+    runs = current_experiments().cache_variants
+    if runs:
+        st.dataframe(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),
+                                    "vs full": f"{r.kv_bytes[-1] / runs[0].kv_bytes[-1]:.0%}",
+                                    "top-1 agreement": f"{r.agreement:.1%}",
+                                    "mean KL (nats)": round(float(r.kl.mean()), 4)} for r in runs]),
+                     hide_index=True)
+        st.plotly_chart(variant_chart(runs[1:], "kl", "KL(full ‖ variant), nats"), width="stretch")
+        st.plotly_chart(variant_chart(runs, "kv_bytes", "KV cache (KiB)", 1024), width="stretch")
+        st.caption("Teacher-forced: every variant reads the same tokens as the full-cache run; "
+                   "KL and agreement compare their next-token distributions at each step. "
+                   "int8/int4 use per-token symmetric scales (one fp16 scale per head vector). "
+                   "Each variant has one colour in both charts.")
 
-with tabs[4]:
-    block = st.select_slider("Block size (tokens)", [8, 16, 32], value=16)
+
+def other_lengths() -> list[int]:
+    """The other sequences' lengths typed by the user; on bad input, a message and none."""
     others = st.text_input("Other sequences' lengths", "40, 7, 100", max_chars=200)
     try:
         extra = [int(x) for x in others.replace(" ", "").split(",") if x]
         if len(extra) > MAX_SEQUENCES or any(not 1 <= x <= MAX_SEQUENCE for x in extra):
             raise ValueError
     except ValueError:
-        extra = []
         st.error(f"Lengths must be up to {MAX_SEQUENCES} whole numbers from 1 to "
                  f"{MAX_SEQUENCE:,}, separated by commas.")
+        return []
+    return extra
+
+
+def paged_blocks(trace: Trace | None) -> None:
+    block = st.select_slider("Block size (tokens)", [8, 16, 32], value=16)
+    extra = other_lengths()
     own = len(trace.prompt_token_ids) + len(trace.steps) if trace else 60
     layout = paged_layout([own] + extra, block)
     names = ["this trace" if trace else "example"] + [f"seq {i + 1}" for i in range(len(extra))]
@@ -162,5 +177,24 @@ with tabs[4]:
                                "block table (logical → physical)": [" ".join(map(str, t))
                                                                     for t in layout.block_tables]}),
                  hide_index=True)
-    st.caption("A view of how a paged allocator (vLLM's PagedAttention) would place these caches; "
-               "this engine itself keeps each cache contiguous.")
+    st.caption("Each bar is one physical block, in its sequence's colour and as high as the token "
+               "slots it holds; grey is the unused rest of a sequence's last block. A view of how "
+               "a paged allocator (vLLM's PagedAttention) would place these caches; this engine "
+               "itself keeps each cache contiguous.")
+
+
+st.title("KV cache")
+st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
+           "them instead of recomputing them — memory traded for time.")
+TRACE, LM = current_trace(), loaded_model()
+TABS = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", "Paged blocks"])
+with TABS[0]:
+    live_memory(TRACE)
+with TABS[1]:
+    cache_on_vs_off(LM)
+with TABS[2]:
+    calculator(LM)
+with TABS[3]:
+    shrinking_it(TRACE, LM)
+with TABS[4]:
+    paged_blocks(TRACE)

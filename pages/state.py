@@ -171,9 +171,23 @@ def keep_experiments(**changes: Any) -> None:
     keep("experiments", replace(current_experiments(), **changes))
 
 
+_PENDING = "pending_run"
+
+
+def pending_run() -> Trace | None:
+    """A run that ended before its first token (its own prompt, no answer): the Generate page
+    shows it instead of the previous trace, until the next trace arrives."""
+    return st.session_state.get(_PENDING)
+
+
+def set_pending_run(trace: Trace | None) -> None:
+    st.session_state[_PENDING] = trace
+
+
 def keep_new_trace(trace: Trace, experiments: Experiments | None = None) -> None:
     """A new trace: results computed on the old one (cache variants, kernel comparison) go, the
     machine's own measurements (sweeps, cache on vs off) stay; a file's own results replace all."""
+    set_pending_run(None)
     keep("trace", trace)
     if experiments is None:
         experiments = replace(current_experiments(), cache_variants=(), decode_comparison=None)

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from charts import piece_text
+from charts.formatting import duration
 from engine import Trace, summarize
 from engine.disturbance import assess, cpu_share, expected_threads
 from pages.common import disturbance_warning, require_trace
@@ -21,11 +22,10 @@ def summary(trace: Trace) -> None:
     st.caption(f"{plain(trace.model.name)} on {plain(trace.device)} · {s.prompt_tokens} prompt "
                f"tokens → {s.output_tokens} generated · stop: {trace.stop_reason}")
     cols = st.columns(4)
-    cols[0].metric("TTFT", f"{s.ttft_ms:.0f} ms" if s.ttft_ms is not None else "–")
-    cols[1].metric("ITL p50", f"{s.itl_p50_ms:.1f} ms" if s.itl_p50_ms is not None else "–")
-    cols[2].metric("ITL p90", f"{s.itl_p90_ms:.1f} ms" if s.itl_p90_ms is not None else "–")
-    cols[3].metric("TPOT", f"{s.tpot_ms:.1f} ms" if s.tpot_ms is not None else "–",
-                   help="(end-to-end − TTFT) / (output tokens − 1)")
+    cols[0].metric("TTFT", duration(s.ttft_ms))
+    cols[1].metric("ITL p50", duration(s.itl_p50_ms))
+    cols[2].metric("ITL p90", duration(s.itl_p90_ms))
+    cols[3].metric("TPOT", duration(s.tpot_ms), help="(end-to-end − TTFT) / (output tokens − 1)")
 
 
 def step_table(trace: Trace) -> None:

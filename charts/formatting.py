@@ -1,0 +1,70 @@
+"""Short number formats for `st.metric` values, which Streamlit cuts with "…" once they are wider
+than their column (five or more metrics side by side at 1440 px with the sidebar open).
+
+Every value keeps three significant figures at most and a short unit, so it stays within
+`MAX_CHARS` characters (a rate: 6 and its unit) whatever its magnitude; a range or a detail
+goes to the metric's help or a caption, never into the value. Pure functions: no Streamlit here.
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_CHARS = 8  # durations and sizes: "1.21 MiB", "85.3 ms", "1023 KiB"; a rate adds its unit
+NONE = "–"
+
+
+def significant(x: float, digits: int = 3, max_decimals: int = 2) -> str:
+    """`x` with at most `digits` significant figures (and `max_decimals` decimals), no exponent
+    and no trailing zeros: 21.26 → '21.3', 0.734 → '0.73', 1206.4 → '1206' (too wide: callers
+    pick a larger unit first), 999.6 → '1000'."""
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    decimals = min(max(digits - 1 - math.floor(math.log10(abs(x))), 0), max_decimals)
+    text = f"{x:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _scaled(x: float, units: list[tuple[float, str]], digits: int = 3) -> str:
+    """`x` in the first of `units` (ascending factors) in which it stays under the next unit once
+    rounded: 999.7 ms rounds to 1000 ms, so it shows as '1 s'."""
+    for i, (factor, unit) in enumerate(units):
+        text = significant(x / factor, digits)
+        last = i == len(units) - 1
+        if last or abs(float(text)) * factor < units[i + 1][0]:
+            return text + unit
+    raise ValueError("no units")
+
+
+def duration(ms: float | None) -> str:
+    """Milliseconds as '0.07 ms', '8.52 ms', '85.3 ms', '853 ms', '1.21 s', '59.9 s', '1.02 min',
+    '2.5 h' (≤ 8 characters below 1,000 hours)."""
+    if ms is None:
+        return NONE
+    return _scaled(ms, [(1.0, " ms"), (1000.0, " s"), (60_000.0, " min"), (3_600_000.0, " h")])
+
+
+def rate(per_s: float | None, unit: str = "tok/s") -> str:
+    """A rate as '0.73 tok/s', '21.3 tok/s', '1.21k tok/s' (≤ 6 characters and the unit)."""
+    if per_s is None:
+        return NONE
+    return _scaled(per_s, [(1.0, " " + unit), (1e3, "k " + unit), (1e6, "M " + unit),
+                           (1e9, "G " + unit)])
+
+
+def size(n_bytes: float | None) -> str:
+    """Bytes in binary units, as the tensors' `nbytes` and the formulas on the pages: '512 B',
+    '45 KiB', '1.21 MiB', '3.13 GiB'."""
+    if n_bytes is None:
+        return NONE
+    return _scaled(float(n_bytes), [(1.0, " B"), (2.0**10, " KiB"), (2.0**20, " MiB"),
+                                    (2.0**30, " GiB"), (2.0**40, " TiB")])
+
+
+def count(n: float | None) -> str:
+    """A count as '948', '1,206', '12,100', '123k', '1.21M' (whole below 100,000)."""
+    if n is None:
+        return NONE
+    if abs(n) < 100_000 and float(n).is_integer():
+        return f"{int(n):,}"
+    return _scaled(float(n), [(1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G")])
