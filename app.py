@@ -65,8 +65,9 @@ def sidebar_model() -> None:
         source = custom.strip() or "default"
         dtype = st.sidebar.selectbox(
             "Weights", ["float32", "float16"], key="weights_dtype",
-            help="float16 halves the bytes every decode step reads (and the KV cache). On many "
-                 "CPUs it also decodes faster; compare the ITL on the Prefill vs decode page. "
+            help="float16 halves the bytes every decode step reads (and the KV cache); whether "
+                 "it also decodes faster depends on this CPU's half-precision kernels: the "
+                 "Prefill vs decode page measures float32, float16 and bfloat16 side by side. "
                  "Your choice loads a model of your own: other visitors keep theirs.")
     else:
         dtype = "float32"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.disturbance import assess
 from engine.trace import Step, Trace
 
 from .tokens import piece_text, visible
@@ -12,21 +13,40 @@ from .tokens import piece_text, visible
 PREFILL_COLOR = "#d62728"
 DECODE_COLOR = "#1f77b4"
 KV_COLOR = "#2ca02c"
+DELAYED_PATTERN = "x"  # hatching: a step delayed by other work on the machine (any phase)
+DELAYED_NAME = "delayed by other work"
+
+
+def _timing_note(step: Step, delayed: bool) -> str:
+    if not delayed:
+        return ""
+    return (f"<br><b>delayed by other work on this machine</b>: others used "
+            f"{step.others_share:.0%} of the CPUs")
 
 
 def step_chart(trace: Trace) -> go.Figure:
-    """One bar per step (prefill distinct from decode), KV-cache bytes as a second series."""
+    """One bar per step (prefill distinct from decode), KV-cache bytes as a second series; steps
+    other work on the machine delayed (engine/disturbance.py) are hatched."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = trace.steps
+    delayed = set(assess(trace).delayed_steps)
     for phase, color in (("prefill", PREFILL_COLOR), ("decode", DECODE_COLOR)):
         chosen = [s for s in steps if s.phase == phase]
         fig.add_trace(go.Bar(
             x=[s.index for s in chosen], y=[s.latency_ms for s in chosen], name=f"{phase} step",
-            marker_color=color,
-            customdata=[[visible(piece_text(s.piece)), s.context_len] for s in chosen],
+            marker={"color": color, "pattern": {
+                "shape": [DELAYED_PATTERN if s.index in delayed else "" for s in chosen],
+                "fgcolor": "white", "size": 6}},
+            customdata=[[visible(piece_text(s.piece)), s.context_len,
+                         _timing_note(s, s.index in delayed)] for s in chosen],
             hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
-                          "<br>context %{customdata[1]} tokens<extra>" + phase + "</extra>"),
+                          "<br>context %{customdata[1]} tokens%{customdata[2]}<extra>" + phase
+                          + "</extra>"),
             secondary_y=False)
+    if delayed:  # a legend entry for the hatching (no data of its own)
+        fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
+            "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white"}},
+            hoverinfo="skip"), secondary_y=False)
     fig.add_trace(go.Scatter(
         x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps], name="KV cache",
         mode="lines+markers", line={"color": KV_COLOR},

@@ -1,8 +1,9 @@
-"""Timing figures: the run's timeline, the roofline, and the sweep results."""
+"""Timing figures: the run's timeline, the roofline, the sweep results and the dtype comparison."""
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import plotly.graph_objects as go
 
 from engine.microbench import Ceilings
@@ -12,6 +13,7 @@ from .live import DECODE_COLOR, PREFILL_COLOR
 
 COMPILED_COLOR = "#9467bd"
 NATIVE_COLOR = "#2ca02c"
+MARGIN = 2.5  # log axes reach this factor beyond the outermost point (or the ridge / the peak)
 
 
 def timeline_chart(trace) -> go.Figure:
@@ -36,38 +38,131 @@ def timeline_chart(trace) -> go.Figure:
     return fig
 
 
-def roofline_chart(ceil: Ceilings, points: dict[str, tuple[Work, float]]) -> go.Figure:
-    """Log-log roofline: attainable FLOP/s = min(peak, bandwidth × intensity); measured points."""
-    peak, bw = ceil.matmul_tflop_s * 1e12, ceil.bandwidth_gb_s * 1e9
-    xs = np.logspace(-1, 4, 200)
-    fig = go.Figure(go.Scatter(x=xs, y=np.minimum(peak, bw * xs) / 1e9, mode="lines",
-                               name="roofline (measured)", line={"color": "black"},
-                               hovertemplate="intensity %{x:.2f} FLOP/B<br>ceiling %{y:.1f} "
-                                             "GFLOP/s<extra></extra>"))
-    for name, (work, ms) in points.items():
-        color = (PREFILL_COLOR if "prefill" in name else COMPILED_COLOR if "compiled" in name
-                 else NATIVE_COLOR if "native" in name else DECODE_COLOR)
+def tick_label(value: float) -> str:
+    """A tick's value written out in full: 0.2, 5, 1,000 (never 2 for 0.2, never 1e+03)."""
+    if value >= 1:
+        return f"{value:,.0f}"
+    return f"{value:.12f}".rstrip("0").rstrip(".")
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis over [lo, hi]: 1, 2, 5 of each decade over up to 4 decades,
+    decades only over more (every label then still states its own value)."""
+    if not 0 < lo < hi:
+        raise ValueError(f"a log axis needs 0 < lo < hi, got {lo}, {hi}")
+    steps = (1, 2, 5) if math.log10(hi / lo) <= 4 else (1,)
+    ticks = []
+    for decade in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        for m in steps:
+            value = float(f"{m}e{decade}")  # exact decimal (0.2, not 0.20000000000000004)
+            if lo <= value <= hi:
+                ticks.append(value)
+    return ticks
+
+
+def _log_axis(lo: float, hi: float) -> dict:
+    ticks = log_ticks(lo, hi)
+    return {"type": "log", "range": [math.log10(lo), math.log10(hi)], "tickmode": "array",
+            "tickvals": ticks, "ticktext": [tick_label(v) for v in ticks]}
+
+
+def _point_style(name: str) -> tuple[str, str]:
+    """(colour, marker symbol) of a roofline point by its variant."""
+    if "prefill" in name:
+        return PREFILL_COLOR, "circle"
+    if "compiled" in name:
+        return COMPILED_COLOR, "diamond"
+    if "native" in name:
+        return NATIVE_COLOR, "square"
+    if "eager" in name:
+        return DECODE_COLOR, "triangle-up"
+    return DECODE_COLOR, "circle"
+
+
+def roofline_chart(ceil: Ceilings, points: dict[str, tuple[Work, float]],
+                   timed_by: str = "") -> go.Figure:
+    """Log-log roofline: attainable FLOP/s = min(peak, bandwidth × intensity); measured points.
+
+    The axes span the points and the ridge (the roof's kink) with a margin, ticks are labelled
+    with their own values, the ridge label sits at the ridge point, and the points are named in
+    the legend (several decode variants share one intensity: text beside them would overlap).
+    `timed_by` says which step time placed the trace's points (the title shows it)."""
+    peak_g, bw = ceil.matmul_tflop_s * 1e3, ceil.bandwidth_gb_s  # GFLOP/s, GB/s
+    placed = {name: (work.intensity, utilization(work, ms).flop_s / 1e9, ms)
+              for name, (work, ms) in points.items() if work.intensity > 0}
+    xs = [x for x, _, _ in placed.values()] + [ceil.ridge]
+    ys = [y for _, y, _ in placed.values()] + [peak_g]
+    x_lo, x_hi = min(xs) / MARGIN, max(xs) * MARGIN
+    y_lo, y_hi = min(ys) / MARGIN, max(ys) * MARGIN
+    fig = go.Figure(go.Scatter(
+        x=[x_lo, ceil.ridge, x_hi], y=[bw * x_lo, peak_g, peak_g], mode="lines",
+        name="roofline (measured)", line={"color": "black"},
+        hovertemplate="intensity %{x:.3g} FLOP/B<br>ceiling %{y:.3g} GFLOP/s<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[ceil.ridge, ceil.ridge], y=[y_lo, peak_g], mode="lines",
+                             line={"color": "grey", "dash": "dot"}, hoverinfo="skip",
+                             showlegend=False, name="ridge"))
+    for name, (x, y, ms) in placed.items():
+        color, symbol = _point_style(name)
         fig.add_trace(go.Scatter(
-            x=[work.intensity], y=[utilization(work, ms).flop_s / 1e9], mode="markers+text",
-            text=[name], name=name,  # decode points share one intensity: labels to the side
-            textposition="top center" if "prefill" in name else "middle right",
-            marker={"size": 12, "color": color},
-            hovertemplate=f"{name}<br>intensity %{{x:.2f}} FLOP/B<br>achieved %{{y:.2f}} GFLOP/s"
-                          f"<br>{ms:.1f} ms<extra></extra>"))
-    fig.add_vline(x=ceil.ridge, line_dash="dot",
-                  annotation_text=f"ridge {ceil.ridge:.0f} FLOP/B", annotation_position="bottom right")
-    fig.update_layout(height=420, margin={"l": 10, "r": 10, "t": 20, "b": 10})
-    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP per byte moved)")
-    fig.update_yaxes(type="log", title_text="GFLOP/s")
+            x=[x], y=[y], mode="markers", name=name,
+            marker={"size": 13, "color": color, "symbol": symbol,
+                    "line": {"color": "white", "width": 1}},
+            hovertemplate=f"{name}<br>intensity %{{x:.3g}} FLOP/B<br>achieved %{{y:.3g}} "
+                          f"GFLOP/s<br>{ms:.1f} ms<extra></extra>"))
+    # annotations on log axes take log10 coordinates: anchored at (ridge, peak)
+    fig.add_annotation(x=math.log10(ceil.ridge), y=math.log10(peak_g), xref="x", yref="y",
+                       text=f"ridge: {ceil.ridge:.3g} FLOP/B", showarrow=True, arrowhead=0,
+                       ax=0, ay=-28, font={"size": 12})
+    title = f"Step times: {timed_by}" if timed_by else ""
+    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 40 if title else 20, "b": 10},
+                      title={"text": title, "font": {"size": 13}},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})
+    fig.update_xaxes(title_text="arithmetic intensity (FLOP per byte moved)",
+                     **_log_axis(x_lo, x_hi))
+    fig.update_yaxes(title_text="achieved (GFLOP/s)", **_log_axis(y_lo, y_hi))
     return fig
 
 
+def _spread(values: list[float], low: list[float], high: list[float]) -> dict:
+    return {"type": "data", "symmetric": False, "thickness": 1.5, "width": 6,
+            "array": [h - v for v, h in zip(values, high)],
+            "arrayminus": [v - lo for v, lo in zip(values, low)]}
+
+
 def sweep_chart(points, x_title: str, y_title: str, rate: bool = False) -> go.Figure:
-    """One measured point per size; `rate` plots tokens/s instead of milliseconds."""
+    """The median of each size's repeats, with their min–max spread as error bars; `rate` plots
+    tokens/s instead of milliseconds (a rate is k / time at a fixed size: the fastest repeat
+    gives the highest rate)."""
+    med = [p.tokens_per_s if rate else p.ms for p in points]
+    fast = [p.tokens_per_s * p.ms / p.ms_min if rate else p.ms_min for p in points]
+    slow = [p.tokens_per_s * p.ms / p.ms_max if rate else p.ms_max for p in points]
+    low, high = (slow, fast) if rate else (fast, slow)
+    counts = [max(len(p.repeats_ms), 1) for p in points]
     fig = go.Figure(go.Scatter(
-        x=[p.size for p in points], y=[p.tokens_per_s if rate else p.ms for p in points],
-        mode="lines+markers", hovertemplate="%{x}: %{y:.1f}<extra></extra>"))
-    fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 20, "b": 10})
+        x=[p.size for p in points], y=med, mode="lines+markers", name="median of the repeats",
+        error_y=_spread(med, low, high), customdata=list(zip(low, high, counts)),
+        hovertemplate="%{x}: median %{y:.1f} (min–max %{customdata[0]:.1f}–%{customdata[1]:.1f},"
+                      " %{customdata[2]} repeats)<extra></extra>"))
+    fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      title={"text": "median of the repeats; bars: min–max", "font": {"size": 12}})
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, rangemode="tozero")
+    return fig
+
+
+def dtype_chart(comparison) -> go.Figure:
+    """Median per-token decode time per weights dtype, bars: min–max over the rounds."""
+    names = [r.dtype for r in comparison.runs]
+    med = [r.itl_ms for r in comparison.runs]
+    fig = go.Figure(go.Bar(
+        x=names, y=med, marker_color=DECODE_COLOR, name="median over rounds",
+        error_y=_spread(med, [min(r.round_ms) for r in comparison.runs],
+                        [max(r.round_ms) for r in comparison.runs]),
+        customdata=[r.ratio for r in comparison.runs],
+        hovertemplate="%{x}: %{y:.1f} ms per token (%{customdata:.2f}× float32's time)"
+                      "<extra></extra>"))
+    fig.update_layout(height=280, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      title={"text": "median of the rounds; bars: min–max", "font": {"size": 12}})
+    fig.update_xaxes(title_text="weights dtype")
+    fig.update_yaxes(title_text="decode step (ms per token)", rangemode="tozero")
     return fig

@@ -16,6 +16,7 @@ import numpy as np
 
 from .cachelab import OnOff, VariantRun
 from .compiled import DecodeComparison
+from .dtype_compare import DtypeComparison, DtypeRun
 from .errors import TraceFormatError
 from .kvcache import CacheConfig
 from .roofline import Work
@@ -33,6 +34,7 @@ class Experiments:
     cache_on_off: tuple[OnOff, ...] = ()
     cache_variants: tuple[VariantRun, ...] = ()
     decode_comparison: DecodeComparison | None = None
+    dtype_comparison: DtypeComparison | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.sweeps) - set(SWEEPS)
@@ -42,13 +44,13 @@ class Experiments:
     @property
     def empty(self) -> bool:
         return not (self.sweeps or self.cache_on_off or self.cache_variants
-                    or self.decode_comparison)
+                    or self.decode_comparison or self.dtype_comparison)
 
 
 def experiments_to_dict(found: Experiments) -> dict[str, Any]:
     comparison = found.decode_comparison
     return {
-        "sweeps": {name: [[p.size, p.ms, p.tokens_per_s] for p in points]
+        "sweeps": {name: [[p.size, p.ms, p.tokens_per_s, list(p.repeats_ms)] for p in points]
                    for name, points in found.sweeps.items()},
         "cache_on_off": [{"new_tokens": r.new_tokens, "on_ms": r.on_ms.tolist(),
                           "off_ms": r.off_ms.tolist(), "same_tokens": r.same_tokens}
@@ -65,6 +67,14 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
             "flops": comparison.work.flops, "bytes": comparison.work.bytes,
             "native_itl_ms": comparison.native_itl_ms, "native_note": comparison.native_note,
             "bandwidth_gb_s": comparison.bandwidth_gb_s},
+        "dtype_comparison": None if found.dtype_comparison is None else {
+            "prompt_tokens": found.dtype_comparison.prompt_tokens,
+            "new_tokens": found.dtype_comparison.new_tokens,
+            "rounds": found.dtype_comparison.rounds,
+            "source_dtype": found.dtype_comparison.source_dtype,
+            "runs": [{"dtype": r.dtype, "itl_ms": r.itl_ms, "round_ms": list(r.round_ms),
+                      "ratio": r.ratio, "same_tokens": r.same_tokens, "tokens": list(r.tokens)}
+                     for r in found.dtype_comparison.runs]},
     }
 
 
@@ -138,6 +148,48 @@ def _comparison(d: Any) -> DecodeComparison | None:
         bandwidth_gb_s=_number(d.get("bandwidth_gb_s"), "bandwidth", optional=True))
 
 
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _dtype_comparison(d: Any) -> DtypeComparison | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict) or d.get("source_dtype") not in DTYPES:
+        raise TraceFormatError("experiment results: dtype_comparison must be an object with a "
+                               "source dtype")
+    runs = _entries(d, "runs")
+    if not runs or len({r.get("dtype") for r in runs}) != len(runs) \
+            or any(r.get("dtype") not in DTYPES for r in runs):
+        raise TraceFormatError(f"experiment results: dtype runs must be distinct among "
+                               f"{', '.join(DTYPES)}")
+    parsed = []
+    for r in runs:
+        tokens = r.get("tokens")
+        if not isinstance(tokens, list) or len(tokens) > MAX_SERIES:
+            raise TraceFormatError("experiment results: dtype run tokens must be a list")
+        parsed.append(DtypeRun(
+            dtype=r["dtype"], itl_ms=_number(r.get("itl_ms"), "dtype ITL", positive=True),
+            round_ms=tuple(float(v) for v in _series(r.get("round_ms"), "dtype round times")),
+            ratio=_number(r.get("ratio"), "dtype ratio"), same_tokens=bool(r.get("same_tokens")),
+            tokens=tuple(_whole(t, "token") for t in tokens)))
+    return DtypeComparison(
+        prompt_tokens=_whole(d.get("prompt_tokens"), "prompt_tokens"),
+        new_tokens=_whole(d.get("new_tokens"), "new_tokens"),
+        rounds=_whole(d.get("rounds"), "rounds"), source_dtype=d["source_dtype"],
+        runs=tuple(parsed))
+
+
+def _sweep_point(p: list[Any]) -> SweepPoint:
+    """[size, median ms, tokens/s] (format 2) or with the repeats' ms as a fourth entry."""
+    repeats = p[3] if len(p) == 4 else []
+    if not isinstance(repeats, list) or len(repeats) > MAX_RESULTS:
+        raise TraceFormatError(f"experiment results: a sweep point has at most {MAX_RESULTS} "
+                               "repeats")
+    return SweepPoint(_whole(p[0], "sweep size"), _number(p[1], "sweep ms", positive=True),
+                      _number(p[2], "sweep tokens/s"),
+                      repeats_ms=tuple(_number(v, "sweep repeat", positive=True) for v in repeats))
+
+
 def experiments_from_dict(data: Any) -> Experiments:
     """Rebuild and check; any damage raises TraceFormatError (never a traceback)."""
     if data is None:
@@ -151,12 +203,10 @@ def experiments_from_dict(data: Any) -> Experiments:
         sweeps = {}
         for name, points in sweeps_in.items():
             if not isinstance(points, list) or len(points) > MAX_RESULTS \
-                    or not all(isinstance(p, list) and len(p) == 3 for p in points):
+                    or not all(isinstance(p, list) and len(p) in (3, 4) for p in points):
                 raise TraceFormatError(f"experiment results: sweep {name} must be a list of "
-                                       "[size, ms, tokens/s] triples")
-            sweeps[name] = tuple(SweepPoint(_whole(p[0], "sweep size"),
-                                            _number(p[1], "sweep ms", positive=True),
-                                            _number(p[2], "sweep tokens/s")) for p in points)
+                                       "[size, ms, tokens/s, repeats] entries")
+            sweeps[name] = tuple(_sweep_point(p) for p in points)
         on_off = []
         for r in _entries(data, "cache_on_off"):
             on_ms = _series(r.get("on_ms"), "cache-on times")
@@ -176,7 +226,8 @@ def experiments_from_dict(data: Any) -> Experiments:
         if variants and variants[0].kv_bytes[-1] <= 0:
             raise TraceFormatError("experiment results: the first cache variant's memory must be > 0")
         return Experiments(sweeps, tuple(on_off), tuple(variants),
-                           _comparison(data.get("decode_comparison")))
+                           _comparison(data.get("decode_comparison")),
+                           _dtype_comparison(data.get("dtype_comparison")))
     except TraceFormatError:
         raise
     except (AttributeError, TypeError, ValueError, ArithmeticError) as err:

@@ -1,16 +1,21 @@
 """Work per forward pass from the model spec: FLOPs, bytes moved, arithmetic intensity.
 
-Named formulas (shown on the Timing page):
-- matmul FLOPs = 2 · (parameters − vocab · hidden) · new tokens  +  2 · vocab · hidden
-  (the LM head runs for the last position only: the engine asks for one row of logits);
+Named formulas (shown on the Prefill vs decode page), with E = vocab · hidden (one embedding
+table) and the embedding handled explicitly, as gpt-fast's `_get_model_size` does:
+- matmul FLOPs = 2 · (parameters − embedding tables) · new tokens  +  2 · E
+  (the embedding tables are the input embedding and, untied, the LM head; the lookup does no
+  arithmetic, the LM head runs for the last position only: the engine asks for one row of logits);
 - attention FLOPs = 4 · layers · heads · head_dim · Σ context seen by each new token
   (q·kᵀ and weights·v, 2 FLOPs per multiply-add each);
-- bytes moved = every weight once per forward  +  the KV cache read (all cached positions,
-  the new ones included). Activations are ignored (they are small next to the weights here).
+- bytes moved = every weight once per forward, except that an untied input embedding is read one
+  row per new token (a lookup), not whole  +  the KV cache read (all cached positions, the new
+  ones included). Tied: the LM head reads the whole shared table, the lookups read rows of it
+  again (counted once). Activations are ignored (they are small next to the weights here).
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from .microbench import Ceilings
@@ -29,15 +34,24 @@ class Work:
         return self.flops / self.bytes if self.bytes else 0.0
 
 
+def embedding_tables(spec: ModelSpec) -> int:
+    """How many vocab × hidden tables `param_count` holds: 1 tied (embedding = LM head), else 2."""
+    return 1 if spec.tie_word_embeddings else 2
+
+
 def forward_work(spec: ModelSpec, new_tokens: int, cached: int, kv_cache: bool = True) -> Work:
     """A forward over `new_tokens` positions after `cached` positions already in the KV cache."""
-    embed = spec.vocab_size * spec.hidden_size
-    matmul = 2 * (spec.param_count - embed) * new_tokens + 2 * embed
+    table = spec.vocab_size * spec.hidden_size  # E: one embedding table's parameters
+    body = spec.param_count - embedding_tables(spec) * table  # layers and norms
+    matmul = 2 * body * new_tokens + 2 * table  # LM head: one position
     # token i (1-based) of the new ones attends over cached + i positions
     seen = new_tokens * cached + new_tokens * (new_tokens + 1) // 2
     attention = 4 * spec.layers * spec.heads * spec.head_dim * seen
+    weights = spec.weight_bytes
+    if not spec.tie_word_embeddings:  # the input table is only looked up: one row per token
+        weights += (new_tokens - spec.vocab_size) * spec.hidden_size * spec.dtype_bytes
     kv_read = spec.kv_bytes_per_token * (cached + new_tokens) if kv_cache else 0
-    return Work(flops=float(matmul + attention), bytes=float(spec.weight_bytes + kv_read))
+    return Work(flops=float(matmul + attention), bytes=float(weights + kv_read))
 
 
 def step_work(trace: Trace, step: Step) -> Work:
@@ -48,6 +62,41 @@ def step_work(trace: Trace, step: Step) -> Work:
     if trace.settings.kv_cache:
         return forward_work(spec, 1, step.context_len - 1)
     return forward_work(spec, step.context_len, 0, kv_cache=False)
+
+
+FORWARD_ONLY = "model forward only (synchronized)"
+WHOLE_STEP = "whole step: forward + sampling + recording (this trace has no forward-only times)"
+
+
+def timed_by(trace: Trace) -> str:
+    """Which time places the trace's steps on the roofline: the model forward alone when every
+    step recorded it (`Step.forward_ms`), else the whole step (older trace files)."""
+    steps = trace.steps
+    if steps and all(s.forward_ms is not None for s in steps):
+        return FORWARD_ONLY
+    return WHOLE_STEP
+
+
+def step_ms(step: Step, by: str) -> float:
+    """The step's time as `timed_by` chose it."""
+    if by == FORWARD_ONLY and step.forward_ms is not None:
+        return step.forward_ms
+    return step.latency_ms
+
+
+def trace_points(trace: Trace) -> dict[str, tuple[Work, float]]:
+    """The prefill and the median decode step (its work at the middle decode step), each with
+    its time in ms as `timed_by(trace)` says."""
+    by, steps = timed_by(trace), trace.steps
+    if not steps:
+        return {}
+    points = {"prefill": (step_work(trace, steps[0]), step_ms(steps[0], by))}
+    decode = trace.decode_steps
+    if decode:
+        middle = decode[len(decode) // 2]
+        points["decode (median step)"] = (step_work(trace, middle),
+                                          statistics.median(step_ms(s, by) for s in decode))
+    return points
 
 
 @dataclass(frozen=True, slots=True)

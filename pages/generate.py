@@ -16,7 +16,7 @@ from engine import EngineError, Run, Trace, TraceFormatError, summarize
 from engine.metrics import replay_pace
 from engine.tracecheck import check_viewable
 from engine.tracefile import read_trace_file, trace_to_bytes
-from pages.common import model_turn
+from pages.common import disturbance_warning, model_turn
 from pages.state import (
     config,
     current_experiments,
@@ -287,6 +287,7 @@ if TRACE is None:
 else:
     show(TRACE, SLOTS, "final")
     summary(TRACE)
+    disturbance_warning(TRACE)
     if TRACE.steps:
         why_this_token(TRACE)
         download(TRACE)

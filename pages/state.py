@@ -190,7 +190,8 @@ def keep_new_trace(trace: Trace, experiments: Experiments | None = None) -> None
     set_pending_run(None)
     keep("trace", trace)
     if experiments is None:
-        experiments = replace(current_experiments(), cache_variants=(), decode_comparison=None)
+        experiments = replace(current_experiments(), cache_variants=(), decode_comparison=None,
+                              dtype_comparison=None)
     keep("experiments", experiments)
 
 

@@ -1,92 +1,137 @@
-"""Timing: prefill versus decode, measured, and why one is compute-bound and the other memory-bound."""
+"""Timing: prefill versus decode, measured, and why one is compute-bound and the other memory-bound.
+
+The page reads like its table of contents: `main()` at the bottom calls one function per section.
+"""
 
 from __future__ import annotations
-
-import statistics
 
 import pandas as pd
 import streamlit as st
 
+from charts.formatting import duration
+from charts.formatting import rate as per_second
 from charts.timing import roofline_chart, sweep_chart, timeline_chart
 from engine import summarize
-from engine.microbench import cached_ceilings, ceilings
-from engine.roofline import step_work, utilization
-from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
-from pages.common import BUDGET_NOTE, model_turn, require_trace
+from engine.microbench import Ceilings, cached_ceilings, ceilings
+from engine.roofline import FORWARD_ONLY, Work, timed_by, trace_points, utilization
+from engine.sweeps import (
+    REPEATS,
+    batch_rate,
+    batch_timer,
+    decode_rate,
+    decode_timer,
+    interleaved,
+    prefill_rate,
+    prefill_timer,
+    sweep_points,
+)
+from pages.common import BUDGET_NOTE, disturbance_warning, model_turn, require_trace
 from pages.state import config, current_experiments, keep_experiments, loaded_model
-from pages.timing_kernels import kernels_section
+from pages.timing_kernels import dtype_section, kernels_section
 
-st.title("Prefill vs decode")
-trace = require_trace()
-lm = loaded_model()
-
-
-def ms(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:.{digits}f} ms"
+Points = dict[str, tuple[Work, float]]
+PHASE_WIDTH = 224  # px: the longest phase label ("decode, eager (static cache)") in full
 
 
-s = summarize(trace)
-cols = st.columns(7)
-cols[0].metric("TTFT", ms(s.ttft_ms, 0))
-cols[1].metric("ITL p50", ms(s.itl_p50_ms))
-cols[2].metric("ITL p90", ms(s.itl_p90_ms))
-cols[3].metric("ITL p99", ms(s.itl_p99_ms))
-cols[4].metric("TPOT", ms(s.tpot_ms))
-cols[5].metric("Decode", "–" if s.decode_tokens_per_s is None else f"{s.decode_tokens_per_s:.1f} tok/s")
-cols[6].metric("Prefill", "–" if s.prefill_tokens_per_s is None
-               else f"{s.prefill_tokens_per_s:,.0f} tok/s")
-with st.expander("Definitions (as vLLM benchmark_serving and GenAI-Perf define them)"):
-    st.markdown(
-        "- **TTFT** — request to first output token: tokenization + prefill of the whole prompt.\n"
-        "- **ITL** — the gap between two consecutive output tokens; one per token after the first.\n"
-        "- **TPOT** — (end-to-end − TTFT) / (output tokens − 1).\n"
-        "- **Decode rate** — decode steps ÷ their total time; **prefill rate** — prompt tokens ÷ "
-        "prefill time.")
-st.plotly_chart(timeline_chart(trace), width="stretch")
-st.caption("TTFT comes from prefill: the whole prompt goes through the model in one pass. After "
-           "it, every token costs one decode step, and ITL is that step's time.")
+def summary_section(trace) -> None:
+    """TTFT, ITL percentiles, TPOT and rates, their definitions, and the run on a time axis."""
+    s = summarize(trace)
+    cols = st.columns(7)
+    cols[0].metric("TTFT", duration(s.ttft_ms))
+    cols[1].metric("ITL p50", duration(s.itl_p50_ms))
+    cols[2].metric("ITL p90", duration(s.itl_p90_ms))
+    cols[3].metric("ITL p99", duration(s.itl_p99_ms))
+    cols[4].metric("TPOT", duration(s.tpot_ms))
+    cols[5].metric("Decode", per_second(s.decode_tokens_per_s))
+    cols[6].metric("Prefill", per_second(s.prefill_tokens_per_s))
+    with st.expander("Definitions (as vLLM benchmark_serving and GenAI-Perf define them)"):
+        st.markdown(
+            "- **TTFT** — request to first output token: tokenization + prefill of the whole "
+            "prompt.\n"
+            "- **ITL** — the gap between two consecutive output tokens; one per token after the "
+            "first.\n"
+            "- **TPOT** — (end-to-end − TTFT) / (output tokens − 1).\n"
+            "- **Decode rate** — decode steps ÷ their total time; **prefill rate** — prompt "
+            "tokens ÷ prefill time.")
+    st.plotly_chart(timeline_chart(trace), width="stretch")
+    st.caption("TTFT comes from prefill: the whole prompt goes through the model in one pass. "
+               "After it, every token costs one decode step, and ITL is that step's time.")
 
-st.subheader("Work per step and the roofline")
-device = lm.device.type if lm is not None else "cpu"  # this machine's ceilings, not the file's
-dtype = trace.model.dtype if trace.model.dtype in ("float32", "float16", "bfloat16") else "float32"
-measure = st.button("Measure this machine's ceilings", icon=":material/speed:",
-                    help="Reads a 1 GB buffer and times a matmul (a few seconds). Each press "
-                         "measures again; the best figures are kept.")
-asked = st.session_state.get("ceilings_for") == (device, dtype)  # measured once this session
-ceil = cached_ceilings(device, dtype) if asked and not measure else None  # no turn to read a file
-if measure or (asked and ceil is None):
-    with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds)…"), model_turn():
-        ceil = ceilings(device, dtype, refresh=measure)
-    st.session_state["ceilings_for"] = (device, dtype)
-steps = trace.steps
-decode = [x for x in steps if x.phase == "decode"]
-points = {"prefill": (step_work(trace, steps[0]), steps[0].latency_ms)}
-if decode:
-    mid = decode[len(decode) // 2]
-    points["decode (median step)"] = (step_work(trace, mid), statistics.median(trace.itl_ms))
-comparison = current_experiments().decode_comparison  # on this trace (from kernels_section)
-if comparison is not None:
-    for name, itl in comparison.steps.items():
-        label = "decode, eager (static cache)" if name == "eager" else f"decode, {name}"
-        points[label] = (comparison.work, itl)
-rows = []
-for name, (work, latency) in points.items():
-    use = utilization(work, latency, ceil)
-    row = {"phase": name, "GFLOPs": work.flops / 1e9, "MB moved": work.bytes / 1e6,
-           "FLOP / byte": work.intensity, "time (ms)": latency,
-           "achieved GFLOP/s": use.flop_s / 1e9, "achieved GB/s": use.bytes_s / 1e9}
-    if ceil is not None:
-        row.update({"MFU": use.mfu, "MBU": use.mbu, "bound by": use.bound})
-    rows.append(row)
-st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
-st.caption("FLOPs = 2 · (parameters − vocab·hidden) · new tokens + 2 · vocab·hidden (LM head, last "
-           "position) + 4 · layers · heads · head_dim · Σ context. Bytes = all weights once per "
-           "forward + the KV cache read. Intensity = FLOPs / bytes.")
-if ceil is None:
-    st.info("Press the button to measure this machine's memory bandwidth and matmul FLOP/s "
-            "and place both phases on its roofline.")
-else:
-    st.plotly_chart(roofline_chart(ceil, points), width="stretch")
+
+def ceilings_control(trace, lm) -> Ceilings | None:
+    """The measure button; this machine's ceilings once measured in this session, else None."""
+    device = lm.device.type if lm is not None else "cpu"  # this machine's, not the file's
+    dtype = (trace.model.dtype if trace.model.dtype in ("float32", "float16", "bfloat16")
+             else "float32")
+    measure = st.button("Measure this machine's ceilings", icon=":material/speed:",
+                        help="Reads a 1 GB buffer and times a matmul (a few seconds). Each press "
+                             "measures again; the best figures are kept.")
+    asked = st.session_state.get("ceilings_for") == (device, dtype)  # measured this session
+    ceil = cached_ceilings(device, dtype) if asked and not measure else None  # a file: no turn
+    if measure or (asked and ceil is None):
+        with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds)…"), \
+                model_turn():
+            ceil = ceilings(device, dtype, refresh=measure)
+        st.session_state["ceilings_for"] = (device, dtype)
+    return ceil
+
+
+def roofline_points(trace, comparison) -> Points:
+    """The trace's prefill and median decode step, and each decode kernel compared on it."""
+    points = trace_points(trace)
+    if comparison is not None:
+        for name, itl in comparison.steps.items():
+            label = "decode, eager (static cache)" if name == "eager" else f"decode, {name}"
+            points[label] = (comparison.work, itl)
+    return points
+
+
+def work_table(points: Points, ceil: Ceilings | None) -> None:
+    rows = []
+    for name, (work, latency) in points.items():
+        use = utilization(work, latency, ceil)
+        row = {"phase": name, "GFLOPs": work.flops / 1e9, "MB moved": work.bytes / 1e6,
+               "FLOP / byte": work.intensity, "time (ms)": latency,
+               "achieved GFLOP/s": use.flop_s / 1e9, "achieved GB/s": use.bytes_s / 1e9}
+        if ceil is not None:
+            row.update({"MFU": use.mfu, "MBU": use.mbu, "bound by": use.bound})
+        rows.append(row)
+    number = st.column_config.NumberColumn  # short headers: the phase and bound-by text fit
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+        "phase": st.column_config.TextColumn("phase", width=PHASE_WIDTH),
+        "GFLOPs": number("GFLOPs", format="%.3g"),
+        "MB moved": number("MB", format="%.1f", help="bytes moved, in MB"),
+        "FLOP / byte": number("FLOP/B", format="%.3g", help="arithmetic intensity"),
+        "time (ms)": number("ms", format="%.1f"),
+        "achieved GFLOP/s": number("GFLOP/s", format="%.3g", help="achieved: FLOPs / time"),
+        "achieved GB/s": number("GB/s", format="%.3g", help="achieved: bytes / time"),
+        "MFU": number(format="percent"), "MBU": number(format="percent"),
+        "bound by": st.column_config.TextColumn("bound by", width=140)})
+
+
+def roofline_section(trace, lm, comparison) -> Ceilings | None:
+    """FLOPs, bytes and intensity per step (formulas shown), and the measured roofline."""
+    st.subheader("Work per step and the roofline")
+    ceil = ceilings_control(trace, lm)
+    points = roofline_points(trace, comparison)
+    by = timed_by(trace)
+    work_table(points, ceil)
+    untied = "" if trace.model.tie_word_embeddings else (
+        " This model's LM head is a separate table (untied): it is read whole every forward, "
+        "while the input embedding is only looked up, one row (hidden · bytes) per new token.")
+    timing = ("their model forward alone (sampling and recording left out)" if by == FORWARD_ONLY
+              else "their whole step time (this trace has no forward-only times: an older file)")
+    st.caption("E = vocab · hidden (one embedding table). FLOPs = 2 · (parameters − embedding "
+               "tables) · new tokens + 2 · E (LM head, last position) + 4 · layers · heads · "
+               "head_dim · Σ context. Bytes = the weights once per forward (an untied input "
+               "embedding: one row per new token) + the KV cache read. Intensity = FLOPs / "
+               f"bytes.{untied} Time: the trace's steps are placed by {timing}; the kernel "
+               "comparison times its own decode steps.")
+    if ceil is None:
+        st.info("Press the button to measure this machine's memory bandwidth and matmul FLOP/s "
+                "and place both phases on its roofline.")
+        return None
+    st.plotly_chart(roofline_chart(ceil, points, by), width="stretch")
     st.caption(f"Ceilings measured on {ceil.device}: {ceil.bandwidth_gb_s:.1f} GB/s read "
                "bandwidth (the best read this machine has shown: 8 reads of 1 GB in 2 MB pages "
                "over 1.5 s per measurement, and the reads between kernel-comparison runs), "
@@ -95,45 +140,86 @@ else:
                "decode step reads every weight to produce one token per sequence — that is why "
                "it is memory-bound, and why a busy CPU/GPU utilization figure can mislead: the "
                "cores are busy waiting for bytes.")
+    return ceil
 
-st.subheader("Experiments")
-if lm is None:
-    st.info("Experiments run the model: load one in the sidebar.")
-    st.stop()
-limit = min(config().limits.prompt_tokens, 512)
-sizes_up_to = sorted(x for x in {16, 64, 128, 256, limit} if x <= limit)
-experiments = {  # title: (key, sweep, sizes, x title, y title, plot tokens/s)
-    "Prompt length → TTFT": ("prompt_length", prompt_length_sweep, sizes_up_to, "prompt tokens",
-                             "prefill time (ms)", False),
-    "Context → ITL": ("context", context_sweep, [x for x in sizes_up_to if x != 64],
-                      "tokens already in the KV cache", "decode step (ms)", False),
-    "Batch → throughput": ("batch", batch_sweep, [1, 2, 4, 8],
-                           "sequences decoded together (batch)", "decode tokens/s (all sequences)",
-                           True),
-}
-tabs = st.tabs(list(experiments))
-for tab, (name, (key, sweep, sizes, x_title, y_title, rate)) in zip(tabs, experiments.items()):
-    with tab:
-        if st.button(f"Run: {name}", key=f"run-{name}"):
-            bar, found = st.progress(0.0, text="Measuring…"), []
-            with model_turn() as stop:
-                for point in sweep(lm, sizes):
-                    found.append(point)
-                    bar.progress(len(found) / len(sizes),
-                                 text=f"{x_title}: {point.size} → {point.ms:.1f} ms")
-                    if stop.is_set():
-                        st.info(BUDGET_NOTE.format(s=config().limits.click_s))
-                        break
-            keep_experiments(sweeps={**current_experiments().sweeps, key: tuple(found)})
-            bar.empty()
-        found = current_experiments().sweeps.get(key)
-        if found:
-            st.plotly_chart(sweep_chart(found, x_title, y_title, rate), width="stretch")
-            st.dataframe(pd.DataFrame([{"size": p.size, "ms": round(p.ms, 2),
-                                        "tokens/s": round(p.tokens_per_s, 1)} for p in found]),
-                         hide_index=True)
-st.caption("Prefill time grows with the prompt (more tokens to compute). A decode step grows only "
-           "slowly with the cache: it is dominated by reading the weights. Batching reuses that "
-           "same read for several sequences — the reason serving engines batch.")
 
-kernels_section(trace, lm, comparison, ceil)
+def _sweeps(lm) -> dict:
+    """Title → (key, timer, rate, sizes, x title, y title, plot tokens/s)."""
+    limit = min(config().limits.prompt_tokens, 512)
+    sizes = sorted(x for x in {16, 64, 128, 256, limit} if x <= limit)
+    return {
+        "Prompt length → TTFT": ("prompt_length", prefill_timer(lm), prefill_rate, sizes,
+                                 "prompt tokens", "prefill time (ms)", False),
+        "Context → ITL": ("context", decode_timer(lm), decode_rate,
+                          [x for x in sizes if x != 64], "tokens already in the KV cache",
+                          "decode step (ms)", False),
+        "Batch → throughput": ("batch", batch_timer(lm), batch_rate, [1, 2, 4, 8],
+                               "sequences decoded together (batch)",
+                               "decode tokens/s (all sequences)", True),
+    }
+
+
+def run_sweep(key: str, timer, rate, sizes: list[int], x_title: str) -> None:
+    """Every size `REPEATS` times, round-robin; keeps the points (median + every repeat)."""
+    bar, found = st.progress(0.0, text="Measuring…"), []
+    total = REPEATS * len(sizes)
+    with model_turn() as stop:
+        for m in interleaved(sizes, timer, REPEATS):
+            found.append(m)
+            bar.progress(len(found) / total, text=f"Round {m.repeat + 1} of {REPEATS}: "
+                                                  f"{x_title} {m.size} → {m.ms:.1f} ms")
+            if stop.is_set():
+                st.info(BUDGET_NOTE.format(s=config().limits.click_s))
+                break
+    keep_experiments(sweeps={**current_experiments().sweeps, key: sweep_points(found, rate)})
+    bar.empty()
+
+
+def sweeps_section(lm) -> None:
+    """Prefill vs prompt length, decode vs context, throughput vs batch: run on demand."""
+    st.subheader("Experiments")
+    if lm is None:
+        st.info("Experiments run the model: load one in the sidebar.")
+        return
+    experiments = _sweeps(lm)
+    for tab, (name, spec) in zip(st.tabs(list(experiments)), experiments.items()):
+        key, timer, rate, sizes, x_title, y_title, as_rate = spec
+        with tab:
+            if st.button(f"Run: {name}", key=f"run-{name}",
+                         help=f"Each size ({', '.join(map(str, sizes))}) {REPEATS} times, "
+                              "round-robin over the sizes; the chart shows the median and the "
+                              "min–max spread."):
+                run_sweep(key, timer, rate, sizes, x_title)
+            found = current_experiments().sweeps.get(key)
+            if found:
+                st.plotly_chart(sweep_chart(found, x_title, y_title, as_rate), width="stretch")
+                st.dataframe(pd.DataFrame([{
+                    "size": p.size, "median ms": round(p.ms, 2),
+                    "min ms": round(p.ms_min, 2), "max ms": round(p.ms_max, 2),
+                    "repeats": len(p.repeats_ms) or 1,
+                    "tokens/s (median)": round(p.tokens_per_s, 1)} for p in found]),
+                    hide_index=True)
+    st.caption("Each point is the median of its repeats, measured round-robin over the sizes so "
+               "that a change in the machine's load touches every size alike; the bars span the "
+               "fastest and slowest repeat. Prefill time grows with the prompt (more tokens to "
+               "compute). A decode step grows only slowly with the cache: it is dominated by "
+               "reading the weights. Batching reuses that same read for several sequences — the "
+               "reason serving engines batch.")
+
+
+def main() -> None:
+    st.title("Prefill vs decode")
+    trace = require_trace()
+    lm = loaded_model()
+    comparison = current_experiments().decode_comparison  # on this trace (kernels_section)
+    summary_section(trace)
+    disturbance_warning(trace)
+    ceil = roofline_section(trace, lm, comparison)
+    sweeps_section(lm)
+    if lm is None:
+        return
+    dtype_section(trace, lm)
+    kernels_section(trace, lm, comparison, ceil)
+
+
+main()

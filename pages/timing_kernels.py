@@ -1,19 +1,24 @@
-"""The Prefill vs decode page's kernel section: one decode step, eager, compiled and in plain C."""
+"""The Prefill vs decode page's measured comparisons of one decode step: in float32, float16
+and bfloat16 weights (`dtype_section`), and eager, compiled and in plain C (`kernels_section`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
+from charts.timing import dtype_chart
 from engine import EngineError
 from engine.cachelab import check_sequence
 from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
+from engine.dtype_compare import DTYPES, DtypeComparison, compare_dtypes
 from engine.microbench import raise_bandwidth
 from engine.roofline import utilization
 from pages.common import BUDGET_NOTE, model_turn
-from pages.state import config, keep_experiments, message, plain, session_model
+from pages.state import config, current_experiments, keep_experiments, message, plain, session_model
 
 NEW_TOKENS = 32
+DTYPE_TOKENS = 16  # per dtype and round: 3 dtypes × 2 rounds fit the hosted per-click budget
+DTYPE_PROMPT = 64  # the trace's prompt, cut: the comparison times decode, not prefill
 
 
 def _native():
@@ -112,3 +117,73 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
         st.caption(f"Native C step not run: {plain(comparison.native_note)}.")
     if ceil is None:
         st.caption("Measure the ceilings above to see MBU = achieved GB/s ÷ measured bandwidth.")
+
+
+def _compare_dtypes(trace, lm) -> None:
+    bar = st.progress(0.0, text="Starting…")
+    try:
+        with model_turn() as stop:
+            ids = list(trace.prompt_token_ids)[:DTYPE_PROMPT]
+            check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
+            result = compare_dtypes(lm, ids, DTYPE_TOKENS, config().limits.kernel_rounds,
+                                    say=lambda text, done: bar.progress(done, text=text),
+                                    stop=stop.is_set)
+        keep_experiments(dtype_comparison=result)
+        if result.rounds < config().limits.kernel_rounds:
+            st.info(BUDGET_NOTE.format(s=config().limits.click_s))
+    except EngineError as err:
+        st.error(message(err))
+    finally:
+        bar.empty()
+
+
+def _dtype_result(result: DtypeComparison) -> None:
+    rows = [{"weights": r.dtype, "ms per token (median)": r.itl_ms,
+             "min ms": min(r.round_ms), "max ms": max(r.round_ms),
+             "time ÷ float32's": r.ratio, "tokens/s": 1000 / r.itl_ms,
+             "greedy tokens = float32's": "yes" if r.same_tokens else "no"}
+            for r in result.runs]
+    number = st.column_config.NumberColumn
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+        **{name: number(format="%.1f") for name in ("ms per token (median)", "min ms", "max ms",
+                                                    "tokens/s")},
+        "time ÷ float32's": number(format="%.2f×")})
+    st.plotly_chart(dtype_chart(result), width="stretch")
+    fastest = min(result.runs, key=lambda r: r.itl_ms)
+    differ = [r.dtype for r in result.runs if not r.same_tokens]
+    st.markdown(
+        f"On this machine **{fastest.dtype}** decoded fastest: "
+        + ", ".join(f"{r.dtype} {r.itl_ms:.1f} ms ({r.ratio:.2f}× float32's time)"
+                    for r in result.runs)
+        + f" per token, median of {result.rounds} rounds of {result.new_tokens} tokens after a "
+        f"{result.prompt_tokens}-token prompt. "
+        + ("All dtypes chose the same greedy tokens as float32." if not differ else
+           f"Greedy tokens differ from float32's in {', '.join(differ)}: rounding changed an "
+           "argmax, and from there the continuations part."))
+    others = [r for r in result.runs if r is not fastest]
+    if any(min(r.round_ms) <= max(fastest.round_ms) for r in others):
+        st.caption(f"The rounds' min–max ranges overlap: {fastest.dtype}'s lead is within this "
+                   "machine's noise. Run the comparison again (an idle machine narrows them).")
+    if result.source_dtype != "float32":
+        st.caption(f"The loaded weights are {result.source_dtype}: the float32 copy holds the "
+                   "same rounded values, widened.")
+
+
+def dtype_section(trace, lm) -> None:
+    """A measured answer to "does float16 decode faster here?": the loaded model's weights cast
+    to each dtype, the same decode timed in paired, interleaved rounds."""
+    st.subheader("Weights dtype: float32, float16 and bfloat16")
+    st.caption("Half-width weights halve the bytes a decode step reads, but a CPU without native "
+               "half-precision arithmetic converts every value back to float32 on the way in: "
+               "whether that is faster is a property of this machine, so it is measured here. "
+               "Each round decodes the trace's prompt (first "
+               f"{DTYPE_PROMPT} tokens) greedily, {DTYPE_TOKENS} tokens, once per dtype, the "
+               "order rotating between rounds; each dtype runs on a copy of the loaded weights "
+               "cast to it, made for its run and dropped after it.")
+    if st.button("Compare float32, float16 and bfloat16", icon=":material/compare_arrows:",
+                 help=f"{len(DTYPES)} dtypes × {config().limits.kernel_rounds} rounds of "
+                      f"{DTYPE_TOKENS} tokens (seconds to a minute on a laptop CPU)."):
+        _compare_dtypes(trace, lm)
+    held = current_experiments().dtype_comparison  # on this trace's prompt
+    if held is not None:
+        _dtype_result(held)

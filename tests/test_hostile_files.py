@@ -177,6 +177,14 @@ META_CASES: dict[str, Callable[[dict], object]] = {
     "newer version": meta_key("version", 99),
     "unknown stop reason": meta_key("stop_reason", "exploded"),
     "experiments with text": meta_key("experiments", {"sweeps": {"batch": [[1, "x", 2]]}}),
+    "sweep repeats NaN": meta_key("experiments", {"sweeps": {"batch": [[1, 2.0, 2.0, [float("nan")]]]}}),
+    "sweep with 40 repeats": meta_key("experiments", {"sweeps": {"batch": [[1, 2.0, 2.0, [1.0] * 40]]}}),
+    "dtype run twice": meta_key("experiments", {"dtype_comparison": {
+        "prompt_tokens": 4, "new_tokens": 4, "rounds": 1, "source_dtype": "float32", "runs": [
+            {"dtype": "float16", "itl_ms": 1, "round_ms": [1], "ratio": 1, "same_tokens": True,
+             "tokens": [1]}] * 2}}),
+    "dtype unknown": meta_key("experiments", {"dtype_comparison": {
+        "prompt_tokens": 4, "new_tokens": 4, "rounds": 1, "source_dtype": "int3", "runs": []}}),
     "unknown experiment": meta_key("experiments", {"sweeps": {"mining": []}}),
     "experiment times negative": meta_key("experiments", {"cache_on_off": [
         {"new_tokens": 4, "on_ms": [-1], "off_ms": [1], "same_tokens": True}]}),

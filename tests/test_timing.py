@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import GenerationSettings, generate_trace
-from engine import microbench
+from engine import GenerationSettings, generate_trace, microbench
 from engine.microbench import Ceilings
 from engine.roofline import Work, forward_work, step_work, utilization
 from engine.spec import ModelSpec

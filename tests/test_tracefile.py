@@ -117,18 +117,23 @@ def test_missing_file_is_a_clear_error(tmp_path):
 def _experiments():
     from engine.cachelab import OnOff, VariantRun
     from engine.compiled import DecodeComparison
+    from engine.dtype_compare import DtypeComparison, DtypeRun
     from engine.experiments import Experiments
     from engine.kvcache import CacheConfig
     from engine.roofline import Work
     from engine.sweeps import SweepPoint
 
     return Experiments(
-        sweeps={"batch": (SweepPoint(1, 20.0, 50.0), SweepPoint(8, 24.0, 333.3))},
+        sweeps={"batch": (SweepPoint(1, 20.0, 50.0, (21.0, 20.0, 19.5)),
+                          SweepPoint(8, 24.0, 333.3, (24.0, 25.0, 23.0)))},
         cache_on_off=(OnOff(16, np.array([5.0, 6.0]), np.array([9.0, 30.0]), True),),
         cache_variants=(VariantRun(CacheConfig("window", 32, 4), np.array([0.0, 0.25]),
                                    np.array([True, False]), np.array([100.0, 120.0])),),
         decode_comparison=DecodeComparison(40, 32, 3, 90.0, None, 0.0, True, (5, 6), Work(2e8, 5e8),
-                                           17.5, "", 41.0))
+                                           17.5, "", 41.0),
+        dtype_comparison=DtypeComparison(64, 16, 2, "float32", (
+            DtypeRun("float32", 80.0, (81.0, 79.0), 1.0, True, (5, 6)),
+            DtypeRun("bfloat16", 40.0, (41.0, 39.0), 0.5, False, (5, 7)))))
 
 
 def test_a_lecture_pack_carries_its_experiment_results(trace):
@@ -144,6 +149,8 @@ def test_a_lecture_pack_carries_its_experiment_results(trace):
     assert got.cache_variants[0].config.label == "window 32 + 4 sinks"
     assert got.cache_variants[0].agreement == 0.5
     assert got.decode_comparison == found.decode_comparison  # a plain dataclass: field equality
+    assert got.dtype_comparison == found.dtype_comparison
+    assert got.sweeps["batch"][0].repeats_ms == (21.0, 20.0, 19.5)
     assert read_trace_file(trace_to_bytes(trace)).experiments.empty
 
 
