@@ -113,3 +113,31 @@ def test_cli_show_reports_delayed_steps(quiet_trace, capsys):
     _print_summary(busy)
     assert "timing       This run's timing was disturbed" in capsys.readouterr().out
     assert show_json(_with(quiet_trace, 0.95, 0.9))["delayed_steps"] == []
+
+
+def test_the_live_chart_hatches_delayed_steps(quiet_trace):
+    from charts.live import DELAYED_NAME, DELAYED_PATTERN, step_chart
+
+    busy = step_chart(_with(quiet_trace, 0.2, 0.9))
+    bars = [t for t in busy.data if t.type == "bar" and t.x[0] is not None]
+    assert all(shape == DELAYED_PATTERN for bar in bars for shape in bar.marker.pattern.shape)
+    assert DELAYED_NAME in [t.name for t in busy.data]
+    assert "delayed by other work" in bars[0].customdata[0][2]
+    quiet = step_chart(_with(quiet_trace, 0.95, 0.9))
+    assert all(shape == "" for t in quiet.data if t.type == "bar" for shape in t.marker.pattern.shape)
+    assert DELAYED_NAME not in [t.name for t in quiet.data]
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("page", ["pages/generate.py", "pages/timing.py"])
+def test_generate_and_timing_pages_warn_about_a_disturbed_run(quiet_trace, page):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "app.py"), default_timeout=180).run()
+    at.session_state["trace"] = _with(quiet_trace, 0.3, 0.7)
+    at.switch_page(page).run()
+    assert not at.exception
+    assert any("timing was disturbed" in w.value for w in at.warning)
+    at.session_state["trace"] = _with(quiet_trace, 0.95, 0.7)
+    at.run()
+    assert not any("timing was disturbed" in w.value for w in at.warning)
