@@ -59,6 +59,27 @@ def step_chart(trace: Trace) -> go.Figure:
     return fig
 
 
+def empty_step_chart() -> go.Figure:
+    """The step chart's axes before any step: drawn when the page opens, so the browser has
+    loaded and laid out its charting library before the model runs — done during the first
+    decode step instead, that work competed with the model for the cores and made the step
+    look several times slower than the next ones (the first-decode-step spike)."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=[], y=[], name="prefill step", marker_color=PREFILL_COLOR))
+    fig.add_trace(go.Bar(x=[], y=[], name="decode step", marker_color=DECODE_COLOR))
+    fig.add_trace(go.Scatter(x=[], y=[], name="KV cache", line={"color": KV_COLOR}),
+                  secondary_y=True)
+    fig.add_annotation(text="each step's latency appears here while the model runs",
+                       xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                       font={"color": "#7f7f7f"})
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      legend={"orientation": "h", "y": 1.12})
+    fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)", range=[-0.5, 10.5])
+    fig.update_yaxes(title_text="step latency (ms)", secondary_y=False, range=[0, 100])
+    fig.update_yaxes(title_text="KV cache (KiB)", secondary_y=True, range=[0, 100])
+    return fig
+
+
 def topk_chart(step: Step) -> go.Figure:
     """The model's top candidates at one step, the chosen token marked."""
     labels = [f"{rank + 1}. {visible(piece_text(p))}" for rank, p in enumerate(step.top_pieces)]

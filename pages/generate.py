@@ -12,6 +12,7 @@ import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
+from charts.live import empty_step_chart
 from engine import EngineError, Run, Trace, TraceFormatError, summarize
 from engine.metrics import replay_pace
 from engine.tracecheck import check_viewable
@@ -34,7 +35,10 @@ from pages.state import (
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
 MAX_PROMPT_CHARS = 20_000  # far above any prompt the token limit lets through
-CHART_EVERY_S = 1.0  # live chart redraws at most this often: plotly redraws cost the CPU the model needs
+# The live chart redraws at most this often, the first time this long after the run starts: the
+# browser's redraw runs on the same cores as the model when both are on one machine, and the step
+# after a redraw measured several times slower than the others (the first-decode-step spike).
+CHART_EVERY_S = 1.0
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}
 REPLAY_MAX_S, REPLAY_STEP_MAX_S = 20.0, 2.0  # a replay holds a server thread this long at most
 # A run stopped before its first token has no trace to keep; the page shows it (its prompt, no
@@ -114,7 +118,7 @@ def show(trace: Trace, slots: Slots, tag: str, draw_chart: bool = True) -> None:
     show_answer(trace, slots)
     show_metrics(trace, slots)
     if not trace.steps:
-        slots.chart.empty()
+        slots.chart.plotly_chart(empty_step_chart(), width="stretch", key=f"steps-{tag}-empty")
     elif draw_chart:
         slots.chart.plotly_chart(step_chart(trace), width="stretch",
                                  key=f"steps-{tag}-{len(trace.steps)}")
@@ -129,6 +133,17 @@ def show_answer(trace: Trace, slots: Slots) -> None:
     with slots.answer.container():
         st.caption("Answer as plain text (the button at its right copies it):")
         st.code(trace.output_text, language=None, wrap_lines=True)
+
+
+def show_empty(slots: Slots) -> None:
+    """Before the first run: the live parts, empty. Drawn now, the browser has loaded their code
+    before the model runs (loaded during the first decode step, it competed with the model)."""
+    slots.chart.plotly_chart(empty_step_chart(), width="stretch", key="steps-none")
+    slots.answer.code("The answer will appear here as plain text.", language=None)
+    with slots.metrics.container():
+        for col, name in zip(st.columns(5), ("TTFT", "Last ITL", "Mean ITL", "Decode rate",
+                                             "KV cache")):
+            col.metric(name, "–")
 
 
 def show_metrics(trace: Trace, slots: Slots) -> None:
@@ -162,7 +177,7 @@ def run_generation(prompt: str, slots: Slots) -> Trace | None:
         set_pending_run(run.trace())  # until the first token: this run, no answer
         try:
             with model_turn(budget):
-                drawn = 0.0
+                drawn = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
                 for step in run:
                     trace = run.trace()
                     if step.index == 0:
@@ -283,6 +298,7 @@ if GENERATE:
 elif st.session_state.pop("replay", False) and TRACE is not None and TRACE.steps:
     replay(TRACE, SLOTS)
 if TRACE is None:
+    show_empty(SLOTS)
     st.info("Generate a trace above, or upload one below to replay it.")
 else:
     show(TRACE, SLOTS, "final")

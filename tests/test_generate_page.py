@@ -120,3 +120,13 @@ def test_a_slowed_replay_of_slow_steps_still_ends_within_its_bound(recorded, sle
 def test_no_replay_banner_after_a_live_run():
     at = generate(fresh().run(), "Say hi.", tokens=2)
     assert not [i.value for i in at.info if "Replay" in i.value]
+
+
+def test_the_live_parts_are_drawn_empty_before_the_first_run():
+    """The chart, the answer block and the metrics exist before the model runs, so the browser
+    loads their code then, not during the first decode step (the first-decode-step spike)."""
+    at = fresh().run()
+    assert not at.exception
+    assert at.get("plotly_chart"), "the step chart's empty axes"
+    assert answer_blocks(at) == ["The answer will appear here as plain text."]
+    assert [m.value for m in at.metric] == ["–"] * 5
