@@ -3,7 +3,7 @@
 FROM python:3.11-slim
 
 # gcc and libgomp: the native C decode step is compiled with -march=native, so it is built on first
-# use on the CPU that serves (a second or two, then cached), not here on the build machine's CPU.
+# use on the CPU that serves (then cached), not here on the build machine's CPU.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 \
  && rm -rf /var/lib/apt/lists/*

@@ -21,7 +21,8 @@ $(STAMP): requirements.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Convert the default GGUF once into the per-user cache (later loads take ~2 s).
+# Convert the default GGUF once into the per-user cache (later starts load the cache; README
+# gives the times measured).
 model: setup
 	PYTHON=$(BIN)/python scripts/prepare_model.sh
 

@@ -1,12 +1,11 @@
 """Clocks for timing a step honestly: wall time, this process's CPU time, and what the rest of the
 machine did meanwhile.
 
-A decode step on a CPU is a few tens of milliseconds of work. When other programs want the same
-cores, the step's wall time can grow many times over while its work stays the same, and the chart
-would teach the wrong lesson. So each step records, besides its wall time, the CPU time this
-process got and the share of the machine's CPU time that *other* processes used in the same
-interval (Linux `/proc/stat` minus `/proc/self/stat`; None elsewhere). A leaf module: no engine
-imports.
+When other programs want the same cores as a decode step, the step's wall time can grow many
+times over while its work stays the same, and the chart would teach the wrong lesson. So each step
+records, besides its wall time, the CPU time this process got and the share of the machine's CPU
+time that *other* processes used in the same interval (Linux `/proc/stat` minus
+`/proc/self/stat`; None elsewhere). A leaf module: no engine imports.
 """
 
 from __future__ import annotations

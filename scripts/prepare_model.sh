@@ -1,6 +1,6 @@
 #!/bin/sh
 # Convert the default model once into the per-user cache ($HOME/.cache/inference-explorer), as the
-# Docker image does at build time and `make model` does here; later loads take ~2 s.
+# Docker image does at build time and `make model` does here; later loads read the cache.
 set -eu
 cd "$(dirname "$0")/.."
 if [ -z "${PYTHON:-}" ]; then
