@@ -36,7 +36,7 @@ def step_chart(trace: Trace) -> go.Figure:
             x=[s.index for s in chosen], y=[s.latency_ms for s in chosen], name=f"{phase} step",
             marker={"color": color, "pattern": {
                 "shape": [DELAYED_PATTERN if s.index in delayed else "" for s in chosen],
-                "fgcolor": "white", "size": 6}},
+                "fgcolor": "white", "size": 6, "fillmode": "overlay"}},
             customdata=[[visible(piece_text(s.piece)), s.context_len,
                          _timing_note(s, s.index in delayed)] for s in chosen],
             hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
@@ -45,7 +45,8 @@ def step_chart(trace: Trace) -> go.Figure:
             secondary_y=False)
     if delayed:  # a legend entry for the hatching (no data of its own)
         fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
-            "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white"}},
+            "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white",
+                                            "fillmode": "overlay"}},
             hoverinfo="skip"), secondary_y=False)
     fig.add_trace(go.Scatter(
         x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps], name="KV cache",

@@ -121,6 +121,9 @@ def test_the_live_chart_hatches_delayed_steps(quiet_trace):
     busy = step_chart(_with(quiet_trace, 0.2, 0.9))
     bars = [t for t in busy.data if t.type == "bar" and t.x[0] is not None]
     assert all(shape == DELAYED_PATTERN for bar in bars for shape in bar.marker.pattern.shape)
+    # overlaid on the phase's colour ("replace", plotly's default, draws white on nothing)
+    assert all(t.marker.pattern.fillmode == "overlay" for t in busy.data if t.type == "bar")
+    assert [bar.marker.color for bar in bars] == ["#d62728", "#1f77b4"]
     assert DELAYED_NAME in [t.name for t in busy.data]
     assert "delayed by other work" in bars[0].customdata[0][2]
     quiet = step_chart(_with(quiet_trace, 0.95, 0.9))
