@@ -1,114 +1,155 @@
-"""Attention: every layer, every head, every decode step — the recorded weights, to the digit."""
+"""Attention: every layer, every head, every decode step — the recorded weights, to the digit.
+
+`page()` at the bottom reads like the page's table of contents: the layer and head selectors, then
+one function per tab, each taking (trace, lm, focus).
+"""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from charts.attention import (decode_row_chart, downsample, full_attention, gqa_groups, has_attention,
-                              head_roles, head_summary, head_view, heatmap, model_view,
-                              sequence_labels)
+from charts.attention import (
+    clicked_tile,
+    decode_frame_steps,
+    decode_steps_chart,
+    downsample,
+    head_view,
+    heatmap,
+    keys_per_head,
+    model_view,
+    sequence_labels,
+)
+from engine import EngineError, Trace
+from engine.attention_stats import full_attention, gqa_groups, has_attention, head_roles, head_summary
 from engine.inspect_head import HeadInputs, capture_qkv, explain_head
-from engine import EngineError
+from engine.loader import LoadedModel
 from pages.common import memo, model_turn, require_trace
 from pages.state import config, loaded_model, message
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
-TILE = 12
-PLAY_S = 30  # "Play all steps" sleeps at most this long in all
+TILE = 12  # model view: each head's prefill map as at most TILE × TILE block means
+FRAME_MS = 300  # Play: one decode step per 0.3 s (at most MAX_FRAMES of them, so ≤ 30 s)
 
-st.title("Attention")
-trace = require_trace()
-if not has_attention(trace):
-    st.info("This trace was recorded without attention. Switch on “Record attention” in the "
-            "sidebar and Generate again.")
-    st.stop()
+# session-state keys
+LAYER, HEAD = "attn_layer", "attn_head"
+MODEL_VIEW = "model_view"
 
-spec = trace.model
-labels = sequence_labels(trace)
-c1, c2 = st.columns(2)
-layer = c1.selectbox("Layer", trace.attention_layers, key="attn_layer")
-head = c2.selectbox("Head", range(spec.heads), key="attn_head")
-if len(trace.attention_layers) < spec.layers:
-    st.caption(f"Recorded layers: {', '.join(map(str, trace.attention_layers))} of {spec.layers} — "
-               f"evenly spaced, to keep a long prompt's attention within "
-               f"{trace.settings.attention_budget_mb} MB.")
-full = full_attention(trace, layer)  # (H, S, S)
-fmt = st.segmented_control("Chart download format (camera icon in each chart's toolbar)",
-                           ["png", "svg"], default="png", key="attn_format") or "png"
-export = {"toImageButtonOptions": {"format": fmt, "filename": f"attention-L{layer}-H{head}"}}
-t = len(trace.prompt_token_ids)
-tabs = st.tabs(["Heatmap", "Head view", "Model view", "Decode steps", "Grouped-query attention",
-                "One head, step by step"])
 
-with tabs[0]:
-    rows = st.radio("Rows", ["prompt (prefill)", "prompt + generated (decode rows)"],
-                    horizontal=True)
-    size = t if rows.startswith("prompt (") else full.shape[-1]
-    matrix, names, block = downsample(full[head, :size, :size], labels[:size], LIMIT)
+@dataclass(frozen=True, slots=True)
+class Focus:
+    """What the selectors above the tabs chose; every tab reads it."""
+
+    layer: int
+    head: int
+    weights: np.ndarray  # (H, S, S): this layer's prefill and decode rows (full_attention)
+    labels: list[str]  # S position labels, "i:piece"
+    export: dict[str, Any]  # plotly config: the format of the toolbar's image download
+
+
+def selectors(trace: Trace) -> Focus:
+    spec = trace.model
+    c1, c2 = st.columns(2)
+    layer = c1.selectbox("Layer", trace.attention_layers, key=LAYER)
+    head = c2.selectbox("Head", range(spec.heads), key=HEAD)
+    if len(trace.attention_layers) < spec.layers:
+        st.caption(f"Recorded layers: {', '.join(map(str, trace.attention_layers))} of {spec.layers} — "
+                   f"evenly spaced, to keep a long prompt's attention within "
+                   f"{trace.settings.attention_budget_mb} MB.")
+    fmt = st.segmented_control("Chart download format (camera icon in each chart's toolbar)",
+                               ["png", "svg"], default="png", key="attn_format") or "png"
+    return Focus(layer, head, full_attention(trace, layer), sequence_labels(trace),
+                 {"toImageButtonOptions": {"format": fmt, "filename": f"attention-L{layer}-H{head}"}})
+
+
+def heatmap_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
+    t = len(trace.prompt_token_ids)
+    rows = st.radio("Rows", ["prompt (prefill)", "prompt + generated (decode rows)"], horizontal=True)
+    size = t if rows.startswith("prompt (") else len(focus.labels)
+    matrix, names, block = downsample(focus.weights[focus.head, :size, :size], focus.labels[:size], LIMIT)
     if block > 1:
         st.caption(f"Aggregated view: {size} tokens shown as {block}×{block}-token blocks "
                    "(mean weight per block).")
-    st.plotly_chart(heatmap(matrix, names, f"layer {layer}, head {head}"), width="stretch",
-                    config=export)
+    st.plotly_chart(heatmap(matrix, names, f"layer {focus.layer}, head {focus.head}"), width="stretch",
+                    config=focus.export)
     st.caption("Each row is one query token's attention: it sums to 1 over the keys up to itself. "
                "Grey cells are future tokens, masked out by causal attention.")
 
-with tabs[1]:
-    query = st.select_slider("Query token", range(full.shape[-1]), value=full.shape[-1] - 1,
-                             format_func=lambda i: labels[i])
-    shown = st.multiselect("Heads", range(spec.heads), default=list(range(min(3, spec.heads))))
-    st.plotly_chart(head_view(trace, layer, shown, query), width="stretch", config=export)
-    st.caption("Line width and opacity follow the weight; the 24 strongest keys per head are drawn.")
+
+def head_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
+    s, heads = len(focus.labels), focus.weights.shape[0]
+    query = st.select_slider("Query token", range(s), value=s - 1, format_func=lambda i: focus.labels[i])
+    shown = st.multiselect("Heads", range(heads), default=list(range(min(3, heads))))
+    if not shown:
+        st.info("Pick at least one head.")
+        return
+    st.plotly_chart(head_view(focus.weights, focus.labels, shown, query), width="stretch",
+                    config=focus.export)
+    st.caption(f"Each head's {keys_per_head(len(shown))} strongest keys for this query, listed in "
+               "sequence order. Line width and opacity follow each weight relative to that head's "
+               "strongest key, so a diffuse head reads as well as a sharp one; hover a line for the "
+               "weight itself.")
 
 
-def open_clicked_tile() -> None:
-    points = st.session_state["model_view"].selection.points
-    if points:
-        step = min(TILE, t) + 1
-        st.session_state["attn_layer"] = trace.attention_layers[int(points[0]["x"]) // step]
-        st.session_state["attn_head"] = int(points[0]["y"]) // step
+def open_clicked_tile(trace: Trace) -> None:
+    """The model view's on_select: a click on a tile selects that layer and head above."""
+    tile = clicked_tile(st.session_state[MODEL_VIEW].selection.points)
+    if tile is None:
+        return
+    layer, head = tile
+    if layer in trace.attention_layers and 0 <= head < trace.model.heads:  # the client's word only
+        st.session_state[LAYER], st.session_state[HEAD] = layer, head
 
 
-with tabs[2]:
+def model_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
+    spec = trace.model
     # model view and head summary: ~1 s together at 450 tokens, so once per trace, not per rerun
-    fig, _ = memo("model_view_memo", (trace, TILE), lambda: model_view(trace, TILE))
+    fig = memo("model_view_memo", (trace, TILE),
+               lambda: model_view(trace.steps[0].attention, trace.attention_layers, TILE))
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "
-               f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open it.")
-    st.plotly_chart(fig, width="stretch", key="model_view", on_select=open_clicked_tile, config=export,
-                    selection_mode="points")
-    s = memo("head_summary_memo", (trace,), lambda: head_summary(trace))
-    roles = head_roles(s)
+               f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open that layer "
+               f"and head in the other tabs (now: layer {focus.layer}, head {focus.head}).")
+    st.plotly_chart(fig, width="stretch", key=MODEL_VIEW, on_select=partial(open_clicked_tile, trace),
+                    selection_mode="points", config=focus.export)
+    summary = memo("head_summary_memo", (trace,), lambda: head_summary(trace))
+    roles = head_roles(summary)
     table = pd.DataFrame([{
-        "layer": trace.attention_layers[li], "head": h, "entropy (nats)": s["entropy"][li, h],
-        "on first token": s["first"][li, h], "on previous token": s["previous"][li, h],
-        "on itself": s["self"][li, h], "looks like": roles[li, h]}
-        for li in range(len(trace.attention_layers)) for h in range(spec.heads)])
+        "layer": layer, "head": h, "entropy (nats)": summary["entropy"][li, h],
+        "on first token": summary["first"][li, h], "on previous token": summary["previous"][li, h],
+        "on itself": summary["self"][li, h], "looks like": roles[li, h]}
+        for li, layer in enumerate(trace.attention_layers) for h in range(spec.heads)])
     st.dataframe(table.round(3), hide_index=True, width="stretch", height=320)
     st.caption("Averages over the prompt's query rows. A head that puts most weight on the first "
                "token is an attention sink; on the previous token, a previous-token head.")
 
-with tabs[3]:
-    if len(trace.steps) < 2:
-        st.info("This trace has no decode steps yet: generate more than one token.")
-    else:
-        k = 1 if len(trace.steps) == 2 else st.slider("Decode step", 1, len(trace.steps) - 1,
-                                                      key="attn_step")
-        play = st.button("Play all steps", icon=":material/play_arrow:")
-        slot = st.empty()
-        steps = range(k, len(trace.steps)) if play else [k]
-        pause = min(0.3, PLAY_S / max(len(steps), 1))  # a long trace plays faster, never > PLAY_S
-        for i in steps:
-            slot.plotly_chart(decode_row_chart(trace, i, layer), width="stretch", key=f"dec-{i}",
-                              config=export)
-            if play:
-                time.sleep(pause)
-        st.caption("At each decode step the newest token's query attends over the whole KV "
-                   "cache — the prompt and every token generated before it.")
 
-with tabs[4]:
+def decode_steps_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
+    steps = len(trace.steps) - 1
+    if steps < 1:
+        st.info("This trace has no decode steps yet: generate more than one token.")
+        return
+    t = len(trace.prompt_token_ids)
+    # every step's frame is built once per trace and layer: the browser plays them, no reruns
+    fig = memo("decode_chart_memo", (trace, focus.layer), lambda: decode_steps_chart(
+        focus.weights, focus.labels, t, [s.piece for s in trace.steps[1:]], FRAME_MS))
+    st.plotly_chart(fig, width="stretch", key="attn_decode_chart", config=focus.export)
+    shown = decode_frame_steps(steps, *focus.weights.shape[:2])
+    if len(shown) < steps:
+        st.caption(f"A long trace: the animation holds {len(shown)} of its {steps} steps (one in "
+                   f"{shown[1] - shown[0]}, and the last).")
+    st.caption("▶ Play runs every decode step in your browser; the slider picks one. At each step the "
+               "newest token's query attends over the whole KV cache — the prompt and every token "
+               "generated before it. The colour scale is this layer's, the same for every step.")
+
+
+def gqa_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
+    spec = trace.model
     groups = gqa_groups(spec.heads, spec.kv_heads)
     st.table(pd.DataFrame({"KV head": range(spec.kv_heads),
                            "query heads that read it": [", ".join(map(str, g)) for g in groups]}))
@@ -120,33 +161,63 @@ with tabs[4]:
         f"with one KV head per query head (multi-head) it would be {mha:,} B — "
         f"{mha / spec.kv_bytes_per_token:.0f}× more.")
 
-with tabs[5]:
-    lm = loaded_model()
+
+def one_head_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
+    spec = trace.model
     if lm is None or lm.spec.name != spec.name or lm.spec.layers != spec.layers:
         st.info("This view reruns the model to read its q, k and v: load the model that made "
                 "this trace (see the sidebar).")
-    else:
-        ids = list(trace.prompt_token_ids) + [s.token_id for s in trace.steps[:-1]]
-        pos = st.select_slider("Token", range(len(ids)), value=len(ids) - 1,
-                               format_func=lambda i: labels[i], key="attn_pos")
-        def forward() -> HeadInputs:
-            with model_turn():
-                return capture_qkv(lm, ids, layer, config().limits.sequence_tokens)
+        return
+    layer, head, labels = focus.layer, focus.head, focus.labels
+    ids = list(trace.prompt_token_ids) + [s.token_id for s in trace.steps[:-1]]
+    pos = st.select_slider("Token", range(len(ids)), value=len(ids) - 1,
+                           format_func=lambda i: labels[i], key="attn_pos")
 
-        try:  # one forward per trace and layer
-            inputs = memo("qkv_memo", (trace, lm.model, layer), forward)
-        except EngineError as err:
-            st.error(message(err))
-            st.stop()
-        steps = explain_head(inputs, head, pos)
-        d = inputs.query.shape[-1]
-        st.markdown(f"Scale = 1/√head_dim = 1/√{d} = **{inputs.scaling:.4f}** — the per-head "
-                    f"dimension, not the hidden size ({spec.hidden_size}), a common mistake.")
-        st.caption(f"q (query head {head}, first 8 of {d} values): "
-                   + ", ".join(f"{v:.3f}" for v in inputs.query[head, pos, :8]))
-        st.dataframe(pd.DataFrame({
-            "key token": labels[: pos + 1], "q·k": steps.scores, "× scale": steps.scaled,
-            "softmax (recomputed)": steps.weights,
-            "recorded weight": full[head, pos, : pos + 1]}).round(5), width="stretch")
-        st.caption("Output = Σ weight · v (first 8 values): "
-                   + ", ".join(f"{v:.3f}" for v in steps.output[:8]))
+    def forward() -> HeadInputs:
+        with model_turn():
+            return capture_qkv(lm, ids, layer, config().limits.sequence_tokens)
+
+    try:  # one forward per trace and layer
+        inputs = memo("qkv_memo", (trace, lm.model, layer), forward)
+    except EngineError as err:
+        st.error(message(err))
+        return
+    steps = explain_head(inputs, head, pos)
+    d = inputs.query.shape[-1]
+    st.markdown(f"Scale = 1/√head_dim = 1/√{d} = **{inputs.scaling:.4f}** — the per-head "
+                f"dimension, not the hidden size ({spec.hidden_size}), a common mistake.")
+    st.caption(f"q (query head {head}, first 8 of {d} values): "
+               + ", ".join(f"{v:.3f}" for v in inputs.query[head, pos, :8]))
+    st.dataframe(pd.DataFrame({
+        "key token": labels[: pos + 1], "q·k": steps.scores, "× scale": steps.scaled,
+        "softmax (recomputed)": steps.weights,
+        "recorded weight": focus.weights[head, pos, : pos + 1]}).round(5), width="stretch")
+    st.caption("Output = Σ weight · v (first 8 values): "
+               + ", ".join(f"{v:.3f}" for v in steps.output[:8]))
+
+
+TABS: dict[str, Callable[[Trace, LoadedModel | None, Focus], None]] = {
+    "Heatmap": heatmap_tab,
+    "Head view": head_view_tab,
+    "Model view": model_view_tab,
+    "Decode steps": decode_steps_tab,
+    "Grouped-query attention": gqa_tab,
+    "One head, step by step": one_head_tab,
+}
+
+
+def page() -> None:
+    st.title("Attention")
+    trace = require_trace()
+    if not has_attention(trace):
+        st.info("This trace was recorded without attention. Switch on “Record attention” in the "
+                "sidebar and Generate again.")
+        return
+    lm = loaded_model()
+    focus = selectors(trace)
+    for tab, draw in zip(st.tabs(list(TABS)), TABS.values()):
+        with tab:
+            draw(trace, lm, focus)
+
+
+page()

@@ -107,6 +107,7 @@ def test_attention_page_with_a_trace_and_one_head_view():
 def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
     """Model view, head summary and the q/k/v forward run once per trace, not on every rerun."""
     import charts.attention
+    import engine.attention_stats
     import engine.inspect_head
 
     calls = {"summary": 0, "view": 0, "qkv": 0}
@@ -117,8 +118,8 @@ def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
             return fn(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(charts.attention, "head_summary",
-                        counting("summary", charts.attention.head_summary))
+    monkeypatch.setattr(engine.attention_stats, "head_summary",
+                        counting("summary", engine.attention_stats.head_summary))
     monkeypatch.setattr(charts.attention, "model_view", counting("view", charts.attention.model_view))
     monkeypatch.setattr(engine.inspect_head, "capture_qkv",
                         counting("qkv", engine.inspect_head.capture_qkv))
