@@ -31,18 +31,22 @@ def step_chart(trace: Trace) -> go.Figure:
     steps = trace.steps
     delayed = set(assess(trace).delayed_steps)
     for phase, color in (("prefill", PREFILL_COLOR), ("decode", DECODE_COLOR)):
-        chosen = [s for s in steps if s.phase == phase]
-        fig.add_trace(go.Bar(
-            x=[s.index for s in chosen], y=[s.latency_ms for s in chosen], name=f"{phase} step",
-            marker={"color": color, "pattern": {
-                "shape": [DELAYED_PATTERN if s.index in delayed else "" for s in chosen],
-                "fgcolor": "white", "size": 6, "fillmode": "overlay"}},
-            customdata=[[visible(piece_text(s.piece)), s.context_len,
-                         _timing_note(s, s.index in delayed)] for s in chosen],
-            hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
-                          "<br>context %{customdata[1]} tokens%{customdata[2]}<extra>" + phase
-                          + "</extra>"),
-            secondary_y=False)
+        for hatched in (False, True):  # two traces, so the legend's swatch is the plain colour
+            chosen = [s for s in steps if s.phase == phase and (s.index in delayed) == hatched]
+            if hatched and not chosen:
+                continue
+            fig.add_trace(go.Bar(
+                x=[s.index for s in chosen], y=[s.latency_ms for s in chosen],
+                name=f"{phase} step", legendgroup=phase, showlegend=not hatched,
+                marker={"color": color, "pattern": {
+                    "shape": DELAYED_PATTERN if hatched else "", "fgcolor": "white", "size": 6,
+                    "fillmode": "overlay"}},
+                customdata=[[visible(piece_text(s.piece)), s.context_len,
+                             _timing_note(s, hatched)] for s in chosen],
+                hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
+                              "<br>context %{customdata[1]} tokens%{customdata[2]}<extra>"
+                              + phase + "</extra>"),
+                secondary_y=False)
     if delayed:  # a legend entry for the hatching (no data of its own)
         fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
             "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white",
@@ -53,6 +57,7 @@ def step_chart(trace: Trace) -> go.Figure:
         mode="lines+markers", line={"color": KV_COLOR},
         hovertemplate="step %{x}<br>KV cache %{y:,.0f} KiB<extra></extra>"), secondary_y=True)
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.15,
+                      barmode="overlay",
                       legend={"orientation": "h", "y": 1.12}, hovermode="closest")
     fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)")
     fig.update_yaxes(title_text="step latency (ms)", secondary_y=False)

@@ -119,15 +119,17 @@ def test_the_live_chart_hatches_delayed_steps(quiet_trace):
     from charts.live import DELAYED_NAME, DELAYED_PATTERN, step_chart
 
     busy = step_chart(_with(quiet_trace, 0.2, 0.9))
-    bars = [t for t in busy.data if t.type == "bar" and t.x[0] is not None]
-    assert all(shape == DELAYED_PATTERN for bar in bars for shape in bar.marker.pattern.shape)
+    hatched = [t for t in busy.data if t.type == "bar" and t.marker.pattern.shape == DELAYED_PATTERN
+               and t.name != DELAYED_NAME]
+    assert sorted(x for t in hatched for x in t.x) == list(range(len(quiet_trace.steps)))
+    assert [t.marker.color for t in hatched] == ["#d62728", "#1f77b4"]  # the phase's colour,
+    assert all(not t.showlegend for t in hatched)  # the legend's swatches stay plain
     # overlaid on the phase's colour ("replace", plotly's default, draws white on nothing)
     assert all(t.marker.pattern.fillmode == "overlay" for t in busy.data if t.type == "bar")
-    assert [bar.marker.color for bar in bars] == ["#d62728", "#1f77b4"]
     assert DELAYED_NAME in [t.name for t in busy.data]
-    assert "delayed by other work" in bars[0].customdata[0][2]
+    assert "delayed by other work" in hatched[0].customdata[0][2]
     quiet = step_chart(_with(quiet_trace, 0.95, 0.9))
-    assert all(shape == "" for t in quiet.data if t.type == "bar" for shape in t.marker.pattern.shape)
+    assert all(t.marker.pattern.shape == "" for t in quiet.data if t.type == "bar")
     assert DELAYED_NAME not in [t.name for t in quiet.data]
 
 
