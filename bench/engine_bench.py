@@ -1,6 +1,6 @@
 """Engine benchmark: HF generate vs a bare KV-cache loop vs the engine with full recording, and
-the same decode step eager vs compiled (engine/compiled.py, static cache) vs hand-written C
-(engine/native.py).
+the same decode step eager vs compiled (engine/kernels/compiled.py, static cache) vs hand-written C
+(engine/kernels/native.py).
 
 All variants run side by side in one process, interleaved over several rounds, on the same prompt
 and token count; we report medians and ratios (the machine is shared and noisy, so absolute
@@ -31,12 +31,12 @@ import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from engine import GenerationSettings, Run, load_model  # noqa: E402
-from engine.compiled import CompiledDecoder  # noqa: E402
+from engine.kernels.compiled import CompiledDecoder  # noqa: E402
+from engine.kernels.microbench import bandwidth_buffer, ceilings, measure_bandwidth, read_gb_s  # noqa: E402
+from engine.kernels.native import NativeDecoder  # noqa: E402
 from engine.loader import CACHE_ENV  # noqa: E402
-from engine.microbench import bandwidth_buffer, ceilings, measure_bandwidth, read_gb_s  # noqa: E402
-from engine.native import NativeDecoder  # noqa: E402
-from engine.roofline import forward_work  # noqa: E402
 from engine.runner import prepare_prompt  # noqa: E402
+from engine.timing.roofline import forward_work  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 

@@ -1,4 +1,4 @@
-"""Attention figures: each takes arrays and labels (engine/attention_stats.py builds them from a
+"""Attention figures: each takes arrays and labels (engine/lens/attention_stats.py builds them from a
 Trace) and checks their shapes with a precise ValueError.
 
 `weights` below is one layer's (H, S, S) matrix from `full_attention`: query rows × key columns,
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from engine.trace import Trace
+from engine.records.trace import Trace
 
 from .tokens import piece_text, visible
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from engine.kvcache import CacheConfig
-from engine.paging import PagedLayout
-from engine.trace import Trace
+from engine.kv.kvcache import CacheConfig
+from engine.kv.paging import PagedLayout
+from engine.records.trace import Trace
 
 from .attention import HEAD_COLORS
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR

@@ -5,8 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.disturbance import assess
-from engine.trace import Step, Trace
+from engine.records.trace import Step, Trace
+from engine.timing.disturbance import assess
 
 from .tokens import piece_text, visible
 
@@ -26,7 +26,7 @@ def _timing_note(step: Step, delayed: bool) -> str:
 
 def step_chart(trace: Trace) -> go.Figure:
     """One bar per step (prefill distinct from decode), KV-cache bytes as a second series; steps
-    other work on the machine delayed (engine/disturbance.py) are hatched."""
+    other work on the machine delayed (engine/timing/disturbance.py) are hatched."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = trace.steps
     delayed = set(assess(trace).delayed_steps)

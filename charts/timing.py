@@ -6,8 +6,8 @@ import math
 
 import plotly.graph_objects as go
 
-from engine.microbench import Ceilings
-from engine.roofline import Work, utilization
+from engine.kernels.microbench import Ceilings
+from engine.timing.roofline import Work, utilization
 
 from .live import DECODE_COLOR, PREFILL_COLOR
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from engine.tokens import MergeStep, Token, piece_bytes, piece_label, split_characters, splits_character
-from engine.trace import Trace
+from engine.lens.tokens import MergeStep, Token, piece_bytes, piece_label, split_characters, splits_character
+from engine.records.trace import Trace
 
 
 def piece_text(piece: str) -> str:

@@ -18,10 +18,10 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "EngineError": "errors", "InputError": "errors", "ModelLoadError": "errors",
     "TraceFormatError": "errors", "LoadedModel": "loader", "load_model": "loader",
-    "LatencySummary": "metrics", "summarize": "metrics", "Run": "runner",
+    "LatencySummary": "timing.metrics", "summarize": "timing.metrics", "Run": "runner",
     "generate_trace": "runner", "GenerationSettings": "settings", "ModelSpec": "spec",
-    "Step": "trace", "Trace": "trace", "traces_equal": "trace", "load_trace": "tracefile",
-    "save_trace": "tracefile",
+    "Step": "records.trace", "Trace": "records.trace", "traces_equal": "records.trace",
+    "load_trace": "records.tracefile", "save_trace": "records.tracefile",
 }
 
 __all__ = sorted(_EXPORTS)

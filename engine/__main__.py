@@ -18,11 +18,11 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from typing import Any, NoReturn, Sequence  # noqa: E402
 
-from .disturbance import assess  # noqa: E402
 from .errors import EngineError  # noqa: E402
-from .metrics import summarize  # noqa: E402
+from .records.trace import Trace  # noqa: E402
 from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings  # noqa: E402
-from .trace import Trace  # noqa: E402
+from .timing.disturbance import assess  # noqa: E402
+from .timing.metrics import summarize  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,8 +104,8 @@ def show_json(trace: Trace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     from .loader import load_model
+    from .records.tracefile import save_trace
     from .runner import Run
-    from .tracefile import save_trace
 
     settings = GenerationSettings(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .tracefile import load_trace
+    from .records.tracefile import load_trace
 
     trace = load_trace(args.file)
     if args.json:

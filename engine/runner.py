@@ -21,15 +21,15 @@ from transformers import Cache, DynamicCache
 
 from . import __version__
 from .attention import AttentionRecorder, recording
-from .clock import MachineSample, clock_ms, load_average, others_share
 from .detok import IncrementalDetokenizer
 from .errors import InputError
-from .kvcache import cache_layer_bytes
+from .kv.kvcache import cache_layer_bytes
 from .loader import LoadedModel
+from .records.trace import MachineLoad, Step, Trace
 from .sampling import choose_token
 from .settings import GenerationSettings
 from .spec import ModelSpec
-from .trace import MachineLoad, Step, Trace
+from .timing.clock import MachineSample, clock_ms, load_average, others_share
 
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
 
@@ -240,7 +240,7 @@ class Run:
             engine_version=__version__, machine=self.machine_load())
 
     def machine_load(self) -> MachineLoad:
-        """The machine around the run so far (see engine/disturbance.py for how it is read)."""
+        """The machine around the run so far (see engine/timing/disturbance.py for how it is read)."""
         whole = None
         if self._first is not None and self._last is not None:
             whole = others_share(self._first, self._last)

@@ -27,8 +27,8 @@ from charts.attention import (
     sequence_labels,
 )
 from engine import EngineError, Trace
-from engine.attention_stats import full_attention, gqa_groups, has_attention, head_roles, head_summary
-from engine.inspect_head import HeadInputs, capture_qkv, explain_head
+from engine.lens.attention_stats import full_attention, gqa_groups, has_attention, head_roles, head_summary
+from engine.lens.inspect_head import HeadInputs, capture_qkv, explain_head
 from engine.loader import LoadedModel
 from pages.common import memo, model_turn, require_trace
 from pages.state import config, loaded_model, message

@@ -9,7 +9,7 @@ from typing import Callable, Iterator, TypeVar
 import streamlit as st
 
 from engine import Trace
-from engine.disturbance import RULE, assess
+from engine.timing.disturbance import RULE, assess
 from pages.state import LOCK, config, current_trace
 
 T = TypeVar("T")

@@ -9,9 +9,9 @@ import streamlit as st
 from charts.embeddings import embedding_map, rope_angle_chart, rope_score_chart
 from charts.tokens import piece_text, visible
 from engine import LoadedModel, Trace
-from engine.embeddings import EmbeddingIndex
-from engine.rope import angles, score_by_distance
-from engine.tokens import probe_token, prompt_word
+from engine.lens.embeddings import EmbeddingIndex
+from engine.lens.rope import angles, score_by_distance
+from engine.lens.tokens import probe_token, prompt_word
 from pages.common import memo, model_turn, no_trace_notice
 from pages.state import current_trace, loaded_model, plain, session_model
 

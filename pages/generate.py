@@ -14,9 +14,9 @@ from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from engine import EngineError, Run, Trace, TraceFormatError, summarize
-from engine.metrics import replay_pace
-from engine.tracecheck import check_viewable
-from engine.tracefile import read_trace_file, trace_to_bytes
+from engine.records.tracecheck import check_viewable
+from engine.records.tracefile import read_trace_file, trace_to_bytes
+from engine.timing.metrics import replay_pace
 from pages.common import disturbance_warning, model_turn
 from pages.state import (
     config,

@@ -9,10 +9,10 @@ import streamlit as st
 
 from charts.kvcache import blocks_chart, live_memory_chart, on_off_chart, per_token_bars, variant_chart
 from engine import EngineError, LoadedModel, Trace
-from engine.cachelab import cache_on_off, compare_caches
-from engine.kvcache import CacheConfig
-from engine.kvcalc import CACHE_DTYPES, from_spec, load_models
-from engine.paging import paged_layout
+from engine.kv.cachelab import cache_on_off, compare_caches
+from engine.kv.kvcache import CacheConfig
+from engine.kv.kvcalc import CACHE_DTYPES, from_spec, load_models
+from engine.kv.paging import paged_layout
 from pages.common import BUDGET_NOTE, model_turn, no_trace_notice
 from pages.state import config, current_experiments, current_trace, keep_experiments, loaded_model, message
 

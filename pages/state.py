@@ -16,7 +16,7 @@ from typing import Any
 import streamlit as st
 
 from engine import GenerationSettings, LoadedModel, Trace
-from engine.experiments import Experiments
+from engine.records.experiments import Experiments
 from engine.sharing import FairLock, ModelStore, SessionStore
 from engine.sharing.models import ModelEntry
 from engine.sharing.sessions import new_token
@@ -124,12 +124,12 @@ class SessionModel:
 
     def compiled_decoder(self) -> Any:
         """The model's torch.compile decoder, shared by every session that chose this model."""
-        from engine.compiled import CompiledDecoder
+        from engine.kernels.compiled import CompiledDecoder
         return MODELS.compiled((self.source, self.dtype), CompiledDecoder)
 
     def native_decoder(self) -> Any:
         """The model's native C decoder; raises EngineError saying why it cannot run."""
-        from engine.native import NativeDecoder
+        from engine.kernels.native import NativeDecoder
         return self.entry.extra("native", NativeDecoder)
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 from charts import piece_text
 from charts.formatting import duration
 from engine import Trace, summarize
-from engine.disturbance import assess, cpu_share, expected_threads
+from engine.timing.disturbance import assess, cpu_share, expected_threads
 from pages.common import disturbance_warning, require_trace
 from pages.state import plain
 

@@ -12,9 +12,9 @@ from charts.formatting import duration
 from charts.formatting import rate as per_second
 from charts.timing import roofline_chart, sweep_chart, timeline_chart
 from engine import summarize
-from engine.microbench import Ceilings, cached_ceilings, ceilings
-from engine.roofline import FORWARD_ONLY, Work, timed_by, trace_points, utilization
-from engine.sweeps import (
+from engine.kernels.microbench import Ceilings, cached_ceilings, ceilings
+from engine.timing.roofline import FORWARD_ONLY, Work, timed_by, trace_points, utilization
+from engine.timing.sweeps import (
     REPEATS,
     batch_rate,
     batch_timer,

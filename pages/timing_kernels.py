@@ -8,11 +8,11 @@ import streamlit as st
 
 from charts.timing import dtype_chart
 from engine import EngineError
-from engine.cachelab import check_sequence
-from engine.compiled import STATIC_CACHE_TOKENS, compare_decode
-from engine.dtype_compare import DTYPES, DtypeComparison, compare_dtypes
-from engine.microbench import raise_bandwidth
-from engine.roofline import utilization
+from engine.kernels.compiled import STATIC_CACHE_TOKENS, compare_decode
+from engine.kernels.microbench import raise_bandwidth
+from engine.kv.cachelab import check_sequence
+from engine.timing.dtype_compare import DTYPES, DtypeComparison, compare_dtypes
+from engine.timing.roofline import utilization
 from pages.common import BUDGET_NOTE, model_turn
 from pages.state import config, current_experiments, keep_experiments, message, plain, session_model
 
@@ -67,7 +67,7 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
                "each 1-row matrix product through a general GEMM and adds Python overhead around "
                "~2,000 small ops. **Compiled** (`torch.compile`: inductor, frozen weights, "
                "autotuned C++ kernels) fuses them. **Native C** is the whole step written out "
-               "by hand (engine/native_decode.c, llama.cpp style): weights packed in 32-row "
+               "by hand (engine/kernels/native_decode.c, llama.cpp style): weights packed in 32-row "
                "blocks in 2 MB pages, streamed once, in one parallel region. Same model, same "
                "prompt, same greedy tokens — checked on every run.")
     if (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):

@@ -12,7 +12,7 @@ import streamlit as st
 from charts.embeddings import language_bars
 from charts.tokens import chips_html, merge_table, piece_text, table_height, token_chips_html
 from engine import LoadedModel, Trace
-from engine.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
+from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
 from pages.common import no_trace_notice
 from pages.state import current_trace, loaded_model, plain
 

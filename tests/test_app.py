@@ -107,8 +107,8 @@ def test_attention_page_with_a_trace_and_one_head_view():
 def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
     """Model view, head summary and the q/k/v forward run once per trace, not on every rerun."""
     import charts.attention
-    import engine.attention_stats
-    import engine.inspect_head
+    import engine.lens.attention_stats
+    import engine.lens.inspect_head
 
     calls = {"summary": 0, "view": 0, "qkv": 0}
 
@@ -118,11 +118,11 @@ def test_attention_page_reruns_do_not_redo_per_trace_work(monkeypatch):
             return fn(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(engine.attention_stats, "head_summary",
-                        counting("summary", engine.attention_stats.head_summary))
+    monkeypatch.setattr(engine.lens.attention_stats, "head_summary",
+                        counting("summary", engine.lens.attention_stats.head_summary))
     monkeypatch.setattr(charts.attention, "model_view", counting("view", charts.attention.model_view))
-    monkeypatch.setattr(engine.inspect_head, "capture_qkv",
-                        counting("qkv", engine.inspect_head.capture_qkv))
+    monkeypatch.setattr(engine.lens.inspect_head, "capture_qkv",
+                        counting("qkv", engine.lens.inspect_head.capture_qkv))
     at = generate(fresh().run(), "Name a colour.", tokens=3)
     at.switch_page("pages/attention.py").run()
     for head in (1, 2):
@@ -155,7 +155,7 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
     measure.click().run()
     assert not at.exception
     table = at.dataframe[0].value
-    from engine.microbench import ceilings
+    from engine.kernels.microbench import ceilings
 
     ridge = ceilings("cpu").ridge  # the cached measurement the page used
     for _, row in table.iterrows():
@@ -172,7 +172,7 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
 def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
     """The kernel table: one row per contestant, MBU = bytes / ITL / measured bandwidth, and
     each contestant a point on the roofline."""
-    from engine.microbench import ceilings
+    from engine.kernels.microbench import ceilings
 
     assert not at.exception and not at.error
     result = at.session_state["experiments"].decode_comparison
@@ -209,8 +209,8 @@ def with_decoders(at: AppTest, compiled, native) -> None:
 def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
     """The real button path, with the shared decoders swapped for ones over the tiny model (a
     real torch.compile in seconds, not minutes)."""
-    from engine.compiled import CompiledDecoder
-    from engine.native import NativeDecoder
+    from engine.kernels.compiled import CompiledDecoder
+    from engine.kernels.native import NativeDecoder
 
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     at = generate(fresh().run(), "Name a colour.", tokens=4)
@@ -223,8 +223,8 @@ def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
 
 
 def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monkeypatch):
-    from engine.compiled import CompiledDecoder
-    from engine.native import NativeDecoder
+    from engine.kernels.compiled import CompiledDecoder
+    from engine.kernels.native import NativeDecoder
 
     at = generate(fresh(monkeypatch, hosted=True).run(), "Name a colour.", tokens=3)
     decoder = CompiledDecoder(tiny_lm, max_tokens=256)
@@ -239,7 +239,7 @@ def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monk
 
 
 def test_timing_page_says_why_native_cannot_run(monkeypatch):
-    monkeypatch.setattr("engine.native.shutil.which", lambda _name: None)
+    monkeypatch.setattr("engine.kernels.native.shutil.which", lambda _name: None)
     at = generate(fresh(monkeypatch).run(), "Name a colour.", tokens=3)
     at.switch_page("pages/timing.py").run()
     next(b for b in at.button if b.label == "Compare eager and native C").click().run()
@@ -300,7 +300,7 @@ def test_kv_cache_on_off_experiment():
 
 def test_every_page_with_a_replayed_trace():
     from engine import load_trace
-    from engine.tracefile import trace_to_bytes
+    from engine.records.tracefile import trace_to_bytes
 
     at = generate(fresh().run(), "The king met the queen.", tokens=3)
     at.session_state["trace"] = load_trace(trace_to_bytes(at.session_state["trace"]))

@@ -12,8 +12,8 @@ import streamlit as st
 from markdown_it import MarkdownIt
 
 from engine import GenerationSettings, Run
-from engine.experiments import Experiments
-from engine.sweeps import SweepPoint
+from engine.records.experiments import Experiments
+from engine.timing.sweeps import SweepPoint
 from pages.state import LOCK, plain
 from tests.test_app import fresh, generate
 
@@ -61,7 +61,7 @@ def test_ceilings_are_measured_inside_the_model_turn(monkeypatch):
         seen.append(LOCK.locked())
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr("engine.microbench.ceilings", fake_ceilings)
+    monkeypatch.setattr("engine.kernels.microbench.ceilings", fake_ceilings)
     at = generate(fresh().run(), "Hi.", tokens=2)
     at.switch_page("pages/timing.py").run()
     next(b for b in at.button if b.label.startswith("Measure")).click().run()
@@ -110,11 +110,11 @@ def _long_trace(lm, tokens: int):
 
 
 def test_hosted_one_head_view_refuses_a_long_uploaded_trace(lm, monkeypatch):
-    import engine.inspect_head
+    import engine.lens.inspect_head
 
     lengths = []
-    real = engine.inspect_head.capture_qkv
-    monkeypatch.setattr(engine.inspect_head, "capture_qkv",
+    real = engine.lens.inspect_head.capture_qkv
+    monkeypatch.setattr(engine.lens.inspect_head, "capture_qkv",
                         lambda lm_, ids, *a: lengths.append(len(ids)) or real(lm_, ids, *a))
     at = fresh(monkeypatch, hosted=True).run()
     at.session_state["trace"] = _long_trace(lm, 600)

@@ -131,7 +131,7 @@ def test_reruns_do_not_redo_per_trace_work(trace, monkeypatch):
     """The model view and the head summary run once per trace, the decode animation once per trace
     and layer, not on every rerun."""
     import charts.attention
-    import engine.attention_stats
+    import engine.lens.attention_stats
 
     calls = {"summary": 0, "view": 0, "decode": 0}
 
@@ -141,8 +141,8 @@ def test_reruns_do_not_redo_per_trace_work(trace, monkeypatch):
             return fn(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(engine.attention_stats, "head_summary",
-                        counting("summary", engine.attention_stats.head_summary))
+    monkeypatch.setattr(engine.lens.attention_stats, "head_summary",
+                        counting("summary", engine.lens.attention_stats.head_summary))
     monkeypatch.setattr(charts.attention, "model_view", counting("view", charts.attention.model_view))
     monkeypatch.setattr(charts.attention, "decode_steps_chart",
                         counting("decode", charts.attention.decode_steps_chart))

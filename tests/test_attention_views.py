@@ -24,8 +24,8 @@ from charts.attention import (
     sequence_labels,
 )
 from engine import GenerationSettings, generate_trace
-from engine.attention_stats import full_attention, gqa_groups, head_roles, head_summary
-from engine.inspect_head import capture_qkv, explain_head
+from engine.lens.attention_stats import full_attention, gqa_groups, head_roles, head_summary
+from engine.lens.inspect_head import capture_qkv, explain_head
 
 from .conftest import eager_attentions
 

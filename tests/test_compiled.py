@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.compiled import CompiledDecoder, DecodeComparison, compare_decode, compile_problem
 from engine.errors import EngineError, InputError
-from engine.roofline import Work, forward_work
+from engine.kernels.compiled import CompiledDecoder, DecodeComparison, compare_decode, compile_problem
+from engine.timing.roofline import Work, forward_work
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_comparison_rejects_what_does_not_fit(tiny_decoder):
 
 
 def test_missing_compiler_is_a_clear_error(tiny_lm, monkeypatch):
-    monkeypatch.setattr("engine.compiled.shutil.which", lambda _name: None)
+    monkeypatch.setattr("engine.kernels.compiled.shutil.which", lambda _name: None)
     assert "C++ compiler" in compile_problem(torch.device("cpu"))
     assert compile_problem(torch.device("cuda")) is None
     with pytest.raises(EngineError, match="C\\+\\+ compiler"):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from engine import GenerationSettings, generate_trace
-from engine.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT, RULE, assess, step_delayed
-from engine.trace import MachineLoad
+from engine.records.trace import MachineLoad
+from engine.timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT, RULE, assess, step_delayed
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.dtype_compare import DTYPES, cast_copy, compare_dtypes
 from engine.errors import InputError
+from engine.timing.dtype_compare import DTYPES, cast_copy, compare_dtypes
 
 
 def test_cast_copy_casts_without_touching_the_original(tiny_lm):

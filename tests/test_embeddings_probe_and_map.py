@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from charts.embeddings import embedding_map
-from engine.embeddings import EmbeddingIndex
-from engine.tokens import probe_token, prompt_word
+from engine.lens.embeddings import EmbeddingIndex
+from engine.lens.tokens import probe_token, prompt_word
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 # Independent of the chart's own constants: the map's plot area measured in Chromium is 896 ×

@@ -24,7 +24,7 @@ import pytest
 
 from engine import GenerationSettings, Run, TraceFormatError, load_trace
 from engine.__main__ import main
-from engine.tracefile import read_trace_file, trace_to_bytes
+from engine.records.tracefile import read_trace_file, trace_to_bytes
 
 MEMORY_BOUND = 64 << 20  # peak traced allocation while refusing any one file
 ROOT = Path(__file__).resolve().parents[1]
@@ -335,7 +335,7 @@ def test_views_refuse_traces_too_large_to_draw(base):
     model-view tiles; the app also holds files to its token limit."""
     from dataclasses import replace
 
-    from engine.tracecheck import check_viewable
+    from engine.records.tracecheck import check_viewable
 
     trace = load_trace(base)
     assert check_viewable(trace, 100) is trace

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.cachelab import cache_on_off
+from engine.kv.cachelab import cache_on_off
 from engine.sharing import FairLock, ModelStore
 from pages import state
 from tests.test_app import fresh, generate

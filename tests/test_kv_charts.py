@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from charts.kvcache import blocks_chart, per_token_bars, variant_chart
-from engine.cachelab import VariantRun
-from engine.kvcache import CacheConfig
-from engine.paging import paged_layout
+from engine.kv.cachelab import VariantRun
+from engine.kv.kvcache import CacheConfig
+from engine.kv.paging import paged_layout
 
 CONFIGS = [CacheConfig(), CacheConfig("int8"), CacheConfig("int4"),
            CacheConfig("window", 32, 4), CacheConfig("window", 32, 0)]

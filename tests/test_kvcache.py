@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from engine import GenerationSettings, generate_trace
-from engine.cachelab import cache_on_off, compare_caches
-from engine.kvcache import CacheConfig, build_cache, cache_layer_bytes, dequantize, quantize
-from engine.kvcalc import from_spec, load_models
-from engine.paging import paged_layout
+from engine.kv.cachelab import cache_on_off, compare_caches
+from engine.kv.kvcache import CacheConfig, build_cache, cache_layer_bytes, dequantize, quantize
+from engine.kv.kvcalc import from_spec, load_models
+from engine.kv.paging import paged_layout
 
 MODELS = {m.name: m for m in load_models(Path(__file__).resolve().parents[1] / "assets" /
                                          "kv_models.json")}

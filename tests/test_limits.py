@@ -9,10 +9,10 @@ import pytest
 
 from engine import GenerationSettings, InputError, Run
 from engine.__main__ import main
-from engine.cachelab import cache_on_off, compare_caches
-from engine.inspect_head import capture_qkv
-from engine.kvcache import CacheConfig
-from engine.metrics import replay_pace
+from engine.kv.cachelab import cache_on_off, compare_caches
+from engine.kv.kvcache import CacheConfig
+from engine.lens.inspect_head import capture_qkv
+from engine.timing.metrics import replay_pace
 
 
 def test_cache_on_off_refuses_long_outputs_and_prompts(tiny_lm):

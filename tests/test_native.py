@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import engine.native as native
-from engine.compiled import CompiledDecoder, compare_decode
+import engine.kernels.native as native
 from engine.errors import EngineError, InputError
-from engine.microbench import HUGE_PAGE, huge_page_buffer
-from engine.native import (
+from engine.kernels.compiled import CompiledDecoder, compare_decode
+from engine.kernels.microbench import HUGE_PAGE, huge_page_buffer
+from engine.kernels.native import (
     BLOCK,
     FINAL_PARTS,
     LAYER_PARTS,
@@ -159,7 +159,7 @@ def test_unsupported_models_get_one_line_reasons(tiny_lm, monkeypatch):
                                            num_hidden_layers=1, num_attention_heads=6,
                                            num_key_value_heads=4, head_dim=16))
     assert "whole groups" in native_problem(replace(tiny_lm, model=grouped))
-    monkeypatch.setattr("engine.native.shutil.which", lambda _name: None)
+    monkeypatch.setattr("engine.kernels.native.shutil.which", lambda _name: None)
     assert "C compiler" in native_problem(tiny_lm)
 
 

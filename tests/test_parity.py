@@ -32,8 +32,8 @@ def test_greedy_tokens_equal_generate(lm, reference_tokens, kv_cache):
 
 
 def test_native_decode_tokens_equal_generate(lm, reference_tokens):
-    """The hand-written C decode step (engine/native_decode.c) on the real model."""
-    from engine.native import NativeDecoder
+    """The hand-written C decode step (engine/kernels/native_decode.c) on the real model."""
+    from engine.kernels.native import NativeDecoder
 
     ids = prepare_prompt(lm.tokenizer, PROMPT, True)
     tokens, _ = NativeDecoder(lm).greedy(ids, len(reference_tokens))

@@ -11,8 +11,16 @@ import pytest
 
 from charts.timing import MARGIN, log_ticks, roofline_chart, tick_label
 from engine import GenerationSettings, generate_trace
-from engine.microbench import Ceilings
-from engine.roofline import FORWARD_ONLY, WHOLE_STEP, Work, step_work, timed_by, trace_points, utilization
+from engine.kernels.microbench import Ceilings
+from engine.timing.roofline import (
+    FORWARD_ONLY,
+    WHOLE_STEP,
+    Work,
+    step_work,
+    timed_by,
+    trace_points,
+    utilization,
+)
 
 CEIL = Ceilings(device="x", bandwidth_gb_s=20.0, matmul_tflop_s=0.1, dtype="float32",
                 measured_at="now")  # ridge 5 FLOP/B, peak 100 GFLOP/s

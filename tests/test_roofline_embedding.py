@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.roofline import forward_work
 from engine.spec import spec_from_model
+from engine.timing.roofline import forward_work
 
 
 def _tiny(tied: bool):

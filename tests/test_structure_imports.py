@@ -105,9 +105,9 @@ def test_recording_attention_registers_only_when_first_used():
 def test_ceilings_live_in_a_leaf_module():
     out = run_fresh("""
         import sys
-        from engine.ceilings import Ceilings
+        from engine.kernels.ceilings import Ceilings
         heavy = sorted(m for m in ("torch", "engine.loader", "engine.runner") if m in sys.modules)
-        from engine.microbench import Ceilings as again
+        from engine.kernels.microbench import Ceilings as again
         print(heavy, again is Ceilings)
     """)
     assert out.strip() == "[] True"

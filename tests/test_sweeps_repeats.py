@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from charts.timing import sweep_chart
-from engine.sweeps import SweepPoint, batch_rate, interleaved, prefill_rate, prompt_length_sweep, sweep_points
+from engine.timing.sweeps import (
+    SweepPoint,
+    batch_rate,
+    interleaved,
+    prefill_rate,
+    prompt_length_sweep,
+    sweep_points,
+)
 
 
 def scripted(times: dict[int, list[float]], calls: list[int]):

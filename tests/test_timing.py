@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import GenerationSettings, generate_trace, microbench
-from engine.microbench import Ceilings
-from engine.roofline import Work, forward_work, step_work, utilization
+from engine import GenerationSettings, generate_trace
+from engine.kernels import microbench
+from engine.kernels.microbench import Ceilings
 from engine.spec import ModelSpec
-from engine.sweeps import batch_sweep, context_sweep, prompt_length_sweep
+from engine.timing.roofline import Work, forward_work, step_work, utilization
+from engine.timing.sweeps import batch_sweep, context_sweep, prompt_length_sweep
 
 TINY = ModelSpec(name="hand", model_type="llama", layers=2, heads=4, kv_heads=2, head_dim=8,
                  hidden_size=32, intermediate_size=64, vocab_size=100, dtype="float32",

@@ -10,7 +10,7 @@ import streamlit
 from streamlit.testing.v1 import AppTest
 
 from charts.tokens import chips_html, merge_table, piece_text, table_height
-from engine.tokens import (
+from engine.lens.tokens import (
     bpe_steps,
     byte_label,
     piece_label,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine.embeddings import EmbeddingIndex
-from engine.rope import angles, rotate, score_by_distance
-from engine.tokens import bpe_steps, join_tokens, pre_tokens, text_cost, tokenize
+from engine.lens.embeddings import EmbeddingIndex
+from engine.lens.rope import angles, rotate, score_by_distance
+from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, text_cost, tokenize
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 TEXTS = [

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from engine import GenerationSettings, TraceFormatError, generate_trace, load_trace, save_trace
-from engine.trace import traces_equal
-from engine.tracefile import FORMAT_VERSION, META_KEY, trace_to_bytes
+from engine.records.trace import traces_equal
+from engine.records.tracefile import FORMAT_VERSION, META_KEY, trace_to_bytes
 
 
 @pytest.fixture(scope="module")
@@ -115,13 +115,13 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def _experiments():
-    from engine.cachelab import OnOff, VariantRun
-    from engine.compiled import DecodeComparison
-    from engine.dtype_compare import DtypeComparison, DtypeRun
-    from engine.experiments import Experiments
-    from engine.kvcache import CacheConfig
-    from engine.roofline import Work
-    from engine.sweeps import SweepPoint
+    from engine.kernels.compiled import DecodeComparison
+    from engine.kv.cachelab import OnOff, VariantRun
+    from engine.kv.kvcache import CacheConfig
+    from engine.records.experiments import Experiments
+    from engine.timing.dtype_compare import DtypeComparison, DtypeRun
+    from engine.timing.roofline import Work
+    from engine.timing.sweeps import SweepPoint
 
     return Experiments(
         sweeps={"batch": (SweepPoint(1, 20.0, 50.0, (21.0, 20.0, 19.5)),
@@ -137,7 +137,7 @@ def _experiments():
 
 
 def test_a_lecture_pack_carries_its_experiment_results(trace):
-    from engine.tracefile import read_trace_file
+    from engine.records.tracefile import read_trace_file
 
     found = _experiments()
     back = read_trace_file(trace_to_bytes(trace, found))
@@ -182,7 +182,7 @@ def _unmeasured(trace):
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_older_files_are_upgraded_with_unknown_timing(trace, version):
-    from engine.tracefile import read_trace_file
+    from engine.records.tracefile import read_trace_file
 
     back = read_trace_file(_older_file(trace, version))
     assert traces_equal(back.trace, _unmeasured(trace)) and back.experiments.empty

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import sync_playwright
 
-from engine.tracefile import read_trace_file
+from engine.records.tracefile import read_trace_file
 
 from .browser import (
     generate_and_wait,
@@ -209,7 +209,7 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
 
 def test_crafted_uploads_get_one_message(browser, url, tmp_path):
     from engine import GenerationSettings, Run, load_model
-    from engine.tracefile import trace_to_bytes
+    from engine.records.tracefile import trace_to_bytes
     from tests.test_hostile_files import CASES
 
     lm = load_model()

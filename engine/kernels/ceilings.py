@@ -1,7 +1,7 @@
 """Ceilings: the measured memory read bandwidth and matmul FLOP/s a roofline is drawn against.
 
 A leaf module (no torch, no other engine module), so the roofline, the charts and the trace file
-can name the type without importing the micro-benchmarks that measure it (engine/microbench.py).
+can name the type without importing the micro-benchmarks that measure it (engine/kernels/microbench.py).
 """
 
 from __future__ import annotations

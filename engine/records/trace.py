@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from .settings import GenerationSettings
-from .spec import ModelSpec
+from ..settings import GenerationSettings
+from ..spec import ModelSpec
 
 PHASES = ("prefill", "decode")
 STOP_REASONS = ("eos", "length", "stopped", "limit", "running")  # limit: a server's time budget
@@ -27,7 +27,7 @@ class Step:
     length after it); `position` is the produced token's position. `latency_ms` is the step's own
     wall time, sampling and recording included (CUDA: synchronized); `forward_ms` is the model
     forward within it, and `cpu_ms` / `others_share` say whether other work on the machine delayed
-    it (see engine/disturbance.py). Attention is
+    it (see engine/timing/disturbance.py). Attention is
     (L_rec, H, T_query, context_len) float16 — T_query is the prompt length for prefill, 1 for a
     decode step; `hidden` is (layers + 1, hidden_size): the embedding output, then each layer's
     output, at the last position.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trace import Trace
+from ..records.trace import Trace
 
 
 def has_attention(trace: Trace) -> bool:

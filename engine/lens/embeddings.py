@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .loader import LoadedModel
+from ..loader import LoadedModel
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -25,10 +25,10 @@ from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
+from ..settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
+from ..spec import ModelSpec
 from .experiments import Experiments, experiments_from_dict, experiments_to_dict
-from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
-from .spec import ModelSpec
 from .trace import MachineLoad, Step, Trace
 from .tracecheck import check_trace
 

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .trace import Trace
+from ..records.trace import Trace
 
 
 def percentile(values: tuple[float, ...] | list[float], q: float) -> float | None:

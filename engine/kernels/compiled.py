@@ -1,5 +1,5 @@
 """Compiled decode: the same decode step through `torch.compile`, next to the eager one (and
-the hand-written C one of engine/native.py, when `compare_decode` is given it).
+the hand-written C one of engine/kernels/native.py, when `compare_decode` is given it).
 
 Why: on a CPU a small model's eager decode step is far from the memory roof, and the reason is
 the kernels, not the bytes. PyTorch calls MKL's sgemm, tuned for many rows, with a one-row
@@ -27,12 +27,12 @@ from typing import Callable
 import torch
 from transformers import StaticCache
 
-from .errors import EngineError, InputError
-from .loader import LoadedModel
+from ..errors import EngineError, InputError
+from ..loader import LoadedModel
+from ..runner import prefill, timed_greedy
+from ..timing.roofline import Work, forward_work
 from .microbench import bandwidth_buffer, read_gb_s
 from .native import NativeDecoder
-from .roofline import Work, forward_work
-from .runner import prefill, timed_greedy
 
 # Inductor options for the CPU: freeze weights as constants (lets it pre-pack them) and autotune
 # each matmul between its C++ GEMM template and ATen (MKL). Passed through `config.patch` around
@@ -69,7 +69,7 @@ class DecodeComparison:
     same_tokens: bool  # every contestant's greedy tokens == eager's, in every round
     tokens: tuple[int, ...]
     work: Work  # roofline.forward_work at the middle decode step (FLOPs, bytes moved)
-    native_itl_ms: float | None = None  # the hand-written C step (engine/native.py); None: not run
+    native_itl_ms: float | None = None  # the hand-written C step (engine/kernels/native.py); None: not run
     native_note: str = ""  # why the native step did not run, if it did not
     bandwidth_gb_s: float | None = None  # best read bandwidth between the runs (None: not read)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .spec import ModelSpec
+from ..spec import ModelSpec
 
 
 @lru_cache(maxsize=1)

@@ -14,14 +14,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .cachelab import OnOff, VariantRun
-from .compiled import DecodeComparison
-from .dtype_compare import DtypeComparison, DtypeRun
-from .errors import TraceFormatError
-from .kvcache import CacheConfig
-from .roofline import Work
-from .settings import MAX_NEW_TOKENS_LIMIT
-from .sweeps import SweepPoint
+from ..errors import TraceFormatError
+from ..kernels.compiled import DecodeComparison
+from ..kv.cachelab import OnOff, VariantRun
+from ..kv.kvcache import CacheConfig
+from ..settings import MAX_NEW_TOKENS_LIMIT
+from ..timing.dtype_compare import DtypeComparison, DtypeRun
+from ..timing.roofline import Work
+from ..timing.sweeps import SweepPoint
 
 SWEEPS = ("prompt_length", "context", "batch")  # TTFT by prompt, ITL by context, batch throughput
 MAX_RESULTS = 32  # entries per experiment in a file: far more than the page makes

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .trace import Step, Trace
+from ..records.trace import Step, Trace
 
 OTHERS_LIMIT = 0.25  # share of all CPUs' time other processes used during the step
 CPU_SHARE_LIMIT = 0.75  # share of its threads' possible CPU time this process got

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from ..loader import cache_root, resolve_dtype
+from ..timing.clock import clock_ms
 from .ceilings import Ceilings  # the type lives in a leaf module; still importable from here
-from .clock import clock_ms
-from .loader import cache_root, resolve_dtype
 
 HUGE_PAGE = 2 * 2**20
 MADV_HUGEPAGE = 14  # Linux <sys/mman.h>

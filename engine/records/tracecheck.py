@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TraceFormatError
-from .settings import MAX_NEW_TOKENS_LIMIT
-from .spec import ModelSpec
+from ..errors import TraceFormatError
+from ..settings import MAX_NEW_TOKENS_LIMIT
+from ..spec import ModelSpec
 from .trace import Step, Trace
 
 # Bounds on a spec read from a file: well above any real model (the largest open models have

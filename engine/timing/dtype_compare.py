@@ -4,7 +4,7 @@ Why measured, not claimed: halving the bytes per weight halves what a decode ste
 whether a step gets faster depends on the CPU's kernels for the type (native fp16/bf16
 arithmetic, or a conversion back to fp32 on every load). Each round decodes the same prompt
 greedily in each dtype, one after the other (the order rotating from round to round, like the
-kernel comparison of engine/compiled.py), so a drift of the shared machine touches all alike.
+kernel comparison of engine/kernels/compiled.py), so a drift of the shared machine touches all alike.
 Each dtype runs on a copy of the loaded model's weights cast to it, made for its run and dropped
 after it: at most one extra copy is alive at a time (none for the loaded model's own dtype).
 """
@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import DynamicCache
 
-from .errors import InputError
-from .loader import LoadedModel
-from .runner import prefill, timed_greedy
+from ..errors import InputError
+from ..loader import LoadedModel
+from ..runner import prefill, timed_greedy
 
 DTYPES = ("float32", "float16", "bfloat16")
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import ModelSpec
+from ..spec import ModelSpec
 
 CACHE_DTYPES = {"fp32": 4.0, "fp16/bf16": 2.0, "int8": 1.0, "int4": 0.5}
 SCALE_BYTES = 2  # one float16 scale per cached vector when quantized

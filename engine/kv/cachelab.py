@@ -15,11 +15,11 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .errors import InputError
+from ..errors import InputError
+from ..loader import LoadedModel
+from ..runner import Run
+from ..settings import GenerationSettings
 from .kvcache import CacheConfig, build_cache, cache_layer_bytes
-from .loader import LoadedModel
-from .runner import Run
-from .settings import GenerationSettings
 
 
 @dataclass(frozen=True, slots=True, eq=False)

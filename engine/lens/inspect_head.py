@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .attention import AttentionRecorder, recording
-from .cachelab import check_sequence
-from .loader import LoadedModel
+from ..attention import AttentionRecorder, recording
+from ..kv.cachelab import check_sequence
+from ..loader import LoadedModel
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -3,7 +3,7 @@
 Why a third way to run the same step: the bytes a decode step must read are fixed (every weight
 once), so how close it gets to the memory roof (MBU) is a property of the kernels. Eager PyTorch
 calls a library sgemm tuned for many rows with one row, and torch.compile generates its own
-kernels; this file's C kernel (engine/native_decode.c) streams weights packed in 32-row blocks
+kernels; this file's C kernel (engine/kernels/native_decode.c) streams weights packed in 32-row blocks
 from huge pages inside one OpenMP region, the way llama.cpp does, and shows how much of the gap
 to the roof is software. How close each one gets is measured, not stated here: the Timing page
 and bench/engine_bench.py report it for the machine they run on.
@@ -32,10 +32,10 @@ from typing import Any, Iterator
 import torch
 from transformers import DynamicCache
 
-from .errors import EngineError, InputError
-from .loader import LoadedModel, cache_root
+from ..errors import EngineError, InputError
+from ..loader import LoadedModel, cache_root
+from ..runner import prefill, timed_greedy
 from .microbench import huge_page_buffer
-from .runner import prefill, timed_greedy
 
 SOURCE = Path(__file__).with_name("native_decode.c")
 BLOCK = 32  # rows per packed block: the fastest of 16, 32 and 64 when it was chosen

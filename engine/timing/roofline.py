@@ -18,9 +18,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .microbench import Ceilings
-from .spec import ModelSpec
-from .trace import Step, Trace
+from ..kernels.microbench import Ceilings
+from ..records.trace import Step, Trace
+from ..spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
