@@ -167,3 +167,16 @@ def test_hosted_mode_ignores_a_forged_model_choice(monkeypatch):
     assert not at.exception
     lm = at.session_state["session_model"].lm
     assert lm.source == "default" and lm.spec.dtype == "float32"
+
+
+@pytest.mark.parametrize("value, expected", [(None, 15.0), ("120", 120.0), ("0", 1.0),
+                                             ("1e9", 600.0), ("nan", 15.0), ("lots", 15.0)])
+def test_the_click_budget_can_be_set_within_bounds(monkeypatch, value, expected):
+    from pages.state import config
+
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
+    if value is None:
+        monkeypatch.delenv("INFERENCE_EXPLORER_CLICK_S", raising=False)
+    else:
+        monkeypatch.setenv("INFERENCE_EXPLORER_CLICK_S", value)
+    assert config().limits.click_s == expected
