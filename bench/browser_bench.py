@@ -62,8 +62,10 @@ def main() -> None:
             one_round(page, tmp, -1)  # warm-up run
             rounds = []
             for i in range(args.rounds):
-                page.reload()
-                wait_for_app(page)
+                # a new visitor each round: a reload would restore the last answer (its chips on
+                # screen before the new run's first token would read as that token)
+                page.close()
+                page = open_app(browser, url)
                 rounds.append(one_round(page, tmp, i))
             browser.close()
     summary = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
