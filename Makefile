@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast lint bench model browser space clean
+.PHONY: setup run test test-fast lint bench model browser space examples clean
 
 setup: $(STAMP)
 
@@ -59,6 +59,10 @@ lint: setup
 bench: model
 	$(BIN)/python -m bench.engine_bench
 	$(BIN)/python -m bench.browser_bench
+
+# Record the example traces in assets/examples/ again (after a trace-format change; tests say so).
+examples: model
+	$(BIN)/python -m engine examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out build

@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-attention", action="store_true", help="do not record attention")
     run.add_argument("--no-hidden", action="store_true", help="do not record hidden states")
     run.add_argument("--out", default=None, help="write the trace to this file")
+    examples = sub.add_parser("examples", help="record the example traces the app ships "
+                                                "(assets/examples/examples.json)")
+    examples.add_argument("--model", default=None, help="hub id or local folder (default: "
+                                                        "SmolLM2-135M, as shipped)")
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -141,12 +145,25 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _examples(args: argparse.Namespace) -> int:
+    from .loader import load_model
+    from .records.examples import EXAMPLES_DIR, record_examples
+
+    lm = load_model(args.model)
+    for example, size in record_examples(lm):
+        print(f"{example.name:14} {size / 2**20:5.2f} MB  {EXAMPLES_DIR / (example.name + '.npz')}")
+    return 0
+
+
+COMMANDS = {"run": _run, "show": _show, "examples": _examples}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if os.environ.get("INFERENCE_EXPLORER_DEBUG") == "1":
-        return _run(args) if args.command == "run" else _show(args)
+        return COMMANDS[args.command](args)
     try:
-        return _run(args) if args.command == "run" else _show(args)
+        return COMMANDS[args.command](args)
     except EngineError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -17,7 +17,8 @@ T = TypeVar("T")
 
 def no_trace_notice(then: str = "") -> None:
     """Say how to get a trace, instead of an empty screen."""
-    st.info("No trace yet. Generate one, or upload a trace file to replay, on the Generate page."
+    st.info("No trace yet. Generate one, open an example run (no model needed) or upload a trace "
+            "file, on the Generate page."
             + (f" {then}" if then else ""))
     st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
 

@@ -14,6 +14,7 @@ from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from engine import EngineError, Run, Trace, TraceFormatError, summarize
+from engine.records.examples import examples
 from engine.records.tracecheck import check_viewable
 from engine.records.tracefile import read_trace_file, trace_to_bytes
 from engine.timing.metrics import replay_pace
@@ -76,6 +77,31 @@ def load_upload() -> None:
         st.session_state.pop("upload_error", None)
     except EngineError as err:
         st.session_state["upload_error"] = f"{upload.name[:120]}: {err}"
+
+
+def open_example(name: str) -> None:
+    """Make a shipped example the session's trace (with its replay), as an upload would."""
+    example = next(e for e in examples() if e.name == name)
+    try:
+        opened = read_trace_file(example.path, max_bytes=config().limits.trace_mb << 20)
+        keep_new_trace(opened.trace, opened.experiments)
+        st.session_state["replay"] = True
+        st.session_state.pop("upload_error", None)
+    except EngineError as err:
+        st.session_state["upload_error"] = f"example {name}: {err}"
+
+
+def examples_section(first_visit: bool) -> None:
+    """Runs recorded from the default model and shipped with the app: every page works on them
+    at once, with no model loaded (a cold hosted demo, or a model that fails in class)."""
+    shipped = [e for e in examples() if e.path.is_file()]
+    if not shipped:
+        return
+    with st.expander("Open an example run — recorded from the default model, no model needed",
+                     expanded=first_visit, icon=":material/science:"):
+        for col, example in zip(st.columns(len(shipped)), shipped):
+            col.button(example.title, key=f"example_{example.name}", on_click=open_example,
+                       args=(example.name,), width="stretch", help=f"Prompt: {example.prompt}")
 
 
 def header() -> None:
@@ -299,7 +325,7 @@ elif st.session_state.pop("replay", False) and TRACE is not None and TRACE.steps
     replay(TRACE, SLOTS)
 if TRACE is None:
     show_empty(SLOTS)
-    st.info("Generate a trace above, or upload one below to replay it.")
+    st.info("Generate a trace above, open an example run or upload a trace file below.")
 else:
     show(TRACE, SLOTS, "final")
     summary(TRACE)
@@ -307,4 +333,5 @@ else:
     if TRACE.steps:
         why_this_token(TRACE)
         download(TRACE)
+examples_section(TRACE is None)
 replay_section(TRACE)
