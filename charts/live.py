@@ -35,8 +35,9 @@ def step_chart(trace: Trace) -> go.Figure:
             chosen = [s for s in steps if s.phase == phase and (s.index in delayed) == hatched]
             if hatched and not chosen:
                 continue
+            # plotly leaves an empty trace out of the legend; [None] keeps the phase's entry
             fig.add_trace(go.Bar(
-                x=[s.index for s in chosen], y=[s.latency_ms for s in chosen],
+                x=[s.index for s in chosen] or [None], y=[s.latency_ms for s in chosen] or [None],
                 name=f"{phase} step", legendgroup=phase, showlegend=not hatched,
                 marker={"color": color, "pattern": {
                     "shape": DELAYED_PATTERN if hatched else "", "fgcolor": "white", "size": 6,

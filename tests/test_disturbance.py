@@ -123,7 +123,10 @@ def test_the_live_chart_hatches_delayed_steps(quiet_trace):
                and t.name != DELAYED_NAME]
     assert sorted(x for t in hatched for x in t.x) == list(range(len(quiet_trace.steps)))
     assert [t.marker.color for t in hatched] == ["#d62728", "#1f77b4"]  # the phase's colour,
-    assert all(not t.showlegend for t in hatched)  # the legend's swatches stay plain
+    assert all(not t.showlegend for t in hatched)  # the legend's swatches stay plain,
+    legend = [t for t in busy.data if t.showlegend is not False and t.name.endswith("step")]
+    assert [t.name for t in legend] == ["prefill step", "decode step"]
+    assert all(len(t.x) >= 1 for t in legend)  # plotly drops an empty trace from the legend
     # overlaid on the phase's colour ("replace", plotly's default, draws white on nothing)
     assert all(t.marker.pattern.fillmode == "overlay" for t in busy.data if t.type == "bar")
     assert DELAYED_NAME in [t.name for t in busy.data]
