@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import streamlit as st
@@ -62,16 +63,12 @@ def use_sample() -> None:
     st.session_state["prompt"] = SAMPLES[st.session_state["sample"]]
 
 
-def load_upload() -> None:
-    upload = st.session_state.get("upload")
-    if upload is None:
-        st.session_state.pop("upload_error", None)
-        return
+def open_trace_file(read: Callable[[], bytes | Path], label: str) -> None:
+    """Make a trace file (an upload, a shipped example) the session's trace, replayed; anything
+    wrong with it is one message under the uploader."""
+    limits = config().limits
     try:
-        if upload.size > config().limits.upload_mb << 20:
-            raise TraceFormatError(f"the file is over {config().limits.upload_mb} MB")
-        limits = config().limits
-        opened = read_trace_file(upload.getvalue(), max_bytes=limits.trace_mb << 20)
+        opened = read_trace_file(read(), max_bytes=limits.trace_mb << 20)
         if not opened.trace.steps:
             raise TraceFormatError("this trace has no generated tokens to show")
         check_viewable(opened.trace, limits.trace_tokens)
@@ -79,19 +76,26 @@ def load_upload() -> None:
         st.session_state["replay"] = True
         st.session_state.pop("upload_error", None)
     except EngineError as err:
-        st.session_state["upload_error"] = f"{upload.name[:120]}: {err}"
+        st.session_state["upload_error"] = f"{label}: {err}"
+
+
+def _upload_bytes(upload) -> bytes:
+    if upload.size > config().limits.upload_mb << 20:
+        raise TraceFormatError(f"the file is over {config().limits.upload_mb} MB")
+    return upload.getvalue()
+
+
+def load_upload() -> None:
+    upload = st.session_state.get("upload")
+    if upload is None:
+        st.session_state.pop("upload_error", None)
+        return
+    open_trace_file(lambda: _upload_bytes(upload), upload.name[:120])
 
 
 def open_example(name: str) -> None:
-    """Make a shipped example the session's trace (with its replay), as an upload would."""
     example = next(e for e in examples() if e.name == name)
-    try:
-        opened = read_trace_file(example.path, max_bytes=config().limits.trace_mb << 20)
-        keep_new_trace(opened.trace, opened.experiments)
-        st.session_state["replay"] = True
-        st.session_state.pop("upload_error", None)
-    except EngineError as err:
-        st.session_state["upload_error"] = f"example {name}: {err}"
+    open_trace_file(lambda: example.path, f"example {name}")
 
 
 def examples_section(first_visit: bool) -> None:
