@@ -74,9 +74,10 @@ def use_word_initial(text: str) -> None:
     st.session_state[PROBE] = text
 
 
-def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], traced: bool) -> int:
+def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
+                   traced: bool) -> tuple[int, list[int]]:
     """The picker, the probe box, which token was probed, and its 10 nearest tokens; returns
-    the probed token id."""
+    the probed token id and its neighbours' ids (the map shows the same ones)."""
     st.subheader("Nearest tokens")
     chosen = st.selectbox("Token (from the last prompt)" if traced else "Token", ids, key=PICK,
                           format_func=lambda i: token_label(lm, i))
@@ -98,10 +99,11 @@ def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], trace
     st.dataframe(pd.DataFrame({"rank": range(1, 11), "token": [token_label(lm, i) for i in near.ids],
                                "id": near.ids, "cosine similarity": near.scores.round(4)}),
                  hide_index=True, width="stretch")
-    return int(chosen)
+    return int(chosen), [int(i) for i in near.ids]
 
 
-def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int) -> None:
+def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int,
+            neighbour_ids: list[int]) -> None:
     """The probed token, its neighbours, the prompt's tokens and a vocabulary sample on the 2
     directions of largest variance."""
     st.subheader("A 2-D map")
@@ -109,7 +111,6 @@ def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int)
             or st.session_state.get("map_on")):
         return
     st.session_state["map_on"] = True
-    neighbour_ids = [int(i) for i in index.neighbours(chosen, 10).ids]
     shown = [chosen, *neighbour_ids, *ids]
 
     def project() -> tuple:
@@ -164,8 +165,8 @@ def page() -> None:
                "close together; closeness here is cosine similarity.")
     ids, start = prompt_tokens(lm, trace)
     follow_trace(trace, ids, start)
-    chosen = nearest_tokens(lm, index, ids, trace is not None)
-    pca_map(lm, index, ids, chosen)
+    chosen, neighbour_ids = nearest_tokens(lm, index, ids, trace is not None)
+    pca_map(lm, index, ids, chosen, neighbour_ids)
     rope_section(lm)
 
 

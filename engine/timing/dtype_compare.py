@@ -22,7 +22,7 @@ from transformers import DynamicCache
 
 from ..errors import InputError
 from ..loader import LoadedModel
-from ..runner import prefill, timed_greedy
+from ..runner import decode_one_token, prefill, timed_greedy
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -74,9 +74,7 @@ def _decode(lm: LoadedModel, model: Any, prompt_ids: list[int],
         first, _ = prefill(model, torch.tensor([prompt_ids], device=device), cache)
 
         def step(token: int, _i: int) -> torch.Tensor:
-            out = model(input_ids=torch.tensor([[token]], device=device), cache=cache,
-                        use_cache=True, logits_to_keep=1)
-            return out.logits[0, -1]  # (V,)
+            return decode_one_token(model, torch.tensor([[token]], device=device), cache)[0]
         return timed_greedy(first, step, new_tokens, device)
 
 
