@@ -54,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
                                                 "(assets/examples/examples.json)")
     examples.add_argument("--model", default=None, help="hub id or local folder (default: "
                                                         "SmolLM2-135M, as shipped)")
+    lens = sub.add_parser("lens", help="the logit lens of a trace step: what each layer would "
+                                       "predict (needs the trace's model)")
+    lens.add_argument("file")
+    lens.add_argument("--step", type=int, default=0, help="step index (default 0, the prefill)")
+    lens.add_argument("--model", default=None, help="the model that made the trace (default: "
+                                                    "SmolLM2-135M)")
+    dtypes = sub.add_parser("dtypes", help="decode the same greedy tokens with float32, float16 "
+                                           "and bfloat16 weights, in paired rounds")
+    dtypes.add_argument("prompt")
+    dtypes.add_argument("--model", default=None)
+    dtypes.add_argument("--new-tokens", type=int, default=16)
+    dtypes.add_argument("--rounds", type=int, default=3)
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -155,7 +167,45 @@ def _examples(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "show": _show, "examples": _examples}
+def _lens(args: argparse.Namespace) -> int:
+    from .lens.logit_lens import logit_lens
+    from .loader import load_model
+    from .records.tracefile import load_trace
+
+    trace = load_trace(args.file)
+    if not 0 <= args.step < len(trace.steps):
+        raise EngineError(f"--step must be between 0 and {len(trace.steps) - 1}")
+    step = trace.steps[args.step]
+    if step.hidden is None:
+        raise EngineError("this trace was recorded without hidden states (--no-hidden)")
+    lm = load_model(args.model)
+    if lm.spec.name != trace.model.name:
+        raise EngineError(f"the trace was made by {trace.model.name}, not {lm.spec.name}")
+    print(f"step {step.index}: chose {step.piece!r}; layer, top-5 (probability), rank of the "
+          "chosen token")
+    for row in logit_lens(lm, step.hidden, step.token_id):
+        top = ", ".join(f"{p!r} {q:.2f}" for p, q in zip(row.top_pieces, row.top_probs))
+        print(f"{row.layer:5}  {top}  rank {row.chosen_rank + 1}")
+    return 0
+
+
+def _dtypes(args: argparse.Namespace) -> int:
+    from .loader import load_model
+    from .runner import prepare_prompt
+    from .timing.dtype_compare import compare_dtypes
+
+    if not args.prompt.strip():
+        raise EngineError("the prompt is empty")
+    lm = load_model(args.model)
+    result = compare_dtypes(lm, prepare_prompt(lm.tokenizer, args.prompt, True),
+                            args.new_tokens, args.rounds)
+    for run in result.runs:
+        print(f"{run.dtype:9} {run.itl_ms:7.1f} ms per token  {run.ratio:.2f}× float32's time  "
+              f"tokens {'= float32' if run.same_tokens else 'differ from float32'}")
+    return 0
+
+
+COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,26 @@ def test_generate_page_shows_the_lens_for_the_picked_step():
     assert len(lens) == 31 and list(lens["layer"])[0] == "embeddings"
     trace = at.session_state["trace"]
     assert lens["its rank"].iloc[-1] == trace.steps[0].chosen_rank + 1
+
+
+def test_cli_lens_prints_every_layer_and_refuses_bad_steps(lm, trace, tmp_path, capsys):
+    from engine.__main__ import main
+    from engine.records.tracefile import save_trace
+
+    path = tmp_path / "t.npz"
+    save_trace(trace, path)
+    assert main(["lens", str(path), "--step", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 + lm.spec.layers + 1 and "'ĠParis'" in out[-1] and out[-1].endswith("rank 1")
+    assert main(["lens", str(path), "--step", "9"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --step must be between 0 and 3"
+    example = Path(__file__).parents[1] / "assets" / "examples" / "qa.npz"
+    assert main(["lens", str(example)]) == 2
+    assert "without hidden states" in capsys.readouterr().err
+
+
+def test_cli_dtypes_refuses_bad_arguments_in_one_line(capsys):
+    from engine.__main__ import main
+
+    assert main(["dtypes", "  "]) == 2
+    assert capsys.readouterr().err.strip() == "error: the prompt is empty"
