@@ -327,9 +327,21 @@ def logit_lens_section(trace: Trace, step) -> None:
                    "normed), equal to the chart above.")
 
 
+def trace_file_bytes(trace: Trace) -> bytes:
+    """The trace file with this session's experiment results, serialized once per (trace,
+    results) pair. Bytes, not a deferred callable: Streamlit stores a deferred download's file
+    unreferenced, and another session's rerun can delete it before the browser fetches it (a
+    four-visitor test saw "download canceled")."""
+    found = current_experiments()
+    memo = st.session_state.get("_trace_file")
+    if memo is None or memo[0] is not trace or memo[1] is not found:
+        memo = (trace, found, trace_to_bytes(trace, found))
+        st.session_state["_trace_file"] = memo
+    return memo[2]
+
+
 def download(trace: Trace) -> None:
-    found = current_experiments()  # read now: the data function runs outside this script run
-    st.download_button("Download trace", data=lambda: trace_to_bytes(trace, found),
+    st.download_button("Download trace", data=trace_file_bytes(trace), on_click="ignore",
                        file_name="inference-explorer.trace.npz", mime="application/octet-stream",
                        help="The whole run (tokens, timings, attention, KV sizes) as one file, "
                             "with the experiment results computed on it: opened again, every "

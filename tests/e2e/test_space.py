@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -26,8 +27,8 @@ RSS_BOUND = 4 << 30
 
 
 @pytest.fixture(scope="module")
-def space(tmp_path_factory):
-    """(url, server process, monotonic time the entrypoint was started) of a hosted Space."""
+def space_env(tmp_path_factory):
+    """(environment, HOME) of a hosted Space whose model cache is prepared as the image does."""
     home = tmp_path_factory.mktemp("home")
     env = {k: v for k, v in os.environ.items()
            if k not in ("XDG_CACHE_HOME", "INFERENCE_EXPLORER_CACHE")}
@@ -39,6 +40,12 @@ def space(tmp_path_factory):
     subprocess.run([str(ROOT / "scripts" / "prepare_model.sh")], env=env, check=True,
                    capture_output=True, timeout=300)
     assert list((home / ".cache" / "inference-explorer" / "models").glob("*/complete.json"))
+    return env, home
+
+
+@contextmanager
+def space(env: dict[str, str], home: Path):
+    """(url, server process, monotonic time the entrypoint was started) of a running Space."""
     start = time.monotonic()
     with served([str(ROOT / "scripts" / "serve.sh")], f"http://127.0.0.1:{env['PORT']}",
                 home / "server.log", env, cwd=home, replace_env=True) as (url, proc):
@@ -51,11 +58,19 @@ def rss(proc: subprocess.Popen) -> int:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
 
 
-def test_a_space_serves_four_visitors_within_its_limits(space, tmp_path):
-    url, proc, start = space
+def test_a_space_serves_four_visitors_within_its_limits(space_env, tmp_path):
+    # The visitor's browser runs before the Space starts: its launch is not the Space's start-up.
     with sync_playwright() as pw:
         browser = launch_chromium(pw)
         first = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+        traces = visit(browser, first, *space_env, tmp_path)
+        browser.close()
+    check_traces(traces)
+
+
+def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> list:
+    """Four visitors on a Space started now; returns each visitor's downloaded trace."""
+    with space(env, home) as (url, proc, start):
         first.goto(url)
         first.wait_for_selector(APP_CONNECTED, timeout=60_000)
         first.get_by_role("textbox", name="Prompt", exact=True).wait_for(timeout=60_000)
@@ -99,8 +114,10 @@ def test_a_space_serves_four_visitors_within_its_limits(space, tmp_path):
         print(f"server RSS with the model, the native decoder and 4 sessions: "
               f"{memory / 2**30:.2f} GiB")
         assert memory < RSS_BOUND
-        browser.close()
+    return traces
 
+
+def check_traces(traces: list) -> None:
     lm = load_model()  # each visitor's trace equals the engine's own greedy run of their prompt
     for prompt, trace in zip(PROMPTS, traces):
         settings = GenerationSettings(max_new_tokens=48, max_prompt_tokens=256)
