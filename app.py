@@ -125,12 +125,14 @@ st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
 restore_session()
 page = st.navigation([
     st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
+    st.Page("pages/story.py", title="Step by step", icon=":material/school:"),
     st.Page("pages/tokens.py", title="Tokens", icon=":material/data_array:"),
     st.Page("pages/embeddings.py", title="Embeddings", icon=":material/scatter_plot:"),
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/timing.py", title="Prefill vs decode", icon=":material/timer:"),
     st.Page("pages/kvcache.py", title="KV cache", icon=":material/memory:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
+    st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
 ])
 sidebar_model()
 sidebar_settings()
