@@ -92,3 +92,9 @@ def disturbance_warning(trace: Trace) -> None:
     st.warning(warning, icon=":material/speed:")
     with st.expander("How a step is marked delayed"):
         st.markdown(RULE)
+
+
+def show_chart(figure, **kwargs) -> None:
+    """Every page's plotly chart goes through here (presentation theme, PNG/SVG export)."""
+    kwargs.setdefault("width", "stretch")
+    st.plotly_chart(figure, **kwargs)
