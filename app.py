@@ -15,6 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings  # noqa: E402
+from pages.links import open_link, preset_settings, share_view  # noqa: E402
+from pages.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
 from pages.state import (  # noqa: E402
     MODELS,
     SessionModel,
@@ -97,22 +99,25 @@ def sidebar_model() -> None:
 def sidebar_settings() -> None:
     side = st.sidebar
     side.header("Generation")
-    new = side.slider("Max new tokens", 1, LIMITS.new_tokens, min(48, LIMITS.new_tokens),
+    table = preset_settings()  # widget defaults, unless a share link set them (keys: pages/links.py)
+    new = side.slider("Max new tokens", **table["new_tokens"].widget(),
                       help=f"At most {LIMITS.new_tokens} here.")
-    temp = side.slider("Temperature", 0.0, 2.0, 0.0, 0.05, help="0 = greedy: always the most "
-                       "probable token. Higher values flatten the distribution before sampling.")
-    top_k = side.number_input("Top-k", 0, 1000, 0, help="Sample only among the k most probable "
-                              "tokens; 0 = off.", disabled=temp == 0)
-    top_p = side.slider("Top-p", 0.05, 1.0, 1.0, 0.05, help="Sample from the smallest set of "
+    temp = side.slider("Temperature", **table["temperature"].widget(), help="0 = greedy: always "
+                       "the most probable token. Higher values flatten the distribution before "
+                       "sampling.")
+    top_k = side.number_input("Top-k", **table["top_k"].widget(), help="Sample only among the k "
+                              "most probable tokens; 0 = off.", disabled=temp == 0)
+    top_p = side.slider("Top-p", **table["top_p"].widget(), help="Sample from the smallest set of "
                         "tokens whose probabilities add up to p; 1 = off.", disabled=temp == 0)
-    seed = side.number_input("Seed", 0, 2**31 - 1, 0, help="Same seed, same sampled tokens.",
-                             disabled=temp == 0)
-    chat = side.toggle("Chat template", True, help="Wrap the prompt as a user turn in the "
-                       "model's chat format (adds special tokens).")
-    kv = side.toggle("KV cache", True, help="Off: every step recomputes the whole sequence — "
-                     "same tokens, slower.")
-    attn = side.toggle("Record attention", True, help="Keep every layer's attention weights "
-                       "for the attention pages (costs memory on long prompts).")
+    seed = side.number_input("Seed", **table["seed"].widget(), help="Same seed, same sampled "
+                             "tokens.", disabled=temp == 0)
+    chat = side.toggle("Chat template", **table["chat"].widget(), help="Wrap the prompt as a user "
+                       "turn in the model's chat format (adds special tokens).")
+    kv = side.toggle("KV cache", **table["kv_cache"].widget(), help="Off: every step recomputes "
+                     "the whole sequence — same tokens, slower.")
+    attn = side.toggle("Record attention", **table["attention"].widget(), help="Keep every "
+                       "layer's attention weights for the attention pages (costs memory on long "
+                       "prompts).")
     set_generation_settings(GenerationSettings(
         max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k),
         top_p=float(top_p),
@@ -123,6 +128,8 @@ def sidebar_settings() -> None:
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")
 st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
 restore_session()
+open_link()  # a share link's values, on the session's first run, before any widget
+start_presentation()  # before the sidebar draws: presenting, the page opens without it
 page = st.navigation([
     st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
     st.Page("pages/story.py", title="Step by step", icon=":material/school:"),
@@ -133,7 +140,10 @@ page = st.navigation([
     st.Page("pages/kvcache.py", title="KV cache", icon=":material/memory:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
     st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
-])
+], position="top" if presenting() else "sidebar")  # presenting, the sidebar is hidden
+set_page_title(page.title)
 sidebar_model()
 sidebar_settings()
+share_view(page)
+sidebar_presentation()
 page.run()

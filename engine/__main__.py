@@ -1,4 +1,5 @@
-"""`python -m engine run|show`: generate a trace from the shell, or inspect one.
+"""`python -m engine run|show|report`: generate a trace from the shell, inspect one, or write its
+HTML report.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -69,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
+    report = sub.add_parser("report", help="write a trace file's run as one self-contained HTML "
+                                           "page (numbers, token chips, interactive charts; "
+                                           "opens offline)")
+    report.add_argument("file")
+    report.add_argument("-o", "--out", default=None,
+                        help="the HTML file to write (default: the trace's name with .html)")
     return parser
 
 
@@ -205,7 +212,27 @@ def _dtypes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes}
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from charts.report import report_html  # here: plotly is needed by this command alone
+
+    from .records.tracefile import read_trace_file
+
+    opened = read_trace_file(args.file)
+    out = Path(args.out) if args.out else Path(args.file).with_suffix(".html")
+    data = report_html(opened.trace, opened.experiments).encode("utf-8")
+    try:
+        out.write_bytes(data)
+    except OSError as err:
+        raise EngineError(f"cannot write the report to {str(out)[:200]}: "
+                          f"{err.strerror or err}") from err
+    print(f"report       {out} ({len(data):,} bytes)")
+    return 0
+
+
+COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
+            "report": _report}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

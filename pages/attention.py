@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,15 +29,16 @@ from engine import EngineError, Trace
 from engine.lens.attention_stats import full_attention, gqa_groups, has_attention, head_roles, head_summary
 from engine.lens.inspect_head import HeadInputs, capture_qkv, explain_head
 from engine.loader import LoadedModel
-from pages.common import memo, model_turn, require_trace
+from pages.common import memo, model_turn, require_trace, show_chart
+from pages.links import HEAD, LAYER
 from pages.state import config, loaded_model, message
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12  # model view: each head's prefill map as at most TILE × TILE block means
 FRAME_MS = 300  # Play: one decode step per 0.3 s (at most MAX_FRAMES of them, so ≤ 30 s)
 
-# session-state keys
-LAYER, HEAD = "attn_layer", "attn_head"
+# session-state keys (the layer and head ones, LAYER and HEAD, are pages/links.py's: a share link
+# presets them)
 MODEL_VIEW = "model_view"
 
 
@@ -50,7 +50,6 @@ class Focus:
     head: int
     weights: np.ndarray  # (H, S, S): this layer's prefill and decode rows (full_attention)
     labels: list[str]  # S position labels, "i:piece"
-    export: dict[str, Any]  # plotly config: the format of the toolbar's image download
 
 
 def selectors(trace: Trace) -> Focus:
@@ -62,10 +61,7 @@ def selectors(trace: Trace) -> Focus:
         st.caption(f"Recorded layers: {', '.join(map(str, trace.attention_layers))} of {spec.layers} — "
                    f"evenly spaced, to keep a long prompt's attention within "
                    f"{trace.settings.attention_budget_mb} MB.")
-    fmt = st.segmented_control("Chart download format (camera icon in each chart's toolbar)",
-                               ["png", "svg"], default="png", key="attn_format") or "png"
-    return Focus(layer, head, full_attention(trace, layer), sequence_labels(trace),
-                 {"toImageButtonOptions": {"format": fmt, "filename": f"attention-L{layer}-H{head}"}})
+    return Focus(layer, head, full_attention(trace, layer), sequence_labels(trace))
 
 
 def heatmap_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
@@ -76,8 +72,7 @@ def heatmap_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     if block > 1:
         st.caption(f"Aggregated view: {size} tokens shown as {block}×{block}-token blocks "
                    "(mean weight per block).")
-    st.plotly_chart(heatmap(matrix, names, f"layer {focus.layer}, head {focus.head}"), width="stretch",
-                    config=focus.export)
+    show_chart(heatmap(matrix, names, f"layer {focus.layer}, head {focus.head}"))
     st.caption("Each row is one query token's attention: it sums to 1 over the keys up to itself. "
                "Grey cells are future tokens, masked out by causal attention.")
 
@@ -89,8 +84,8 @@ def head_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     if not shown:
         st.info("Pick at least one head.")
         return
-    st.plotly_chart(head_view(focus.weights, focus.labels, shown, query), width="stretch",
-                    config=focus.export)
+    show_chart(head_view(focus.weights, focus.labels, shown, query),
+               name=f"head view layer {focus.layer} query {query}")
     st.caption(f"Each head's {keys_per_head(len(shown))} strongest keys for this query, listed in "
                "sequence order. Line width and opacity follow each weight relative to that head's "
                "strongest key, so a diffuse head reads as well as a sharp one; hover a line for the "
@@ -115,8 +110,8 @@ def model_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "
                f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open that layer "
                f"and head in the other tabs (now: layer {focus.layer}, head {focus.head}).")
-    st.plotly_chart(fig, width="stretch", key=MODEL_VIEW, on_select=partial(open_clicked_tile, trace),
-                    selection_mode="points", config=focus.export)
+    show_chart(fig, key=MODEL_VIEW, on_select=partial(open_clicked_tile, trace), selection_mode="points",
+               name="model view")
     summary = memo("head_summary_memo", (trace,), lambda: head_summary(trace))
     roles = head_roles(summary)
     table = pd.DataFrame([{
@@ -138,7 +133,7 @@ def decode_steps_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None
     # every step's frame is built once per trace and layer: the browser plays them, no reruns
     fig = memo("decode_chart_memo", (trace, focus.layer), lambda: decode_steps_chart(
         focus.weights, focus.labels, t, [s.piece for s in trace.steps[1:]], FRAME_MS))
-    st.plotly_chart(fig, width="stretch", key="attn_decode_chart", config=focus.export)
+    show_chart(fig, key="attn_decode_chart", name=f"decode steps layer {focus.layer}")
     shown = decode_frame_steps(steps, *focus.weights.shape[:2])
     if len(shown) < steps:
         st.caption(f"A long trace: the animation holds {len(shown)} of its {steps} steps (one in "
@@ -174,7 +169,7 @@ def one_head_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
                            format_func=lambda i: labels[i], key="attn_pos")
 
     def forward() -> HeadInputs:
-        with model_turn():
+        with st.spinner(f"Running the model to read layer {layer}'s q, k and v…"), model_turn():
             return capture_qkv(lm, ids, layer, config().limits.sequence_tokens)
 
     try:  # one forward per trace and layer

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
+import plotly.graph_objects as go
 import streamlit as st
 
+from charts.present import presentation
 from engine import Trace
 from engine.timing.disturbance import RULE, assess
+from pages.present import PAGE_TITLE, chart_config, chart_format, figure_title, presenting
 from pages.state import LOCK, config, current_trace
 
 T = TypeVar("T")
@@ -94,7 +97,16 @@ def disturbance_warning(trace: Trace) -> None:
         st.markdown(RULE)
 
 
-def show_chart(figure, **kwargs) -> None:
-    """Every page's plotly chart goes through here (presentation theme, PNG/SVG export)."""
+def show_chart(figure: go.Figure, *, where: Any = None, name: str = "",
+               config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Draw a plotly chart; every page's charts go through here. In presentation mode the figure
+    is drawn restyled for a projector (charts/present.py; the caller's figure is unchanged), and
+    the toolbar's camera downloads the session's chosen format (png or svg) under a file name
+    from the page and `name` (default: the chart's title, else its key). `where`: a placeholder
+    or container to draw into (default: here). Other arguments go to `st.plotly_chart`."""
     kwargs.setdefault("width", "stretch")
-    st.plotly_chart(figure, **kwargs)
+    label = name or figure_title(figure) or str(kwargs.get("key") or "")
+    shown = presentation(figure) if presenting() else figure
+    target = st if where is None else where
+    return target.plotly_chart(shown, config=chart_config(
+        chart_format(), st.session_state.get(PAGE_TITLE, ""), label, config), **kwargs)

@@ -12,7 +12,7 @@ from engine import LoadedModel, Trace
 from engine.lens.embeddings import EmbeddingIndex
 from engine.lens.rope import angles, score_by_distance
 from engine.lens.tokens import probe_token, prompt_word
-from pages.common import memo, model_turn, no_trace_notice
+from pages.common import memo, model_turn, no_trace_notice, show_chart
 from pages.state import current_trace, loaded_model, plain, session_model
 
 SAMPLE = " The king and the queen walked to Paris."
@@ -114,8 +114,8 @@ def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int,
     shown = [chosen, *neighbour_ids, *ids]
 
     def project() -> tuple:
-        with model_turn():  # an SVD on the cores: not while another visitor's run is timed
-            return index.pca_map(shown, background=1500)
+        with st.spinner("Projecting the embeddings (PCA)…"), model_turn():  # an SVD on the cores:
+            return index.pca_map(shown, background=1500)  # not while another visitor's run is timed
 
     coords, sample, background = memo(  # one SVD per model and token choice
         "pca_memo", (index, tuple(shown)), project)
@@ -127,7 +127,7 @@ def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int,
          "vocabulary sample": (background, [token_label(lm, i) for i in sample])},
         hover={"neighbour": [f"{t} (near {probed})" for t in near],
                "probed token": [f"{probed} (probed, id {chosen})"]})
-    st.plotly_chart(figure, width="stretch")
+    show_chart(figure, name="embedding map")
     labelled = sum(sum(1 for t in group.text if t) for group in figure.data if group.text)
     st.caption(f"The 2 directions of largest variance of these vectors plus 1,500 random "
                f"vocabulary tokens (grey); the star is the probed token. {labelled} of "
@@ -142,12 +142,12 @@ def rope_section(lm: LoadedModel) -> None:
     st.subheader("Position: rotary embeddings (RoPE)")
     theta = spec.rope_theta or 10_000.0
     angle_table, distances, series = rope_views(theta, spec.head_dim)
-    st.plotly_chart(rope_angle_chart(angle_table, np.arange(0, 257)), width="stretch")
+    show_chart(rope_angle_chart(angle_table, np.arange(0, 257)), name="rope angles")
     st.caption(f"Each head vector ({spec.head_dim} numbers) is split into {spec.head_dim // 2} "
                f"pairs; pair i turns by position · θ^(−2i/{spec.head_dim}) radians, θ = "
                f"{theta:,.0f}. Early pairs spin fast (fine position), late pairs slowly (coarse "
                "position).")
-    st.plotly_chart(rope_score_chart(distances, series), width="stretch")
+    show_chart(rope_score_chart(distances, series), name="rope scores")
     st.caption("The same two vectors, rotated for their positions, give a q·k score that depends "
                "only on how far apart they are — not on where they sit in the text.")
 

@@ -7,7 +7,6 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import streamlit as st
@@ -15,14 +14,14 @@ import streamlit as st
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
+from charts.report import report_html
 from charts.tokens import visible
 from engine import EngineError, Run, Trace, TraceFormatError, summarize
 from engine.lens.logit_lens import logit_lens
-from engine.records.examples import examples
-from engine.records.tracecheck import check_viewable
-from engine.records.tracefile import read_trace_file, trace_to_bytes
+from engine.records.tracefile import trace_to_bytes
 from engine.timing.metrics import replay_pace
-from pages.common import disturbance_warning, memo, model_turn
+from pages.common import disturbance_warning, memo, model_turn, show_chart
+from pages.links import STEP, open_example, open_trace_file, shipped_examples
 from pages.state import (
     config,
     current_experiments,
@@ -63,20 +62,15 @@ def use_sample() -> None:
     st.session_state["prompt"] = SAMPLES[st.session_state["sample"]]
 
 
-def open_trace_file(read: Callable[[], bytes | Path], label: str) -> None:
-    """Make a trace file (an upload, a shipped example) the session's trace, replayed; anything
-    wrong with it is one message under the uploader."""
-    limits = config().limits
-    try:
-        opened = read_trace_file(read(), max_bytes=limits.trace_mb << 20)
-        if not opened.trace.steps:
-            raise TraceFormatError("this trace has no generated tokens to show")
-        check_viewable(opened.trace, limits.trace_tokens)
-        keep_new_trace(opened.trace, opened.experiments)
+def opened(error: str | None) -> None:
+    """A trace file (an upload, a shipped example) opened: replay it, or say under the uploader
+    in one message what is wrong with it. (Opening it is pages/links.py's: a share link opens an
+    example too.)"""
+    if error is None:
         st.session_state["replay"] = True
         st.session_state.pop("upload_error", None)
-    except EngineError as err:
-        st.session_state["upload_error"] = f"{label}: {err}"
+    else:
+        st.session_state["upload_error"] = error
 
 
 def _upload_bytes(upload) -> bytes:
@@ -90,24 +84,20 @@ def load_upload() -> None:
     if upload is None:
         st.session_state.pop("upload_error", None)
         return
-    open_trace_file(lambda: _upload_bytes(upload), upload.name[:120])
-
-
-def open_example(name: str) -> None:
-    example = next(e for e in examples() if e.name == name)
-    open_trace_file(lambda: example.path, f"example {name}")
+    opened(open_trace_file(lambda: _upload_bytes(upload), upload.name[:120]))
 
 
 def examples_section(first_visit: bool) -> None:
     """Runs recorded from the default model and shipped with the app: every page works on them
     at once, with no model loaded (a cold hosted demo, or a model that fails in class)."""
-    shipped = [e for e in examples() if e.path.is_file()]
+    shipped = shipped_examples()
     if not shipped:
         return
     with st.expander("Open an example run — recorded from the default model, no model needed",
                      expanded=first_visit, icon=":material/science:"):
         for col, example in zip(st.columns(len(shipped)), shipped):
-            col.button(example.title, key=f"example_{example.name}", on_click=open_example,
+            col.button(example.title, key=f"example_{example.name}",
+                       on_click=lambda name: opened(open_example(name)),
                        args=(example.name,), width="stretch", help=f"Prompt: {example.prompt}")
 
 
@@ -151,10 +141,10 @@ def show(trace: Trace, slots: Slots, tag: str, draw_chart: bool = True) -> None:
     show_answer(trace, slots)
     show_metrics(trace, slots)
     if not trace.steps:
-        slots.chart.plotly_chart(empty_step_chart(), width="stretch", key=f"steps-{tag}-empty")
+        show_chart(empty_step_chart(), where=slots.chart, key=f"steps-{tag}-empty", name="steps")
     elif draw_chart:
-        slots.chart.plotly_chart(step_chart(trace), width="stretch",
-                                 key=f"steps-{tag}-{len(trace.steps)}")
+        show_chart(step_chart(trace), where=slots.chart, key=f"steps-{tag}-{len(trace.steps)}",
+                   name="steps")
 
 
 def show_answer(trace: Trace, slots: Slots) -> None:
@@ -171,7 +161,7 @@ def show_answer(trace: Trace, slots: Slots) -> None:
 def show_empty(slots: Slots) -> None:
     """Before the first run: the live parts, empty. Drawn now, the browser has loaded their code
     before the model runs (loaded during the first decode step, it competed with the model)."""
-    slots.chart.plotly_chart(empty_step_chart(), width="stretch", key="steps-none")
+    show_chart(empty_step_chart(), where=slots.chart, key="steps-none", name="steps")
     slots.answer.code("The answer will appear here as plain text.", language=None)
     with slots.metrics.container():
         for col, name in zip(st.columns(5), ("TTFT", "Last ITL", "Mean ITL", "Decode rate",
@@ -283,9 +273,9 @@ def why_this_token(trace: Trace) -> None:
     options = list(range(len(trace.steps)))
     pick = st.select_slider(
         "Generated token", options, value=options[-1] if len(options) == 1 else 0,
-        format_func=lambda i: f"{i}: {piece_text(trace.steps[i].piece)!r}", key="pick")
+        format_func=lambda i: f"{i}: {piece_text(trace.steps[i].piece)!r}", key=STEP)
     step = trace.steps[pick]
-    st.plotly_chart(topk_chart(step), width="stretch")
+    show_chart(topk_chart(step), name="next-token candidates")
     if step.chosen_rank > 0:
         st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
                    f"(p = {step.chosen_prob:.3f}), not the most probable token.")
@@ -293,7 +283,7 @@ def why_this_token(trace: Trace) -> None:
 
 
 def _lens_rows(trace: Trace, step_index: int) -> tuple:
-    with model_turn():
+    with st.spinner("Reading every layer's prediction (logit lens)…"), model_turn():
         return logit_lens(loaded_model(), trace.steps[step_index].hidden,
                           trace.steps[step_index].token_id)
 
@@ -340,12 +330,29 @@ def trace_file_bytes(trace: Trace) -> bytes:
     return memo[2]
 
 
+def report_file_bytes(trace: Trace) -> bytes:
+    """The run's HTML report (charts/report.py), made once per (trace, results) pair: bytes for
+    the same reason as `trace_file_bytes`."""
+    found = current_experiments()
+    memo = st.session_state.get("_report_file")
+    if memo is None or memo[0] is not trace or memo[1] is not found:
+        memo = (trace, found, report_html(trace, found).encode("utf-8"))
+        st.session_state["_report_file"] = memo
+    return memo[2]
+
+
 def download(trace: Trace) -> None:
-    st.download_button("Download trace", data=trace_file_bytes(trace), on_click="ignore",
-                       file_name="inference-explorer.trace.npz", mime="application/octet-stream",
-                       help="The whole run (tokens, timings, attention, KV sizes) as one file, "
-                            "with the experiment results computed on it: opened again, every "
-                            "page shows them without rerunning anything.")
+    row = st.container(horizontal=True)
+    row.download_button("Download trace", data=trace_file_bytes(trace), on_click="ignore",
+                        file_name="inference-explorer.trace.npz", mime="application/octet-stream",
+                        help="The whole run (tokens, timings, attention, KV sizes) as one file, "
+                             "with the experiment results computed on it: opened again, every "
+                             "page shows them without rerunning anything.")
+    row.download_button("Download report (HTML)", data=report_file_bytes(trace),
+                        on_click="ignore", file_name="inference-explorer-report.html",
+                        mime="text/html",
+                        help="One self-contained page for handouts: settings, numbers, token "
+                             "chips and interactive charts; opens offline in any browser.")
 
 
 def replay_section(trace: Trace | None) -> None:

@@ -13,7 +13,7 @@ from engine.kv.cachelab import cache_on_off, compare_caches
 from engine.kv.kvcache import CacheConfig
 from engine.kv.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.kv.paging import paged_layout
-from pages.common import BUDGET_NOTE, model_turn, no_trace_notice
+from pages.common import BUDGET_NOTE, model_turn, no_trace_notice, show_chart
 from pages.state import config, current_experiments, current_trace, keep_experiments, loaded_model, message
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
@@ -25,7 +25,7 @@ def live_memory(trace: Trace | None) -> None:
         no_trace_notice()
         return
     m = trace.model
-    st.plotly_chart(live_memory_chart(trace), width="stretch")
+    show_chart(live_memory_chart(trace), name="kv cache growth")
     last = trace.steps[-1]
     st.markdown(f"Formula: 2 · {m.layers} layers · {m.kv_heads} KV heads · {m.head_dim} "
                 f"head_dim · {m.dtype_bytes} B · {last.context_len} tokens = "
@@ -71,7 +71,7 @@ def cache_on_vs_off(lm: LoadedModel | None) -> None:
                                     "cache off (ms)": round(r.off_ms.sum()),
                                     "speedup": f"{r.speedup:.2f}×", "identical tokens": r.same_tokens}
                                    for r in found]), hide_index=True)
-        st.plotly_chart(on_off_chart(found[-1].on_ms, found[-1].off_ms), width="stretch")
+        show_chart(on_off_chart(found[-1].on_ms, found[-1].off_ms), name="cache on vs off")
         st.caption("Without the cache each step is a prefill of the whole sequence, so its "
                    "time grows with the length; with it a step processes one token. The "
                    "saving grows with the output length — measured here, not claimed.")
@@ -98,8 +98,8 @@ def calculator(lm: LoadedModel | None) -> None:
             "total (GiB)": st.column_config.NumberColumn("total (GiB)", width="small"),
             "source": st.column_config.LinkColumn("source", display_text="config ↗",
                                                   width="small")})
-    st.plotly_chart(per_token_bars([x.name for x in models], [x.attention for x in models],
-                                   [x.bytes_per_token(dtype) for x in models]), width="stretch")
+    show_chart(per_token_bars([x.name for x in models], [x.attention for x in models],
+                              [x.bytes_per_token(dtype) for x in models]), name="kv bytes per token")
     st.caption("Llama-2-13B in fp16: 2 · 40 · 40 · 128 · 2 B = 819,200 B = 0.78 MiB per token and "
                "3.125 GiB at 4,096 tokens — the “about 1 MB per token, 4 GB at 4K” of explainers, "
                "rounded up. Sliding-window layers (Mistral, Gemma's local layers) stop growing at "
@@ -139,8 +139,8 @@ def shrinking_it(trace: Trace | None, lm: LoadedModel | None) -> None:
                                     "top-1 agreement": f"{r.agreement:.1%}",
                                     "mean KL (nats)": round(float(r.kl.mean()), 4)} for r in runs]),
                      hide_index=True)
-        st.plotly_chart(variant_chart(runs[1:], "kl", "KL(full ‖ variant), nats"), width="stretch")
-        st.plotly_chart(variant_chart(runs, "kv_bytes", "KV cache (KiB)", 1024), width="stretch")
+        show_chart(variant_chart(runs[1:], "kl", "KL(full ‖ variant), nats"), name="cache variants kl")
+        show_chart(variant_chart(runs, "kv_bytes", "KV cache (KiB)", 1024), name="cache variants bytes")
         st.caption("Teacher-forced: every variant reads the same tokens as the full-cache run; "
                    "KL and agreement compare their next-token distributions at each step. "
                    "int8/int4 use per-token symmetric scales (one fp16 scale per head vector). "
@@ -167,7 +167,7 @@ def paged_blocks(trace: Trace | None) -> None:
     own = len(trace.prompt_token_ids) + len(trace.steps) if trace else 60
     layout = paged_layout([own] + extra, block)
     names = ["this trace" if trace else "example"] + [f"seq {i + 1}" for i in range(len(extra))]
-    st.plotly_chart(blocks_chart(layout, names), width="stretch")
+    show_chart(blocks_chart(layout, names), name="paged blocks")
     max_len = max(layout.lengths)
     st.markdown(f"**{layout.blocks} blocks** of {block} tokens for {sum(layout.lengths)} tokens: "
                 f"{layout.total_waste} slots wasted in last blocks, versus "

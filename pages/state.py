@@ -225,3 +225,33 @@ def plain(text: str) -> str:
     markdown: every markdown punctuation character escaped, so `~x~` is not strikethrough and
     `a.b` is not a link."""
     return _MARKDOWN.sub(r"\\\1", text)
+
+
+# Compare runs: run B (a trace of its own, and where it came from) and which run is A, kept
+# across reloads like the session's trace.
+_COMPARE_B, _COMPARE_B_LABEL = "compare_b", "compare_b_label"
+COMPARE_A = "compare_a"  # the Compare page's run-A selector (a widget key)
+KEPT = (*KEPT, _COMPARE_B, _COMPARE_B_LABEL, COMPARE_A)
+
+
+def compare_run() -> tuple[str, Trace] | None:
+    """Run B of the Compare page with its label ("example “Short Q&A”", "re-run with the KV cache
+    off"), or None."""
+    trace = st.session_state.get(_COMPARE_B)
+    return None if trace is None else (st.session_state.get(_COMPARE_B_LABEL) or "run B", trace)
+
+
+def keep_compare_run(label: str, trace: Trace) -> None:
+    keep(_COMPARE_B_LABEL, label)
+    keep(_COMPARE_B, trace)
+
+
+def keep_compare_a(choice: str) -> None:
+    """The run-A selector's choice, kept for a reload (its widget has set it in this session)."""
+    keep(COMPARE_A, choice)
+
+
+# Share links: which shipped example the session's trace is — (name, the trace's created_at), so a
+# run of its own made later is not mistaken for it — kept across reloads like the trace.
+OPENED_EXAMPLE = "opened_example"
+KEPT = (*KEPT, OPENED_EXAMPLE)

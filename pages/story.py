@@ -1,6 +1,267 @@
-"""Inference, step by step: a guided story on the session's own trace (placeholder)."""
+"""Inference, step by step: a guided story on the session's own trace.
 
+The explainer's stages in order — text → tokens → embeddings (+RoPE) → attention → FFN and
+residual → next-token distribution and sampling → prefill vs decode → the KV cache — one at a
+time: a short paragraph, one figure from this session's trace, a "what to notice" line computed
+from it (engine/lens/notice.py), and a link to the full page. ← Previous / Next → (and the
+keyboard: → / PageDown, ← / PageUp, what presentation clickers send) move through it.
+
+`page()` at the bottom reads like the page's table of contents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 import streamlit as st
 
-st.title("Inference, step by step")
-st.info("Coming in this change.")
+from charts.attention import downsample, heatmap, sequence_labels
+from charts.embeddings import rope_angle_chart
+from charts.kvcache import live_memory_chart
+from charts.live import step_chart
+from charts.story import layer_split_chart, next_token_chart, residual_norm_chart
+from charts.tokens import token_chips_html
+from engine import Trace
+from engine.lens import notice
+from engine.lens.attention_stats import full_attention
+from engine.lens.rope import angles
+from pages.common import memo, require_trace, show_chart
+from pages.state import plain
+
+STAGE = "story_stage"  # the stage picker's widget key
+AT = "story_at"  # the stage shown, kept while the visitor is on other pages
+NEXT, PREVIOUS = "story_next", "story_previous"  # button keys: the keyboard script clicks them
+LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Attention page)
+
+
+def what_to_notice(text: str) -> None:
+    st.info(f"**What to notice.** {plain(text)}", icon=":material/visibility:")
+
+
+# Each stage: a paragraph (general, with this model's numbers), its "what to notice" line
+# (engine/lens/notice.py), then its figure. The line comes before the figure so that it stays on
+# screen at 1440×900 whatever the figure's height.
+
+def tokens_intro(trace: Trace) -> str:
+    return ("A model reads numbers, not letters. The tokenizer cuts the text into pieces from its "
+            f"vocabulary of {trace.model.vocab_size:,} — byte-pair encoding (BPE): start from "
+            "single bytes and keep merging the most frequent neighbouring pairs — and each piece "
+            "becomes an integer id. Common words are one piece; rare words and scripts the "
+            "tokenizer saw little of are cut into several.")
+
+
+def tokens_figure(trace: Trace, fact: Any) -> None:
+    st.markdown(token_chips_html(trace), unsafe_allow_html=True)
+    st.caption("Your run: prompt tokens (special tokens of the chat template in purple), then "
+               "the generated ones (orange). Hover a chip for its id.")
+
+
+def embeddings_intro(trace: Trace) -> str:
+    return (f"Each id selects one row of the embedding table: a vector of "
+            f"{trace.model.hidden_size} numbers that training placed so that tokens used alike sit "
+            "close together. Attention by itself does not know which token came first, so "
+            "position is added with rotary embeddings (RoPE): every pair of dimensions of a "
+            "head's query and key is turned by an angle that grows with the token's position — "
+            "fast for the first pairs, slowly for the last.")
+
+
+def embeddings_figure(trace: Trace, fact: Any) -> None:
+    spec = trace.model
+    positions = np.arange(fact.last_position + 1)
+    show_chart(rope_angle_chart(angles(fact.theta, spec.head_dim, positions), positions),
+               name="story-rope-angles")
+    st.caption(f"The rotation angle of each of the {spec.head_dim // 2} dimension pairs at every "
+               f"position of your run (0 … {fact.last_position}), modulo one turn.")
+
+
+def attention_intro(trace: Trace) -> str:
+    spec = trace.model
+    return (f"In every layer each token makes a query q, a key k and a value v. A token's query "
+            f"is compared with the keys of itself and every earlier token (q·kᵀ), scaled by "
+            f"1/√{spec.head_dim} (√head_dim) to keep softmax stable, and softmax turns the scores "
+            f"into weights that add up to 1; the output is the weighted sum of the values. "
+            f"{spec.heads} heads per layer do this side by side, each with its own pattern.")
+
+
+def attention_figure(trace: Trace, fact: Any) -> None:
+    if not fact.recorded:
+        return  # the line above says why
+    t = len(trace.prompt_token_ids)
+    weights = full_attention(trace, fact.layer)[fact.head, :t, :t]  # (T, T) prefill rows
+    matrix, names, block = downsample(weights, sequence_labels(trace)[:t], LIMIT)
+    show_chart(heatmap(matrix, names, f"layer {fact.layer}, head {fact.head} (prefill)"),
+               name=f"story-attention-L{fact.layer}-H{fact.head}")
+    st.caption("Each row is one query token's weights over the keys; grey cells are future "
+               "tokens, masked out." + (f" {t} tokens shown as {block}×{block} blocks (mean "
+                                        "weight)." if block > 1 else ""))
+
+
+def ffn_intro(trace: Trace) -> str:
+    return ("After attention, each token's vector goes through a small two-layer feed-forward "
+            "network (FFN) on its own. Neither replaces the vector: each adds its output to it — "
+            "the residual stream — so every layer refines what the previous ones wrote. "
+            "Attention moves information between tokens; the FFN processes it.")
+
+
+def ffn_figure(trace: Trace, fact: Any) -> None:
+    spec = trace.model
+    if fact.norms is not None:
+        show_chart(residual_norm_chart(fact.norms), name="story-residual-stream")
+    else:
+        show_chart(layer_split_chart(fact.attention_params, fact.ffn_params), name="story-layer-split")
+    st.caption(f"Attention per layer = hidden · (heads + 2 · KV heads) · head_dim + heads · "
+               f"head_dim · hidden = {spec.hidden_size} · ({spec.heads} + 2 · {spec.kv_heads}) · "
+               f"{spec.head_dim} + {spec.heads} · {spec.head_dim} · {spec.hidden_size} = "
+               f"{fact.attention_params:,}; a layer = (parameters − embedding tables − final norm) "
+               f"÷ {spec.layers} layers = {fact.layer_params:,.0f}; the FFN (and norms) the rest.")
+
+
+def next_token_intro(trace: Trace) -> str:
+    return ("After the last layer, the vector at the last position is projected onto the whole "
+            f"vocabulary ({trace.model.vocab_size:,} scores, the logits) and softmax turns them "
+            "into probabilities. Greedy decoding takes the most probable token; sampling draws "
+            "one — temperature flattens or sharpens the distribution first, top-k and top-p cut "
+            "its tail.")
+
+
+def next_token_figure(trace: Trace, fact: Any) -> None:
+    step = next((s for s in trace.steps if s.index == fact.step), None)
+    if step is None:
+        return
+    show_chart(next_token_chart(step), name=f"story-next-token-step{step.index}")
+    outside = all(int(i) != step.token_id for i in step.top_ids)
+    st.caption(f"Step {step.index}: the model's top {len(step.top_ids)} candidates (probabilities "
+               "at temperature 1), the chosen token in red"
+               + (" — below them: sampling took one outside the top." if outside else "."))
+
+
+def phases_intro(trace: Trace) -> str:
+    return ("Generation is two different jobs. Prefill runs the whole prompt through the model in "
+            "one pass — many tokens per weight read, so it is limited by arithmetic; it sets the "
+            "time to first token (TTFT). Decode then produces one token per step: every step "
+            "reads all the weights (and the KV cache) to compute a single token, so it waits on "
+            "memory; its step time is the inter-token latency (ITL).")
+
+
+def phases_figure(trace: Trace, fact: Any) -> None:
+    show_chart(step_chart(trace), name="story-prefill-vs-decode")
+
+
+def kv_intro(trace: Trace) -> str:
+    return ("A token's keys and values never change once computed, so decode keeps them: the KV "
+            "cache. Each step computes q, k, v for the new token only, appends k and v to every "
+            "layer's cache and attends over all of it — no recomputation, but memory that grows "
+            "with every token.")
+
+
+def kv_figure(trace: Trace, fact: Any) -> None:
+    show_chart(live_memory_chart(trace), name="story-kv-cache")
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    title: str
+    intro: Callable[[Trace], str]
+    notice: Callable[[Trace], Any]  # a record of engine/lens/notice.py, with .text
+    figure: Callable[[Trace, Any], None]  # drawn from the trace and that record
+    page: str  # the full page, for st.page_link
+    link: str
+
+
+STAGES = (
+    Stage("Text → tokens (BPE)", tokens_intro, notice.tokens_notice, tokens_figure,
+          "pages/tokens.py", "Tokens: any text as chips, BPE merges step by step, 15 languages"),
+    Stage("Tokens → vectors: embeddings and RoPE", embeddings_intro, notice.embeddings_notice,
+          embeddings_figure, "pages/embeddings.py", "Embeddings: nearest tokens, a 2-D map, RoPE"),
+    Stage("Attention: Q·Kᵀ/√d, softmax, ·V", attention_intro, notice.attention_notice,
+          attention_figure, "pages/attention.py",
+          "Attention: every layer and head, decode steps, one head step by step"),
+    Stage("Feed-forward network and the residual stream", ffn_intro, notice.ffn_notice,
+          ffn_figure, "pages/generate.py",
+          "Generate: the logit lens — what each layer's residual stream would predict"),
+    Stage("The next token: a distribution, then a choice", next_token_intro,
+          notice.sampling_notice, next_token_figure, "pages/generate.py",
+          "Generate: any step's top-10 candidates"),
+    Stage("Prefill vs decode", phases_intro, notice.phase_notice, phases_figure, "pages/timing.py",
+          "Prefill vs decode: TTFT, ITL, FLOPs, bytes and the roofline"),
+    Stage("The KV cache", kv_intro, notice.kv_notice, kv_figure, "pages/kvcache.py",
+          "KV cache: live memory, cache on vs off, calculator, shrinking it"),
+)
+
+
+def go(delta: int) -> None:
+    st.session_state[AT] = min(max(st.session_state.get(AT, 0) + delta, 0), len(STAGES) - 1)
+
+
+def jumped() -> None:
+    st.session_state[AT] = st.session_state[STAGE]
+
+
+def navigation() -> int:
+    """← Previous, the progress, Next →, and a picker to jump to any stage; the stage shown."""
+    at = min(max(int(st.session_state.get(AT, 0)), 0), len(STAGES) - 1)
+    st.session_state[STAGE] = at  # the picker follows the buttons and the keys
+    back, progress, jump, forward = st.columns([1.2, 2.6, 3.2, 1.2], vertical_alignment="bottom")
+    back.button("← Previous", key=PREVIOUS, on_click=go, args=(-1,), disabled=at == 0,
+                width="stretch", help="Or ← / PageUp")
+    forward.button("Next →", key=NEXT, on_click=go, args=(1,), disabled=at == len(STAGES) - 1,
+                   width="stretch", type="primary", help="Or → / PageDown")
+    progress.progress((at + 1) / len(STAGES), text=f"Stage {at + 1} of {len(STAGES)}")
+    jump.selectbox("Jump to a stage", range(len(STAGES)), key=STAGE, on_change=jumped,
+                   format_func=lambda i: f"{i + 1}. {STAGES[i].title}", label_visibility="collapsed")
+    return at
+
+
+# One keydown listener on the app's document, added once per browser tab whatever the number of
+# reruns (st.html runs the script in the page itself, not in an iframe); it acts only while this
+# page's buttons exist, and never while the visitor types in a field or moves a slider.
+KEYS = """
+<script>
+if (!window.__storyKeys) {
+  window.__storyKeys = true;
+  document.addEventListener("keydown", (event) => {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    const keys = {ArrowRight: "NEXT", PageDown: "NEXT", ArrowLeft: "PREVIOUS", PageUp: "PREVIOUS"};
+    const which = keys[event.key];
+    if (!which) return;
+    const target = event.target;
+    if (target && (target.isContentEditable ||
+        ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName) ||
+        (target.closest && target.closest('[role="slider"], [role="listbox"]')))) return;
+    const button = document.querySelector(".st-key-" + which + " button");
+    if (!button) return;
+    event.preventDefault();
+    if (!button.disabled) button.click();
+  });
+}
+</script>
+""".replace("NEXT", NEXT).replace("PREVIOUS", PREVIOUS)
+
+
+def keyboard() -> None:
+    st.html(KEYS, unsafe_allow_javascript=True)
+
+
+def page() -> None:
+    st.title("Inference, step by step")
+    trace = require_trace()
+    prompt = " ".join(trace.prompt.split())
+    shown = notice.isolated(plain(prompt[:80]) + ("…" if len(prompt) > 80 else ""))
+    st.caption(f"Your run: “{shown}” — "
+               f"{len(trace.prompt_token_ids)} prompt tokens, {len(trace.steps)} generated. "
+               "Every figure and number below comes from it.")
+    at = navigation()
+    stage = STAGES[at]
+    st.header(stage.title)
+    st.markdown(stage.intro(trace))
+    fact = memo("story_notice", (trace, at), lambda: stage.notice(trace))  # once per trace and stage
+    what_to_notice(fact.text)
+    stage.figure(trace, fact)
+    st.page_link(stage.page, label=stage.link, icon=":material/open_in_new:")
+    keyboard()
+
+
+page()

@@ -25,7 +25,7 @@ from engine.timing.sweeps import (
     prefill_timer,
     sweep_points,
 )
-from pages.common import BUDGET_NOTE, disturbance_warning, model_turn, require_trace
+from pages.common import BUDGET_NOTE, disturbance_warning, model_turn, require_trace, show_chart
 from pages.state import config, current_experiments, keep_experiments, loaded_model
 from pages.timing_kernels import dtype_section, kernels_section
 
@@ -53,7 +53,7 @@ def summary_section(trace) -> None:
             "- **TPOT** — (end-to-end − TTFT) / (output tokens − 1).\n"
             "- **Decode rate** — decode steps ÷ their total time; **prefill rate** — prompt "
             "tokens ÷ prefill time.")
-    st.plotly_chart(timeline_chart(trace), width="stretch")
+    show_chart(timeline_chart(trace), name="timeline")
     st.caption("TTFT comes from prefill: the whole prompt goes through the model in one pass. "
                "After it, every token costs one decode step, and ITL is that step's time.")
 
@@ -131,7 +131,7 @@ def roofline_section(trace, lm, comparison) -> Ceilings | None:
         st.info("Press the button to measure this machine's memory bandwidth and matmul FLOP/s "
                 "and place both phases on its roofline.")
         return None
-    st.plotly_chart(roofline_chart(ceil, points, by), width="stretch")
+    show_chart(roofline_chart(ceil, points, by), name="roofline")
     st.caption(f"Ceilings measured on {ceil.device}: {ceil.bandwidth_gb_s:.1f} GB/s read "
                "bandwidth (the best read this machine has shown: 8 reads of 1 GB in 2 MB pages "
                "over 1.5 s per measurement, and the reads between kernel-comparison runs), "
@@ -192,7 +192,7 @@ def sweeps_section(lm) -> None:
                 run_sweep(key, timer, rate, sizes, x_title)
             found = current_experiments().sweeps.get(key)
             if found:
-                st.plotly_chart(sweep_chart(found, x_title, y_title, as_rate), width="stretch")
+                show_chart(sweep_chart(found, x_title, y_title, as_rate), name=f"sweep {x_title}")
                 st.dataframe(pd.DataFrame([{
                     "size": p.size, "median ms": round(p.ms, 2),
                     "min ms": round(p.ms_min, 2), "max ms": round(p.ms_max, 2),

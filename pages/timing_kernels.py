@@ -13,7 +13,7 @@ from engine.kernels.microbench import raise_bandwidth
 from engine.kv.cachelab import check_sequence
 from engine.timing.dtype_compare import DTYPES, DtypeComparison, compare_dtypes
 from engine.timing.roofline import utilization
-from pages.common import BUDGET_NOTE, model_turn
+from pages.common import BUDGET_NOTE, model_turn, show_chart
 from pages.state import config, current_experiments, keep_experiments, message, plain, session_model
 
 NEW_TOKENS = 32
@@ -148,7 +148,7 @@ def _dtype_result(result: DtypeComparison) -> None:
         **{name: number(format="%.1f") for name in ("ms per token (median)", "min ms", "max ms",
                                                     "tokens/s")},
         "time ÷ float32's": number(format="%.2f×")})
-    st.plotly_chart(dtype_chart(result), width="stretch")
+    show_chart(dtype_chart(result), name="weight dtypes")
     fastest = min(result.runs, key=lambda r: r.itl_ms)
     differ = [r.dtype for r in result.runs if not r.same_tokens]
     st.markdown(

@@ -13,7 +13,7 @@ from charts.embeddings import language_bars
 from charts.tokens import chips_html, merge_table, piece_text, table_height, token_chips_html
 from engine import LoadedModel, Trace
 from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
-from pages.common import no_trace_notice
+from pages.common import no_trace_notice, show_chart
 from pages.state import current_trace, loaded_model, plain
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
@@ -87,8 +87,8 @@ def same_sentence_many_languages(lm: LoadedModel) -> None:
                       "× English": round(n / english, 2), "KV cache (bytes)": cost.kv_bytes,
                       "prefill GFLOPs": round(cost.prefill_flops / 1e9, 1), "sentence": sentence})
     frame = pd.DataFrame(table)
-    st.plotly_chart(language_bars(list(frame.language), list(frame.tokens),
-                                  list(frame["× English"])), width="stretch")
+    show_chart(language_bars(list(frame.language), list(frame.tokens), list(frame["× English"])),
+               name="tokens per language")
     st.dataframe(frame, hide_index=True, width="stretch")
     st.caption(f"Cost on {plain(spec.name)}: KV cache = 2 · {spec.layers} layers · {spec.kv_heads} "
                f"KV heads · {spec.head_dim} head_dim · {spec.dtype_bytes} bytes · tokens = "

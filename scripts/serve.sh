@@ -12,5 +12,5 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python; fi
 fi
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
-exec "$PYTHON" -m streamlit run app.py \
+exec "$PYTHON" scripts/streamlit_app.py \
   --server.port "${PORT:-8501}" --server.address "${ADDRESS:-0.0.0.0}" --server.headless true

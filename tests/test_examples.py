@@ -17,7 +17,8 @@ from engine.records.tracefile import FORMAT_VERSION, META_KEY, read_trace_file
 
 APP = str(Path(__file__).parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
-         "pages/timing.py", "pages/kvcache.py", "pages/steps.py"]
+         "pages/timing.py", "pages/kvcache.py", "pages/steps.py", "pages/story.py",
+         "pages/compare.py"]
 EXAMPLES = examples()
 
 

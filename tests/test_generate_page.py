@@ -18,7 +18,7 @@ from .test_app import fresh, generate
 
 
 def answer_blocks(at) -> list[str]:
-    return [c.value for c in at.code]
+    return [c.value for c in at.main.code]
 
 
 def chips(at) -> str:

@@ -34,9 +34,10 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def streamlit_server(log_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Start `streamlit run app.py` on a free loopback port; yield its URL; always stop it."""
+    """Start `streamlit run app.py` (through scripts/streamlit_app.py, as scripts/serve.sh does)
+    on a free loopback port; yield its URL; always stop it."""
     port = free_port()
-    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+    command = [sys.executable, str(ROOT / "scripts" / "streamlit_app.py"), "--server.port", str(port),
                "--server.address", "127.0.0.1", "--server.headless", "true"]
     with served(command, f"http://127.0.0.1:{port}", log_path, env) as (url, _proc):
         yield url

@@ -1,0 +1,362 @@
+"""A run as one self-contained HTML file, for handouts: the model, the prompt and settings, the
+answer, the numbers the app shows (with their definitions), the token chips, and the main figures
+as interactive plotly — readable from file:// with no network (plotly.js inlined once, no web
+fonts, no external URL).
+
+Pure: a Trace (and the experiment results saved with it) in, an HTML string out; no Streamlit.
+Every number comes from the engine's own functions (`summarize`, `assess`, `ModelSpec.kv_bytes`)
+and is written as the app writes it (charts/formatting.py); every figure is the app's own chart
+function. Every user string (prompt, token pieces, model name) is HTML-escaped here, and plotly
+writes `<` as `\\u003c` in the figures' JSON, so a prompt holding `</script>` stays text.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs as _read_plotlyjs
+
+from engine import __version__ as ENGINE_VERSION
+from engine.lens.attention_stats import full_attention, has_attention, head_summary
+from engine.records.experiments import Experiments
+from engine.records.trace import Trace
+from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
+from engine.timing.disturbance import RULE, assess
+from engine.timing.metrics import summarize
+
+from .attention import downsample, heatmap, sequence_labels
+from .formatting import count, duration, rate, size
+from .kvcache import live_memory_chart, on_off_chart, variant_chart
+from .live import step_chart
+from .timing import dtype_chart, sweep_chart, timeline_chart
+from .tokens import token_chips_html
+
+HEATMAP_LIMIT = 96  # cells per side before blocks are averaged, as on the Attention page
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+# key → (title, x axis, y axis, plot tokens/s): as the Prefill vs decode page labels its sweeps
+SWEEP_TITLES = {
+    "prompt_length": ("Prompt length → TTFT", "prompt tokens", "prefill time (ms)", False),
+    "context": ("Context → ITL", "tokens already in the KV cache", "decode step (ms)", False),
+    "batch": ("Batch → throughput", "sequences decoded together (batch)",
+              "decode tokens/s (all sequences)", True),
+}
+# The chip rules of assets/style.css (the report carries its own copy: it must stand alone).
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: #1f2328;
+       margin: 0; background: #fafafa; line-height: 1.5; }
+main { max-width: 1180px; margin: 0 auto; padding: 1.5rem 2rem 3rem; background: white; }
+h1 { margin: 0 0 0.2rem; font-size: 1.9rem; } h2 { margin: 2rem 0 0.6rem; font-size: 1.35rem;
+     border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
+.meta { color: #57606a; font-size: 0.92rem; margin: 0.1rem 0; }
+table { border-collapse: collapse; margin: 0.4rem 0; font-size: 0.95rem; }
+th, td { text-align: left; padding: 0.25rem 0.9rem 0.25rem 0; vertical-align: top;
+         border-bottom: 1px solid #eee; }
+td.num { font-variant-numeric: tabular-nums; white-space: nowrap; font-weight: 600; }
+td.how { color: #57606a; }
+pre.text { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 0.6rem 0.8rem;
+           border-radius: 6px; font-size: 0.92rem; margin: 0.3rem 0; }
+.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 0 2.5rem; }
+.grid table { width: 100%; } .grid th { white-space: nowrap; width: 1%; } .nowrap { white-space: nowrap; }
+.warn { background: #fff8e1; border: 1px solid #f1c21b; border-radius: 6px; padding: 0.6rem 0.8rem; }
+.note { color: #57606a; font-size: 0.9rem; }
+figure { margin: 1rem 0 1.6rem; break-inside: avoid; }
+figcaption { color: #57606a; font-size: 0.9rem; margin-top: 0.2rem; }
+.ie-chips { line-height: 2.1; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
+            font-size: 0.85rem; }
+.ie-chip { display: inline-block; padding: 0 0.35em; margin: 0 0.12em 0.12em 0; border-radius: 0.3em;
+           border: 1px solid #ccc; white-space: pre; cursor: help; }
+.ie-prompt { background: #eef3fb; border-color: #c6d4ee; }
+.ie-special { background: #f3e8fb; border-color: #d7bdea; color: #6b2f91; font-style: italic; }
+.ie-gen { background: #fff1dc; border-color: #f1c98a; }
+@media (max-width: 900px) { .grid { grid-template-columns: 1fr; } main { padding: 1rem; } }
+@media print { body { background: white; } main { max-width: none; padding: 0; } }
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """One number of the report: its key, exact value, the text shown and how it is made."""
+
+    key: str
+    name: str
+    value: float | int | None
+    shown: str
+    how: str
+
+
+@functools.cache
+def get_plotlyjs() -> str:
+    """plotly.js (~4.7 MB), read from the package once per process, not once per report."""
+    return _read_plotlyjs()
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _emphasis(markdown: str) -> str:
+    """The `**bold**` and `*italic*` of a rule written for the pages, as HTML (escaped first)."""
+    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", esc(markdown))
+    return re.sub(r"\*(.+?)\*", r"<em>\1</em>", text)
+
+
+def numbers(trace: Trace) -> list[Number]:
+    """The run's numbers as the pages show them: summarize()'s values, the prefill and decode
+    time, and the KV cache at the end (measured from the tensors) with its formula."""
+    s = summarize(trace)
+    m = trace.model
+    prefill_ms = trace.prefill.latency_ms if trace.prefill is not None else None
+    decode_ms = sum(trace.itl_ms) if trace.itl_ms else None
+    context = trace.steps[-1].context_len if trace.steps else 0
+    formula = (f"2 · {m.layers} layers · {m.kv_heads} KV heads · {m.head_dim} head_dim · "
+               f"{m.dtype_bytes} B · {context} tokens = {m.kv_bytes(context):,} B")
+    kv_how = (f"Measured from the cache tensors (keys + values, every layer): {trace.kv_bytes:,} B."
+              f" Formula: {formula}." if trace.settings.kv_cache else
+              f"Cache off: nothing is kept (with it: {formula}).")
+    return [
+        Number("ttft_ms", "TTFT", s.ttft_ms, duration(s.ttft_ms),
+               "Time to first token: tokenization + prefill of the whole prompt."),
+        Number("itl_p50_ms", "ITL median (p50)", s.itl_p50_ms, duration(s.itl_p50_ms),
+               "Inter-token latency: the gap between two consecutive output tokens, one per "
+               "decode step; the median of them."),
+        Number("itl_mean_ms", "ITL mean", s.itl_mean_ms, duration(s.itl_mean_ms),
+               "The mean of the decode steps' ITL."),
+        Number("itl_p90_ms", "ITL p90", s.itl_p90_ms, duration(s.itl_p90_ms),
+               "90th percentile (linear interpolation, as vLLM reports)."),
+        Number("itl_p99_ms", "ITL p99", s.itl_p99_ms, duration(s.itl_p99_ms), "99th percentile."),
+        Number("tpot_ms", "TPOT", s.tpot_ms, duration(s.tpot_ms),
+               "(end-to-end − TTFT) / (output tokens − 1)."),
+        Number("decode_tokens_per_s", "Decode rate", s.decode_tokens_per_s,
+               rate(s.decode_tokens_per_s), "Decode steps ÷ their total time."),
+        Number("prefill_tokens_per_s", "Prefill rate", s.prefill_tokens_per_s,
+               rate(s.prefill_tokens_per_s), "Prompt tokens ÷ the prefill step's time."),
+        Number("tokenize_ms", "Tokenize", trace.tokenize_ms, duration(trace.tokenize_ms),
+               "Turning the prompt (and chat template) into token ids."),
+        Number("prefill_ms", "Prefill time", prefill_ms, duration(prefill_ms),
+               "The prefill step: the whole prompt in one forward pass, and the first token."),
+        Number("decode_ms", "Decode time", decode_ms, duration(decode_ms),
+               "All decode steps together: one token per step, reusing the KV cache."),
+        Number("e2e_ms", "End to end", s.e2e_ms, duration(s.e2e_ms),
+               "Request to last token: tokenize + prefill + every decode step."),
+        Number("prompt_tokens", "Prompt tokens", s.prompt_tokens, count(s.prompt_tokens),
+               "After the chat template, special tokens included."),
+        Number("output_tokens", "Generated tokens", s.output_tokens, count(s.output_tokens),
+               f"Stopped because: {trace.stop_reason}."),
+        Number("kv_bytes", "KV cache at the end", trace.kv_bytes, size(trace.kv_bytes), kv_how),
+    ]
+
+
+def _number_rows(found: list[Number]) -> str:
+    rows = []
+    for n in found:
+        value = "" if n.value is None else repr(n.value)
+        rows.append(f'<tr><th>{esc(n.name)}</th><td class="num" data-key="{esc(n.key)}" '
+                    f'data-value="{esc(value)}">{esc(n.shown)}</td>'
+                    f'<td class="how">{esc(n.how)}</td></tr>')
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _table(rows: list[tuple[str, object]]) -> str:
+    return "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                               for k, v in rows) + "</table>"
+
+
+def _model(trace: Trace) -> str:
+    m = trace.model
+    return _table([
+        ("Model", m.name), ("Architecture", m.model_type),
+        ("Parameters", f"{count(m.param_count)} ({m.param_count:,})"),
+        ("Weights", f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"),
+        ("Device", trace.device),
+        ("Layers · heads · KV heads · head_dim", f"{m.layers} · {m.heads} · {m.kv_heads} · "
+                                                f"{m.head_dim}"),
+        ("Hidden size · vocabulary", f"{m.hidden_size:,} · {m.vocab_size:,}")])
+
+
+def _settings(trace: Trace) -> str:
+    g = trace.settings
+    layers = (f"all {trace.model.layers} layers" if len(trace.attention_layers) == trace.model.layers
+              else "layers " + ", ".join(map(str, trace.attention_layers)))
+    return _table([
+        ("Max new tokens", g.max_new_tokens),
+        ("Temperature", f"{g.temperature:g}" + (" (greedy)" if g.greedy else "")),
+        ("Top-k", g.top_k or "off"), ("Top-p", "off" if g.top_p >= 1 else f"{g.top_p:g}"),
+        ("Seed", "none" if g.seed is None else g.seed),
+        ("Chat template", "on" if g.chat_template else "off"),
+        ("KV cache", "on" if g.kv_cache else "off (recompute everything each step)"),
+        ("Attention recorded", layers if trace.attention_layers else "no"),
+        ("Stop reason", trace.stop_reason)])
+
+
+def _machine(trace: Trace) -> str:
+    """The machine around the run and what the disturbance rule says about it."""
+    found = assess(trace)
+    machine = trace.machine
+    rows = []
+    if machine is not None:
+        load = ("not recorded" if machine.load_before is None or machine.load_after is None
+                else f"{machine.load_before:.2f} before, {machine.load_after:.2f} after")
+        others = ("not recorded" if machine.others_share is None
+                  else f"{machine.others_share:.1%} of all CPUs' time")
+        rows = [("Threads · cores", f"{machine.threads} · {machine.cores}"),
+                ("Load average (1 min)", load), ("Other programs during the run", others)]
+    table = _table(rows) if rows else '<p class="note">This trace does not record the machine.</p>'
+    warning = found.warning()
+    if warning is not None:
+        delayed = ", ".join(map(str, found.delayed_steps))
+        verdict = (f'<div class="warn" id="disturbance">{esc(warning)} Delayed steps: '
+                   f"{esc(delayed)}.</div>")
+    elif found.measured:
+        verdict = (f'<p id="disturbance">No step was delayed by other work on this machine '
+                   f"({found.steps} steps checked).</p>")
+    else:
+        verdict = ('<p id="disturbance">This trace does not record CPU time per step (an older '
+                   "file), so the rule below cannot say whether other work delayed it.</p>")
+    return f'{table}{verdict}<p class="note">{_emphasis(RULE)}</p>'
+
+
+class _Figures:
+    """Figures as HTML fragments with numbered div ids; plotly.js is in the page's head, once."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, fig: go.Figure, caption: str) -> str:
+        self.count += 1
+        body = fig.to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG,
+                           div_id=f"figure-{self.count}")
+        return f"<figure>{body}<figcaption>{esc(caption)}</figcaption></figure>"
+
+
+def attention_focus(trace: Trace) -> tuple[int, int, float] | None:
+    """(layer, head, weight on the previous token) of the recorded head that attends most to
+    the previous token over the prompt: a clear diagonal that reads well on paper."""
+    if not has_attention(trace):
+        return None
+    previous = head_summary(trace)["previous"]  # (recorded layers, heads)
+    slot, head = divmod(int(previous.argmax()), previous.shape[1])
+    return trace.attention_layers[slot], head, float(previous[slot, head])
+
+
+def _attention(trace: Trace, figure: _Figures) -> str:
+    focus = attention_focus(trace)
+    if focus is None:
+        return '<p class="note">This run was recorded without attention.</p>'
+    layer, head, previous = focus
+    t = len(trace.prompt_token_ids)
+    weights = full_attention(trace, layer)[head, :t, :t]  # (T, T): the prompt's rows (prefill)
+    matrix, names, block = downsample(weights, sequence_labels(trace)[:t], HEATMAP_LIMIT)
+    blocks = (f" {t} tokens shown as {block}×{block}-token blocks (mean weight per block)."
+              if block > 1 else "")
+    return figure(heatmap(matrix, names, f"layer {layer}, head {head}"),
+                  f"Layer {layer}, head {head}: of the recorded heads, the one that puts the most "
+                  f"weight on the previous token ({previous:.0%} on average over the prompt's "
+                  "rows). Each row is one query token's attention over the keys up to itself "
+                  "(it sums to 1); grey cells are future tokens, masked out by causal attention."
+                  f"{blocks} Every layer and head is on the app's Attention page.")
+
+
+def _experiments(found: Experiments, figure: _Figures) -> str:
+    """The experiment results saved with the trace, each with the app's own chart."""
+    parts = []
+    for key, points in found.sweeps.items():
+        title, x_title, y_title, as_rate = SWEEP_TITLES[key]
+        parts.append(f"<h3>{esc(title)}</h3>" + figure(
+            sweep_chart(points, x_title, y_title, as_rate),
+            "Each point is the median of its repeats, measured round-robin over the sizes; "
+            "the bars span the fastest and slowest repeat."))
+    if found.cache_on_off:
+        rows = [(f"{r.new_tokens} new tokens", f"cache on {r.on_ms.sum():,.0f} ms, off "
+                 f"{r.off_ms.sum():,.0f} ms: {r.speedup:.2f}× faster with it; tokens "
+                 + ("identical" if r.same_tokens else "differ")) for r in found.cache_on_off]
+        last = found.cache_on_off[-1]
+        parts.append("<h3>KV cache on vs off</h3>" + _table(rows) + figure(
+            on_off_chart(last.on_ms, last.off_ms),
+            f"Per-step time for {last.new_tokens} new tokens: without the cache each step is a "
+            "prefill of the whole sequence."))
+    if found.cache_variants:
+        runs = found.cache_variants
+        rows = [(r.config.label, f"{size(int(r.kv_bytes[-1]))} at the end, top-1 agreement "
+                 f"with the full cache {r.agreement:.0%}") for r in runs]
+        parts.append("<h3>Shrinking the KV cache</h3>" + _table(rows) + figure(
+            variant_chart(runs, "kv_bytes", "KV cache (KiB)", 1024),
+            "Measured memory held by each cache variant after each generated token."))
+    if found.dtype_comparison is not None:
+        result = found.dtype_comparison
+        parts.append("<h3>Weights dtype</h3>" + figure(
+            dtype_chart(result),
+            f"The same greedy continuation ({result.new_tokens} tokens after a "
+            f"{result.prompt_tokens}-token prompt) with each dtype's weights, "
+            f"{result.rounds} paired rounds."))
+    if found.decode_comparison is not None:
+        result = found.decode_comparison
+        rows = [(name, f"{duration(ms)} per token ({result.speedup(name):.2f}× eager)")
+                for name, ms in result.steps.items()]
+        parts.append("<h3>Decode kernels</h3>" + _table(rows) + '<p class="note">Greedy tokens '
+                     + ("identical in every round." if result.same_tokens else "differ.") + "</p>")
+    return "".join(parts)
+
+
+def report_html(trace: Trace, experiments: Experiments | None = None,
+                made_at: str | None = None) -> str:
+    """The whole report as one HTML document (UTF-8), plotly.js inlined once in its head."""
+    made_at = made_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    figure = _Figures()
+    m = trace.model
+    answer = (f'<pre class="text" id="answer">{esc(trace.output_text)}</pre>' if trace.output_text
+              else '<p class="note" id="answer">No answer: the run ended before its first token.</p>')
+    charts = ""
+    if trace.steps:
+        charts = (
+            figure(step_chart(trace), "Every step's latency (prefill red, decode blue; hatched: "
+                   "delayed by other work on the machine) and the KV cache after it (green).")
+            + figure(timeline_chart(trace), "The run on a time axis: tokenize, the prefill (it "
+                     "sets the TTFT), then one decode step per token (each one ITL).")
+            + figure(live_memory_chart(trace), "KV cache bytes after each step, measured from "
+                     "the tensors, against the formula 2 · layers · KV heads · head_dim · bytes · "
+                     "tokens."))
+    extra = _experiments(experiments, figure) if experiments is not None and not experiments.empty \
+        else ""
+    title = f"Inference Explorer report — {m.name}"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="Inference Explorer {esc(ENGINE_VERSION)}">
+<title>{esc(title)}</title>
+<style>{STYLE}</style>
+<script type="text/javascript">window.PlotlyConfig = {{MathJaxConfig: 'local'}};</script>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body><main>
+<h1>Inference Explorer report</h1>
+<p class="meta">Run recorded {esc(trace.created_at)} by engine {esc(trace.engine_version)} ·
+report made {esc(made_at)} by engine {esc(ENGINE_VERSION)} from trace format
+<span class="nowrap">{esc(FORMAT_NAME)} version {FORMAT_VERSION}</span></p>
+<p class="meta" id="model-line">{esc(m.name)} · {esc(count(m.param_count))} parameters ·
+{esc(m.dtype)} · {esc(trace.device)}</p>
+<div class="grid"><section><h2>Model</h2>{_model(trace)}</section>
+<section><h2>Settings</h2>{_settings(trace)}</section></div>
+<h2>Prompt</h2><pre class="text" id="prompt">{esc(trace.prompt)}</pre>
+<h2>Answer</h2>{answer}
+<h2>Numbers</h2>{_number_rows(numbers(trace))}
+<h2>Machine load</h2>{_machine(trace)}
+<h2>Tokens</h2>
+<p class="note">The prompt as the model saw it (<span class="ie-chip ie-prompt">prompt</span>
+<span class="ie-chip ie-special">special</span>), then every generated token
+(<span class="ie-chip ie-gen">generated</span>). Hover a chip: id, step, latency, probability.
+Whitespace is made visible: · space, ↵ newline.</p>
+{token_chips_html(trace)}
+<h2>Figures</h2>
+<p class="note">Interactive: hover for values, drag to zoom, double-click to reset; the camera
+icon saves a PNG.</p>
+{charts}
+<h2>Attention</h2>{_attention(trace, figure) if trace.steps else ""}
+{f"<h2>Experiments</h2>{extra}" if extra else ""}
+<p class="note">Made by Inference Explorer: every number above was measured on this run or
+computed by the formula shown next to it.</p>
+</main></body></html>
+"""

@@ -1,0 +1,66 @@
+"""Figures only the guided story needs (pages/story.py); its other stages reuse the pages' own
+charts. Pure functions of numbers from a trace: no Streamlit here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from engine.records.trace import Step
+
+from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR, topk_chart
+from .tokens import piece_text, visible
+
+ATTENTION_COLOR = DECODE_COLOR
+FFN_COLOR = KV_COLOR
+
+
+def next_token_chart(step: Step) -> go.Figure:
+    """The step's recorded top candidates (charts.live.topk_chart), plus the token it actually
+    took as a last red bar when sampling picked one outside them — otherwise the chosen token
+    would be missing from the very chart that is about it."""
+    fig = topk_chart(step)
+    if any(int(i) == step.token_id for i in step.top_ids):
+        return fig
+    bar = fig.data[0]
+    label = f"{step.chosen_rank + 1}. {visible(piece_text(step.piece))}"
+    bar.x = (*bar.x, step.chosen_prob)
+    bar.y = (*bar.y, label)
+    bar.marker.color = (*bar.marker.color, PREFILL_COLOR)
+    bar.text = (*bar.text, f"chosen · {step.chosen_prob:.2g}")
+    fig.update_layout(height=60 + 28 * len(bar.y))
+    return fig
+
+
+def layer_split_chart(attention_params: float, ffn_params: float) -> go.Figure:
+    """One transformer layer's parameters as a single bar: attention's projections, then the FFN
+    (with the layer's norms), in millions, each part labelled with its share."""
+    total = attention_params + ffn_params
+    fig = go.Figure()
+    for name, value, color in (("attention: q, k, v, o projections", attention_params, ATTENTION_COLOR),
+                               ("feed-forward network (and the two norms)", ffn_params, FFN_COLOR)):
+        fig.add_trace(go.Bar(
+            x=[value / 1e6], y=["one layer"], orientation="h", name=name, marker_color=color,
+            text=[f"{name}: {value / 1e6:.2f} M ({value / total:.0%})"], textposition="inside",
+            insidetextanchor="middle",
+            hovertemplate=f"{name}<br>%{{x:.3f}} M parameters<extra></extra>"))
+    fig.update_layout(barmode="stack", height=180, showlegend=False,
+                      margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    fig.update_xaxes(title_text="parameters in one layer (millions)", range=[0, total / 1e6])
+    fig.update_yaxes(showticklabels=False)
+    return fig
+
+
+def residual_norm_chart(norms: Sequence[float]) -> go.Figure:
+    """‖x‖ of the residual stream at one position: after the embedding, then after each layer
+    (engine.lens.notice.residual_norms; the last layer's output, recorded after the final norm,
+    is not among them)."""
+    labels = ["embedding"] + [f"layer {i}" for i in range(len(norms) - 1)]
+    fig = go.Figure(go.Scatter(
+        x=labels, y=list(norms), mode="lines+markers", line={"color": FFN_COLOR},
+        hovertemplate="after %{x}<br>‖x‖ = %{y:.2f}<extra></extra>"))
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
+    fig.update_xaxes(title_text="residual stream after … (the prompt's last position)")
+    fig.update_yaxes(title_text="length ‖x‖ (L2 norm, hidden-state units)", rangemode="tozero")
+    return fig

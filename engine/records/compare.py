@@ -1,0 +1,226 @@
+"""Two traces side by side: where their tokens first differ, their latency and memory numbers,
+which settings differ, and whether the same attention layer and head can be read from both.
+
+Pure functions of two Traces (no Streamlit, no model): the Compare page draws what they return,
+and a re-run "with one change" is built here too (`one_change`), so that what differs between
+run A and run B is exactly what the page says it changed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Literal
+
+import numpy as np
+
+from ..lens.attention_stats import has_attention
+from ..settings import GenerationSettings
+from ..timing.metrics import LatencySummary, summarize
+from .trace import Trace
+
+Change = Literal["kv_cache", "chat_template", "dtype", "prompt"]
+CHANGES: dict[Change, str] = {  # what "run again with one change" offers, as the page names it
+    "kv_cache": "KV cache on ↔ off",
+    "chat_template": "chat template on ↔ off",
+    "dtype": "weights float32 ↔ float16",
+    "prompt": "another prompt",
+}
+DTYPE_SWAP = {"float32": "float16", "float16": "float32"}
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first position where the sequences differ — a different token, or one sequence ended
+    while the other goes on — or None when they are identical."""
+    shorter = min(len(a), len(b))
+    unequal = np.flatnonzero(np.asarray(a[:shorter], dtype=np.int64)
+                             != np.asarray(b[:shorter], dtype=np.int64))
+    if len(unequal):
+        return int(unequal[0])
+    return None if len(a) == len(b) else shorter
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDiff:
+    """Prompt and answer token ids of two runs compared position by position."""
+
+    prompt: int | None  # first differing prompt position (None: the same prompt tokens)
+    answer: int | None  # first differing answer position (None: the same answer tokens)
+    prompt_lengths: tuple[int, int]
+    answer_lengths: tuple[int, int]
+
+    @property
+    def identical(self) -> bool:
+        return self.prompt is None and self.answer is None
+
+
+def token_diff(a: Trace, b: Trace) -> TokenDiff:
+    return TokenDiff(first_difference(a.prompt_token_ids, b.prompt_token_ids),
+                     first_difference(a.output_token_ids, b.output_token_ids),
+                     (len(a.prompt_token_ids), len(b.prompt_token_ids)),
+                     (len(a.steps), len(b.steps)))
+
+
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    """One number of both runs; `formula` says how it is computed from a trace."""
+
+    name: str
+    unit: Literal["ms", "tok/s", "B", "tokens"]
+    a: float | None
+    b: float | None
+    formula: str
+
+    @property
+    def difference(self) -> float | None:
+        """B − A (None when either run lacks the number)."""
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def ratio(self) -> float | None:
+        """B ÷ A (None when either lacks it or A is 0)."""
+        return None if self.a is None or self.b is None or self.a == 0 else self.b / self.a
+
+
+_METRICS: tuple[tuple[str, str, Callable[[LatencySummary, Trace], float | None], str], ...] = (
+    ("TTFT", "ms", lambda s, t: s.ttft_ms, "tokenization + prefill step"),
+    ("median ITL", "ms", lambda s, t: s.itl_p50_ms, "50th percentile of the decode steps' latency"),
+    ("decode rate", "tok/s", lambda s, t: s.decode_tokens_per_s,
+     "decode steps ÷ their summed latency"),
+    ("end to end", "ms", lambda s, t: s.e2e_ms, "tokenization + every step's latency"),
+    ("KV cache at the end", "B", lambda s, t: float(t.kv_bytes) if t.steps else None,
+     "measured nbytes of the cache's key and value tensors after the last step"),
+    ("prompt tokens", "tokens", lambda s, t: float(s.prompt_tokens), "tokens fed to the prefill"),
+    ("answer tokens", "tokens", lambda s, t: float(s.output_tokens), "tokens generated"),
+)
+
+
+def metric_rows(a: Trace, b: Trace) -> tuple[MetricRow, ...]:
+    """TTFT, median ITL, decode rate, end-to-end time, final KV bytes and token counts of both
+    runs, each from `engine.timing.metrics.summarize` (or the trace's measured KV bytes)."""
+    sa, sb = summarize(a), summarize(b)
+    return tuple(MetricRow(name, unit, get(sa, a), get(sb, b), formula)  # type: ignore[arg-type]
+                 for name, unit, get, formula in _METRICS)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingRow:
+    name: str
+    a: str
+    b: str
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+def _seed(settings: GenerationSettings) -> str:
+    return "– (greedy: unused)" if settings.greedy else str(settings.seed)
+
+
+def _layers(trace: Trace) -> str:
+    if not has_attention(trace):
+        return "none"
+    if len(trace.attention_layers) == trace.model.layers:
+        return f"all {trace.model.layers}"
+    return ", ".join(map(str, trace.attention_layers))
+
+
+_SETTINGS: tuple[tuple[str, Callable[[Trace], object]], ...] = (
+    ("model", lambda t: t.model.name),
+    ("weights", lambda t: t.model.dtype),
+    ("device", lambda t: t.device),
+    ("prompt", lambda t: t.prompt),
+    ("chat template", lambda t: "on" if t.settings.chat_template else "off"),
+    ("KV cache", lambda t: "on" if t.settings.kv_cache else "off"),
+    ("temperature", lambda t: "0 (greedy)" if t.settings.greedy else f"{t.settings.temperature:g}"),
+    ("top-k", lambda t: "off" if t.settings.top_k == 0 else str(t.settings.top_k)),
+    ("top-p", lambda t: "off" if t.settings.top_p == 1 else f"{t.settings.top_p:g}"),
+    ("seed", lambda t: _seed(t.settings)),
+    ("max new tokens", lambda t: str(t.settings.max_new_tokens)),
+    ("attention layers recorded", _layers),
+    ("ended because", lambda t: t.stop_reason),
+)
+
+
+def setting_rows(a: Trace, b: Trace) -> tuple[SettingRow, ...]:
+    """What each run was asked to do (and on what), as text; `differs` marks the rows to see."""
+    return tuple(SettingRow(name, str(get(a)), str(get(b))) for name, get in _SETTINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPair:
+    """Which layers and heads both traces recorded; `note` says why none, or what to keep in
+    mind (different models, different prompt lengths)."""
+
+    layers: tuple[int, ...]  # recorded in both
+    heads: int  # query heads both models have
+    note: str | None
+    same_model: bool
+
+    @property
+    def available(self) -> bool:
+        return bool(self.layers) and self.heads > 0
+
+
+def attention_pair(a: Trace, b: Trace) -> AttentionPair:
+    same_model = (a.model.name, a.model.layers, a.model.heads) == (b.model.name, b.model.layers,
+                                                                    b.model.heads)
+    missing = [name for name, t in (("A", a), ("B", b)) if not has_attention(t)]
+    if missing:
+        which = " and ".join(f"run {m}" for m in missing)
+        return AttentionPair((), 0, f"No attention to compare: {which} recorded none (the "
+                                    "“Record attention” setting was off).", same_model)
+    layers = tuple(sorted(set(a.attention_layers) & set(b.attention_layers)))
+    heads = min(a.model.heads, b.model.heads)
+    if not layers:
+        return AttentionPair((), heads, "No layer was recorded in both runs (A: "
+                                        f"{_layers(a)}; B: {_layers(b)}).", same_model)
+    if not same_model:
+        note = (f"Different models ({a.model.name} vs {b.model.name}): the same layer and head "
+                "number are different weights.")
+    elif a.prompt_token_ids != b.prompt_token_ids:
+        note = (f"Different prompt tokens ({len(a.prompt_token_ids)} vs "
+                f"{len(b.prompt_token_ids)}): each map has its own rows and columns.")
+    else:
+        note = None
+    return AttentionPair(layers, heads, note, same_model)
+
+
+def largest_difference(wa: np.ndarray, wb: np.ndarray) -> float | None:
+    """max |B − A| over the cells both matrices hold (NaN, the causal mask, ignored); None when
+    their shapes differ, so there is no cell-by-cell comparison."""
+    if wa.shape != wb.shape:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-masked matrix
+        value = np.nanmax(np.abs(wb.astype(np.float64) - wa.astype(np.float64)))
+    return float(value) if np.isfinite(value) else None
+
+
+def one_change(settings: GenerationSettings, change: Change) -> GenerationSettings:
+    """Run A's settings with one setting flipped (the KV cache or the chat template); a dtype or
+    prompt change leaves the settings as they are (the model or the prompt changes instead)."""
+    if change == "kv_cache":
+        return replace(settings, kv_cache=not settings.kv_cache)
+    if change == "chat_template":
+        return replace(settings, chat_template=not settings.chat_template)
+    if change in ("dtype", "prompt"):
+        return settings
+    raise ValueError(f"unknown change {change!r}")
+
+
+def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt_tokens: int
+                   ) -> GenerationSettings:
+    """What a re-run of `trace` with one change asks for: the trace's own settings (its recorded
+    seed; its recorded attention layers, so the same layer exists in both — except for another
+    prompt, whose length the attention budget must choose layers for), the change, and this
+    app's limits on tokens."""
+    recorded = has_attention(trace)
+    return replace(
+        one_change(trace.settings, change),
+        max_new_tokens=min(trace.settings.max_new_tokens, max_new_tokens),
+        max_prompt_tokens=max_prompt_tokens,
+        attention_layers=trace.attention_layers if recorded and change != "prompt" else None,
+        record_attention=recorded)

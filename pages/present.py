@@ -1,0 +1,103 @@
+"""Presentation mode and the chart-download format: per-session view preferences (not a page).
+
+Presentation mode is this session's `present` toggle, mirrored in the URL as `?present=1` so a
+teacher can open a link straight into it. Nothing here is process-wide: the chart theme is applied
+per figure (charts/present.py) and the CSS is sent to this session only.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import streamlit as st
+
+PRESENT = "present"  # session-state key of the sidebar toggle
+CHART_FORMAT = "chart_format"  # session-state key: "png" or "svg"
+PAGE_TITLE = "_page_title"  # the page being drawn, for download file names
+_PARAM_SEEN = "_present_param"  # the ?present value this session last acted on
+FORMATS = ("png", "svg")
+CSS = Path(__file__).resolve().parents[1] / "assets" / "present.css"
+MAX_NAME = 60
+
+ChartFormat = Literal["png", "svg"]
+
+
+def presenting() -> bool:
+    return bool(st.session_state.get(PRESENT, False))
+
+
+def chart_format() -> ChartFormat:
+    fmt = st.session_state.get(CHART_FORMAT)
+    return fmt if fmt in FORMATS else "png"
+
+
+def set_page_title(title: str) -> None:
+    st.session_state[PAGE_TITLE] = title
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"<[^>]+>", " ", text)  # plotly titles may hold <b>, <br>
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:MAX_NAME].strip("-")
+
+
+def figure_title(figure: Any) -> str:
+    title = getattr(getattr(figure, "layout", None), "title", None)
+    return (getattr(title, "text", None) or "") if title is not None else ""
+
+
+def chart_config(fmt: ChartFormat, page: str, name: str = "",
+                 config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """plotly's config for one chart: the toolbar's camera downloads `fmt` (PNG at twice the
+    size on screen, so it stays sharp on a slide) under a file name made of the page and `name`
+    (the chart's title or key); no plotly logo. `config` (the caller's own) is kept."""
+    stem = "-".join(part for part in (_slug(page), _slug(name)) if part) or "chart"
+    options = {"format": fmt, "filename": stem, "scale": 2 if fmt == "png" else 1}
+    own = dict(config or {})
+    return {**own, "displaylogo": False,
+            "toImageButtonOptions": {**options, **own.get("toImageButtonOptions", {})}}
+
+
+def _follow_url() -> None:
+    """Opening (or editing) the URL with ?present=1 turns the mode on. Leaving it out later does
+    not turn it off: switching pages can drop query parameters; the toggle and the Exit button do."""
+    param = st.query_params.get(PRESENT) == "1"
+    if param and st.session_state.get(_PARAM_SEEN) is not True:
+        st.session_state[PRESENT] = True
+    st.session_state[_PARAM_SEEN] = param
+
+
+def _exit() -> None:
+    st.session_state[PRESENT] = False
+
+
+def start_presentation() -> None:
+    """Before anything else is drawn: follow the URL and, when presenting, send the projector CSS
+    (no sidebar, no Streamlit chrome, large type) and an Exit button at the top of the page."""
+    _follow_url()
+    if not presenting():
+        return
+    st.html(f"<style>{CSS.read_text()}</style>")
+    st.button("Exit presentation", key="present_exit", icon=":material/close_fullscreen:",
+              on_click=_exit, help="Back to the normal view, with the sidebar (also: remove "
+              "?present=1 from the address and reload).")
+
+
+def sidebar_presentation() -> None:
+    """The sidebar's View section; keeps ?present=1 in the URL in step with the toggle (other
+    query parameters, like the session token `s`, are left as they are)."""
+    side = st.sidebar
+    side.header("View")
+    side.toggle("Presentation mode", key=PRESENT, help="For a projector: hides this sidebar and "
+                "Streamlit's menus, enlarges the text and the charts' fonts, thickens lines and "
+                "darkens colours. The address gets ?present=1, so a link opens in this mode.")
+    side.radio("Chart downloads", FORMATS, key=CHART_FORMAT, horizontal=True,
+               help="What the camera icon in every chart's toolbar saves: png (at twice the size "
+                    "on screen) or svg (vector, for slides).")
+    if presenting():
+        if st.query_params.get(PRESENT) != "1":
+            st.query_params[PRESENT] = "1"
+    elif PRESENT in st.query_params:
+        del st.query_params[PRESENT]
+    st.session_state[_PARAM_SEEN] = presenting()

@@ -1,0 +1,29 @@
+"""`streamlit run app.py [options]`, with Streamlit's legacy pages-folder mode switched off.
+
+app.py routes with `st.navigation`, and its pages happen to live in a folder named `pages/`.
+Streamlit 1.x treats such a folder as its old multipage layout until some session has run
+`st.navigation`: the first visitor after a start who lands on a deep link (`/attention?...`, or
+a reload on a sub-page) would get that page's file run on its own, without app.py's sidebar,
+session restore or model, and every raw module in `pages/` listed as a page. Clearing the
+class-level flag before the server creates its first session makes every run go through app.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.web import cli
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+
+
+def main() -> None:
+    PagesManager.uses_pages_directory = False
+    sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
+    sys.exit(cli.main())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Share links in real Chromium at 1920×1080: a link to the Attention page with an example and a
+layer and head opens with the selectors on them; the page's own "Share this view" gives a link
+with the page's path and the selection (never the session token), which opens the same view in
+another browser."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from .browser import launch_chromium, streamlit_server, wait_for_app
+
+SHOTS = Path(os.environ.get("LINK_SHOTS", "/tmp/links-shots"))
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory, chromium):
+    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
+        yield address
+
+
+def chosen(page, label: str) -> str:
+    return page.get_by_role("combobox", name=label, exact=True).input_value()
+
+
+def open_link(chromium, link: str, width: int = 1920, height: int = 1080):
+    page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
+    page.goto(link)
+    wait_for_app(page)
+    page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
+    wait_for_app(page)
+    return page
+
+
+def shared_link(page) -> str:
+    """The link in the sidebar's "Share this view"."""
+    page.get_by_test_id("stSidebar").get_by_text("Share this view").click()
+    code = page.get_by_test_id("stSidebar").locator("[data-testid='stCode'] code").first
+    code.wait_for(timeout=30_000)
+    return code.inner_text().strip()
+
+
+def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, chromium):
+    page = open_link(chromium, f"{url}/attention?example=qa&layer=3&head=2")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert (chosen(page, "Layer"), chosen(page, "Head")) == ("3", "2")
+    assert page.get_by_text("Opened the example “Short Q&A” from a link").count() == 1
+    address = parse_qs(urlsplit(page.url).query)
+    assert address.keys() == {"s"}, page.url  # the link's values applied, the address is this session's
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SHOTS / "link-opened-1920.png")
+
+    # the page's own share link: the page's path, the example and the selection, never `s`
+    page.get_by_role("combobox", name="Head", exact=True).click()
+    page.get_by_role("option", name="5", exact=True).click()
+    wait_for_app(page)
+    link = shared_link(page)
+    page.screenshot(path=SHOTS / "share-open-1920.png")
+    parts = urlsplit(link)
+    params = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    assert f"{parts.scheme}://{parts.netloc}" == url and parts.path == "/attention"
+    assert params == {"example": "qa", "layer": "3", "head": "5"}  # default settings left out
+    assert "s" not in params and address["s"][0] not in link
+
+    other = open_link(chromium, link, 1440, 900)
+    assert (chosen(other, "Layer"), chosen(other, "Head")) == ("3", "5")
+    assert other.locator('[data-testid="stException"]').count() == 0
+    other.screenshot(path=SHOTS / "link-opened-1440.png")
+    shared_link(other)
+    other.screenshot(path=SHOTS / "share-open-1440.png")
+
+
+def test_bad_values_in_a_link_are_one_line_each_never_a_traceback(url, chromium):
+    page = open_link(chromium, f"{url}/attention?example=nope&layer=99&head=x&temperature=7")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    warnings = page.get_by_test_id("stAlertContentWarning")
+    assert warnings.count() == 3
+    page.get_by_text("No trace yet").first.wait_for(timeout=10_000)
+    page.screenshot(path=SHOTS / "link-bad-1920.png")
+
+
+def test_a_link_as_the_first_visit_after_a_start(tmp_path, chromium):
+    with streamlit_server(tmp_path / "streamlit.log") as fresh:
+        page = chromium.new_page(viewport={"width": 1920, "height": 1080})
+        page.goto(f"{fresh}/attention?example=qa&layer=3&head=2")
+        wait_for_app(page)
+        page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
+        wait_for_app(page)
+        page.screenshot(path=SHOTS / "link-first-visit-1920.png")
+        layer = page.get_by_role("combobox", name="Layer", exact=True)
+        assert layer.count() == 1 and layer.input_value() == "3"

@@ -1,0 +1,105 @@
+"""Presentation mode and chart downloads in Chromium, on an example trace (no model run)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from .browser import launch_chromium, streamlit_server, wait_for_app
+
+# Effective font sizes in CSS px: an SVG text's size times the scale of its transforms (plotly
+# shrinks text that does not fit inside a bar with a transform, not with font-size).
+SIZES = """() => {
+  const css = e => parseFloat(getComputedStyle(e).fontSize);
+  const shown = e => e.getClientRects().length > 0 && e.textContent.trim();
+  const svg = [...document.querySelectorAll('.main-svg text')].filter(shown).map(e => {
+    const m = e.getCTM(); return [e.textContent, css(e) * (m ? Math.hypot(m.a, m.b) : 1)]; });
+  const all = s => [...document.querySelectorAll(s)].filter(shown).map(css);
+  return {
+    body: [...document.querySelectorAll('[data-testid="stMarkdownContainer"] p')].filter(shown)
+      .filter(e => !e.closest('[data-testid="stCaptionContainer"], label, button, [data-testid="stMetric"]'))
+      .map(css),
+    captions: all('[data-testid="stCaptionContainer"]'),
+    metrics: all('[data-testid="stMetricLabel"] p, [data-testid="stMetricValue"]'),
+    buttons: all('[data-testid="stMain"] button p'),
+    svg,
+  };
+}"""
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as pw:
+        chromium = launch_chromium(pw)
+        yield chromium
+        chromium.close()
+
+
+def open_example(page) -> None:
+    """The Short Q&A example from Generate's expander (opened on a first visit)."""
+    summary = page.get_by_text("Open an example run —")
+    summary.wait_for()
+    if not summary.locator("xpath=ancestor::details[1]").evaluate("d => d.open"):
+        summary.click()
+    page.locator(".st-key-example_qa button").first.click()
+    page.get_by_text("stopped because").wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.wait_for_timeout(1000)  # plotly draws after the script run has ended
+
+
+def test_present_param_hides_the_sidebar_and_enlarges_text_and_charts(browser, url):
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    page.goto(f"{url}/?present=1")
+    wait_for_app(page)
+    open_example(page)
+    assert not page.get_by_test_id("stSidebar").is_visible()
+    assert not page.get_by_test_id("stToolbarActions").is_visible()
+    assert not page.get_by_test_id("stMainMenu").is_visible()
+    sizes = page.evaluate(SIZES)
+    assert sizes["body"] and min(sizes["body"]) >= 22, sizes["body"]
+    assert min(sizes["captions"]) >= 18 and min(sizes["metrics"]) >= 22 and min(sizes["buttons"]) >= 18
+    assert len(sizes["svg"]) > 20  # the step chart and the top-k chart
+    small = [t for t in sizes["svg"] if t[1] < 16]
+    assert not small, small
+    token = page.evaluate("new URLSearchParams(location.search).get('s')")
+    assert token and "present=1" in page.url
+
+    page.get_by_role("button", name="Exit presentation").click()
+    wait_for_app(page)
+    page.wait_for_timeout(1000)
+    assert page.get_by_test_id("stSidebar").is_visible()
+    assert "present=" not in page.url and f"s={token}" in page.url
+    sizes = page.evaluate(SIZES)
+    assert max(sizes["body"]) < 22 and min(t[1] for t in sizes["svg"]) < 16  # normal mode as before
+
+    page.get_by_test_id("stSidebar").get_by_text("Presentation mode").click()  # and on again
+    wait_for_app(page)
+    page.wait_for_timeout(500)
+    assert "present=1" in page.url and not page.get_by_test_id("stSidebar").is_visible()
+    page.close()
+
+
+def test_svg_download_from_a_chart_that_is_not_attention(browser, url, tmp_path):
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+    page.goto(url)
+    wait_for_app(page)
+    open_example(page)
+    page.get_by_test_id("stSidebar").get_by_text("svg", exact=True).click()
+    wait_for_app(page)
+    page.wait_for_timeout(1000)
+    chart = page.locator(".js-plotly-plot").first  # Generate's step chart
+    chart.hover()
+    with page.expect_download() as info:
+        chart.locator('.modebar-btn[data-title*="Download"]').click()
+    assert info.value.suggested_filename == "generate-steps.svg"
+    path = tmp_path / "chart.svg"
+    info.value.save_as(path)
+    assert path.read_text().startswith("<svg")
+    assert page.locator('.modebar-btn[data-title*="plotly"], a.modebar-btn--logo').count() == 0
+    page.close()

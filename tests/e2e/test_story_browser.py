@@ -1,0 +1,75 @@
+"""The guided story in real Chromium at 1920×1080, on an example trace with no model loaded (the
+fallback when the model fails in front of a class): → / PageDown through every stage to the end,
+← / PageUp back, as a presentation clicker sends them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
+
+# The stage headings, in order (pages/story.py STAGES; that module draws a page when imported)
+STAGES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
+          "Attention: Q·Kᵀ/√d, softmax, ·V", "Feed-forward network and the residual stream",
+          "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache"]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
+        yield address
+
+
+def open_example_without_model(browser, url: str, width: int, height: int, example: str = "Short Q&A"):
+    """A page whose model failed to load ("/nonexistent") and whose trace is a shipped example,
+    on the Step by step page."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(url)
+    wait_for_app(page)
+    source = page.get_by_role("textbox", name="Hugging Face id or local folder")
+    source.fill("/nonexistent", timeout=120_000)
+    source.press("Enter")
+    page.get_by_text("Model not loaded").first.wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.get_by_role("button", name=example, exact=True).click(timeout=120_000)
+    page.get_by_text("stopped because").wait_for(timeout=60_000)  # the replay has ended
+    wait_for_app(page)
+    go_to(page, "Step by step")
+    return page
+
+
+def at_stage(page, k: int) -> None:
+    """Stage k (0-based) is shown: its heading, the progress text, and no error."""
+    expect(page.get_by_role("heading", name=STAGES[k], exact=True)).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(f"Stage {k + 1} of {len(STAGES)}", exact=True)).to_be_visible()
+    wait_for_app(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_text(re.compile("^What to notice")).count() == 1
+
+
+def test_keyboard_walks_the_whole_story_with_no_model(url):
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        page = open_example_without_model(browser, url, 1920, 1080)
+        at_stage(page, 0)
+        page.keyboard.press("ArrowLeft")  # nothing before the first stage
+        at_stage(page, 0)
+        for k in range(1, len(STAGES)):
+            page.keyboard.press("ArrowRight" if k % 2 else "PageDown")
+            at_stage(page, k)
+        page.keyboard.press("PageDown")  # nothing after the last
+        at_stage(page, len(STAGES) - 1)
+        for k in range(len(STAGES) - 2, -1, -1):
+            page.keyboard.press("ArrowLeft" if k % 2 else "PageUp")
+            at_stage(page, k)
+        # typing in a field never moves the story
+        source = page.get_by_role("textbox", name="Hugging Face id or local folder")
+        source.click()
+        source.press("ArrowRight")
+        source.press("PageDown")
+        page.wait_for_timeout(500)
+        at_stage(page, 0)
+        browser.close()
