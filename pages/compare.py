@@ -36,12 +36,11 @@ from engine.records.compare import (
     largest_difference,
     metric_rows,
     rerun_settings,
+    same_input_rows,
     setting_rows,
     token_diff,
 )
 from engine.records.examples import examples
-from engine.records.tracecheck import check_viewable
-from engine.records.tracefile import read_trace_file
 from engine.timing.disturbance import assess
 from pages.common import BUDGET_NOTE, memo, model_turn, no_trace_notice, show_chart
 from pages.state import (
@@ -56,6 +55,7 @@ from pages.state import (
     plain,
     session_model,
 )
+from pages.traces import read_viewable
 
 CURRENT = "The current trace"
 LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Attention page)
@@ -75,12 +75,9 @@ def header() -> None:
 
 
 def _open_file(read: Callable[[], bytes | Path]) -> Trace:
-    """A trace file read as the Generate page reads one: size-capped, checked, viewable."""
-    limits = config().limits
-    opened = read_trace_file(read(), max_bytes=limits.trace_mb << 20)
-    if not opened.trace.steps:
-        raise TraceFormatError("this trace has no generated tokens to show")
-    return check_viewable(opened.trace, limits.trace_tokens)
+    """A trace file read as the Generate page reads one (pages/traces.py): size-capped, checked,
+    viewable."""
+    return read_viewable(read).trace
 
 
 def example_trace(title: str) -> Trace:
@@ -346,14 +343,15 @@ def attention_section(a: Trace, b: Trace) -> None:
     if max(block_a, block_b) > 1:
         st.caption(f"Long runs are shown as blocks of up to {max(block_a, block_b)}×"
                    f"{max(block_a, block_b)} tokens (mean weight per block).")
-    largest = largest_difference(wa, wb)
+    same = min(same_input_rows(a, b), wa.shape[0], wb.shape[0])
+    largest = largest_difference(wa[:same, :same], wb[:same, :same]) if same else None
     if largest is None:
-        st.caption(f"The maps have different sizes ({wa.shape[0]} and {wb.shape[0]} tokens): "
-                   "compare their patterns, not cell by cell. One colour scale for both.")
+        st.caption("The two runs read different tokens from the first position on: compare the "
+                   "maps' patterns, not cell by cell. One colour scale for both.")
     else:
-        st.caption(f"Same size: the largest difference in any weight is max |B − A| = "
-                   f"{largest:.2g} (weights are recorded in float16, about 3 significant "
-                   "digits). One colour scale for both.")
+        st.caption(f"Over the first {same} positions, where both runs read the same tokens, the "
+                   f"largest difference in any weight is max |B − A| = {largest:.2g} (weights are "
+                   "recorded in float16, about 3 significant digits). One colour scale for both.")
 
 
 header()

@@ -21,7 +21,7 @@ from engine.lens.logit_lens import logit_lens
 from engine.records.tracefile import trace_to_bytes
 from engine.timing.metrics import replay_pace
 from pages.common import disturbance_warning, memo, model_turn, show_chart
-from pages.links import STEP, open_example, open_trace_file, shipped_examples
+from pages.links import STEP
 from pages.state import (
     config,
     current_experiments,
@@ -35,6 +35,7 @@ from pages.state import (
     plain,
     set_pending_run,
 )
+from pages.traces import open_example, open_trace_file, shipped_examples
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}

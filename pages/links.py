@@ -15,28 +15,24 @@ example name) and a bad one is dropped with one line saying so; a link never run
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import streamlit as st
 
-from engine import EngineError, Trace, TraceFormatError
-from engine.records.examples import Example, examples
-from engine.records.tracecheck import check_viewable
-from engine.records.tracefile import read_trace_file
+from engine import Trace
+from pages.present import presenting
 from pages.state import (
-    OPENED_EXAMPLE,
     Limits,
     config,
     current_trace,
     keep,
-    keep_new_trace,
     loaded_model,
     plain,
 )
+from pages.traces import current_example, open_example, shipped_examples
 
 # the widgets a link presets (session-state keys of pages/attention.py and pages/generate.py)
 LAYER, HEAD, STEP = "attn_layer", "attn_head", "pick"
@@ -177,48 +173,6 @@ def check_view(view: Mapping[str, int], trace: Trace) -> tuple[dict[str, int], l
     return kept, notes
 
 
-# --- opening a trace file or a shipped example (the Generate page's buttons, and links) ---
-
-
-def open_trace_file(read: Callable[[], bytes | Path], label: str) -> str | None:
-    """Make a trace file (an upload, a shipped example) the session's trace; None, or what is
-    wrong with it in one line."""
-    limits = config().limits
-    try:
-        opened = read_trace_file(read(), max_bytes=limits.trace_mb << 20)
-        if not opened.trace.steps:
-            raise TraceFormatError("this trace has no generated tokens to show")
-        check_viewable(opened.trace, limits.trace_tokens)
-        keep_new_trace(opened.trace, opened.experiments)
-        return None
-    except EngineError as err:
-        return f"{label}: {err}"
-
-
-def shipped_examples() -> tuple[Example, ...]:
-    return tuple(e for e in examples() if e.path.is_file())
-
-
-def open_example(name: str) -> str | None:
-    """Open a shipped example by name (None, or why not), and remember which one the trace is."""
-    example = next((e for e in shipped_examples() if e.name == name), None)
-    if example is None:
-        return f"example {name}: no example of that name ships with this app"
-    error = open_trace_file(lambda: example.path, f"example {name}")
-    trace = current_trace()
-    if error is None and trace is not None:
-        keep(OPENED_EXAMPLE, (name, trace.created_at))
-    return error
-
-
-def current_example() -> Example | None:
-    """The shipped example the session's trace is, or None (a run of its own, an upload)."""
-    trace, opened = current_trace(), st.session_state.get(OPENED_EXAMPLE)
-    if trace is None or opened is None or opened[1] != trace.created_at:
-        return None
-    return next((e for e in shipped_examples() if e.name == opened[0]), None)
-
-
 # --- applying a link ---
 
 LINK_PARAMS = ("prompt", "example", *setting_table(config().limits), *VIEW, "model", "dtype")
@@ -333,6 +287,9 @@ def share_params(limits: Limits) -> Share:
         seen = st.session_state.get(_SEEN)
         view = seen[1] if seen is not None and seen[0] == _trace_id(trace) else {}
         params.update({n: str(v) for n, v in check_view(view, trace)[0].items()})
+    if presenting():
+        params["present"] = "1"
+        lines.append("Opens in presentation mode.")
     if len(share_url("", params)) > MAX_LINK_CHARS and "prompt" in params:
         del params["prompt"]
         lines.append(f"The prompt is too long for a link ({len(prompt):,} characters): share "

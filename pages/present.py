@@ -91,7 +91,8 @@ def sidebar_presentation() -> None:
     side.header("View")
     side.toggle("Presentation mode", key=PRESENT, help="For a projector: hides this sidebar and "
                 "Streamlit's menus, enlarges the text and the charts' fonts, thickens lines and "
-                "darkens colours. The address gets ?present=1, so a link opens in this mode.")
+                "darkens colours. A link from “Share this view” opens in this mode (the address "
+                "bar's own link carries your session: share that one only with yourself).")
     side.radio("Chart downloads", FORMATS, key=CHART_FORMAT, horizontal=True,
                help="What the camera icon in every chart's toolbar saves: png (at twice the size "
                     "on screen) or svg (vector, for slides).")

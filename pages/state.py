@@ -73,7 +73,14 @@ def config() -> AppConfig:
 
 LOCK = FairLock()
 MODELS = ModelStore(config().model_cache_mb << 20)
-KEPT = ("trace", "prompt", "experiments")  # what a reload restores
+# Compare runs: run B (a trace of its own, and where it came from) and which run is A (a widget
+# key); share links: which shipped example the session's trace is — (name, the trace's
+# created_at), so a run of its own made later is not mistaken for it.
+_COMPARE_B, _COMPARE_B_LABEL = "compare_b", "compare_b_label"
+COMPARE_A = "compare_a"
+OPENED_EXAMPLE = "opened_example"
+KEPT = ("trace", "prompt", "experiments", _COMPARE_B, _COMPARE_B_LABEL, COMPARE_A,
+        OPENED_EXAMPLE)  # what a reload restores
 
 
 def _size(value: Any) -> int:
@@ -227,12 +234,7 @@ def plain(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
-# Compare runs: run B (a trace of its own, and where it came from) and which run is A, kept
-# across reloads like the session's trace.
-_COMPARE_B, _COMPARE_B_LABEL = "compare_b", "compare_b_label"
-COMPARE_A = "compare_a"  # the Compare page's run-A selector (a widget key)
-KEPT = (*KEPT, _COMPARE_B, _COMPARE_B_LABEL, COMPARE_A)
-
+# Compare runs: run B and which run is A, kept across reloads like the session's trace.
 
 def compare_run() -> tuple[str, Trace] | None:
     """Run B of the Compare page with its label ("example “Short Q&A”", "re-run with the KV cache
@@ -250,8 +252,3 @@ def keep_compare_a(choice: str) -> None:
     """The run-A selector's choice, kept for a reload (its widget has set it in this session)."""
     keep(COMPARE_A, choice)
 
-
-# Share links: which shipped example the session's trace is — (name, the trace's created_at), so a
-# run of its own made later is not mistaken for it — kept across reloads like the trace.
-OPENED_EXAMPLE = "opened_example"
-KEPT = (*KEPT, OPENED_EXAMPLE)

@@ -19,11 +19,13 @@ from engine.records.compare import (
     metric_rows,
     one_change,
     rerun_settings,
+    same_input_rows,
     setting_rows,
     token_diff,
 )
 from engine.records.examples import examples
 from engine.records.tracefile import load_trace
+from engine.settings import GenerationSettings
 from engine.timing.metrics import summarize
 
 
@@ -154,3 +156,27 @@ def test_rerun_settings_keep_the_seed_and_layers_within_the_limits(traces):
     assert rerun.attention_layers == (0, 15, 29) and rerun.record_attention
     assert rerun_settings(story, "kv_cache", 256, 1024).max_new_tokens == 200
     assert rerun_settings(story, "prompt", 256, 1024).attention_layers is None  # budget decides
+
+
+def test_rerun_settings_take_only_what_a_sidebar_could_set_from_a_file(traces):
+    story = traces["story"]
+    crafted = replace(story, settings=replace(
+        story.settings, temperature=4.5, top_k=50_000, record_hidden=False, record_top_k=3,
+        attention_budget_mb=1 << 20, seed=7))
+    rerun = rerun_settings(crafted, "kv_cache", max_new_tokens=64, max_prompt_tokens=256)
+    assert rerun.temperature == 2.0 and rerun.top_k == 1000 and rerun.seed == 7
+    assert rerun.record_hidden and rerun.record_top_k == 10  # the app's own defaults
+    assert rerun.attention_budget_mb == GenerationSettings().attention_budget_mb
+    long = replace(story, prompt_token_ids=story.prompt_token_ids * 40)  # 1,840 tokens: too big
+    assert rerun_settings(long, "kv_cache", 64, 4096).attention_layers is None  # budget decides
+
+
+def test_same_input_rows_stop_where_the_runs_part(traces):
+    qa, story = traces["qa"], traces["story"]
+    assert same_input_rows(qa, qa) == len(qa.prompt_token_ids) + len(qa.steps) - 1
+    parted = replace(qa, steps=qa.steps[:3] + tuple(replace(s, token_id=s.token_id + 1)
+                                                    for s in qa.steps[3:]))
+    assert same_input_rows(qa, parted) == len(qa.prompt_token_ids) + 3  # step 3's token differs
+    first = next(i for i, (x, y) in enumerate(zip(qa.prompt_token_ids, story.prompt_token_ids))
+                 if x != y)
+    assert same_input_rows(qa, story) == first

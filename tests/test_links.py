@@ -244,3 +244,11 @@ def test_a_prompt_link_says_whether_this_model_gives_the_same_tokens(tmp_path):
     long.query_params.update({"prompt": "colour " * (LIMITS.prompt_tokens + 10)})
     long.run()
     assert any("over this app's limit" in i.value for i in long.info)
+
+
+def test_a_link_made_while_presenting_opens_in_presentation_mode(tmp_path):
+    presenting = fresh_app(tmp_path, {"example": "qa", "present": "1"})
+    assert not presenting.exception
+    assert link_params(the_link(presenting)) == {"example": "qa", "present": "1"}
+    normal = fresh_app(tmp_path, {"example": "qa"})
+    assert link_params(the_link(normal)) == {"example": "qa"}

@@ -27,7 +27,14 @@ NOTICES = [notice.tokens_notice, notice.embeddings_notice, notice.attention_noti
 def test_the_text_changes_with_the_trace(compute):
     texts = {name: compute(trace).text for name, trace in TRACES.items()}
     assert texts["qa"] != texts["sampled"]
-    assert len(set(texts.values())) >= 2
+
+
+def test_sizes_and_probabilities_never_use_an_exponent():
+    assert notice.size(1048000) == "1023 KiB" and notice.size(538_060_032) == "513 MiB"
+    assert notice.size(1023.9 * 2**20) == "1024 MiB" and notice.size(2**30) == "1 GiB"
+    assert notice.size(1536) == "1.5 KiB" and notice.size(12) == "12 B"
+    assert notice.probability(0.62) == "0.62" and notice.probability(0.00043) == "0.00043"
+    assert notice.probability(1.2e-5) == "0.000012" and notice.probability(0.0) == "0.00"
 
 
 def without_attention(trace):
@@ -85,7 +92,9 @@ def test_a_prompt_of_single_token_words_names_the_templates_split_word():
 def test_embeddings_numbers(name):
     trace = TRACES[name]
     spec, fact = trace.model, notice.embeddings_notice(trace)
-    last = len(trace.prompt_token_ids) + len(trace.steps) - 1
+    # the KV cache's last position: the last step's attention row covers keys 0 … last
+    last = trace.steps[-1].attention.shape[-1] - 1
+    assert last == len(trace.prompt_token_ids) + len(trace.steps) - 2  # the last token is not read
     assert fact.last_position == last
     assert fact.fastest_rad == pytest.approx(last)  # pair 0 turns 1 rad per position
     assert fact.slowest_rad == pytest.approx(last * spec.rope_theta ** (-(spec.head_dim - 2) / spec.head_dim))

@@ -14,14 +14,15 @@ records then say so in their text instead of failing.
 
 from __future__ import annotations
 
+import math
 import re
-import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..records.trace import Step, Trace
 from ..spec import ModelSpec
+from ..timing.metrics import summarize
 from .attention_stats import has_attention, head_summary
 from .rope import inverse_frequencies
 from .tokens import piece_bytes, piece_label
@@ -33,7 +34,8 @@ def size(n_bytes: float) -> str:
     """Bytes in binary units with 3 significant figures, as the app's pages write them."""
     for factor, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n_bytes >= factor:
-            return f"{n_bytes / factor:.3g} {unit}"
+            value = n_bytes / factor  # 1 … 1023.x: 3 significant figures, never an exponent
+            return f"{value:.3g} {unit}" if value < 999.5 else f"{value:.0f} {unit}"
     return f"{n_bytes:.0f} B"
 
 
@@ -45,8 +47,11 @@ def isolated(text: str) -> str:
 
 
 def probability(p: float) -> str:
-    """0.62, 0.08, and a small one with its first two digits (0.00043), never a bare 0.00."""
-    return f"{p:.2f}" if p >= 0.01 else f"{p:.2g}"
+    """0.62, 0.08, and a small one with its first two digits (0.00043), never a bare 0.00 and
+    never an exponent (1.2e-05 is written 0.000012)."""
+    if p >= 0.01 or p <= 0:
+        return f"{p:.2f}"
+    return f"{p:.{1 - math.floor(math.log10(p))}f}"
 
 
 def shown(piece: str) -> str:
@@ -99,7 +104,9 @@ class TokensNotice:
 
     @property
     def text(self) -> str:
-        head = (f"Your prompt's {self.characters:,} characters became {self.tokens:,} tokens"
+        head = (f"Your prompt's {self.characters:,} characters"
+                + (" and the chat template's turns around them" if self.special else "")
+                + f" became {self.tokens:,} tokens"
                 + (f" ({self.special} of them special tokens of the chat template)" if self.special
                    else "") + ".")
         if self.word is None:
@@ -167,8 +174,9 @@ class EmbeddingsNotice:
 
 
 def last_position(trace: Trace) -> int:
-    """The position of the last token the model saw (the last produced one, or the prompt's last)."""
-    return trace.steps[-1].position if trace.steps else max(len(trace.prompt_token_ids) - 1, 0)
+    """The position of the last token the model read (its KV cache holds 0 … this one); the last
+    produced token was never fed back, so it has no position yet."""
+    return trace.steps[-1].context_len - 1 if trace.steps else max(len(trace.prompt_token_ids) - 1, 0)
 
 
 def embeddings_notice(trace: Trace) -> EmbeddingsNotice:
@@ -208,8 +216,9 @@ class AttentionNotice:
         return (f"Head {self.head} of layer {self.layer} puts {self.first_share:.0%} of its weight "
                 f"on the first token, “{self.first_piece}” — {kind}. Head {self.previous_head} "
                 f"of layer {self.previous_layer} puts {self.previous_share:.0%} on the token just "
-                f"before each query ({previous}). Both: the mean over the prompt's "
-                f"{self.query_rows} query rows of the prefill.")
+                f"before each query ({previous}). Both are means over the prefill's query rows: "
+                f"all {self.query_rows} for the first token (row 0 can only look at itself), "
+                f"the {self.query_rows - 1} that have a previous token for the other.")
 
 
 def attention_notice(trace: Trace) -> AttentionNotice:
@@ -361,8 +370,9 @@ def weights_read(spec: ModelSpec) -> int:
 class PhaseNotice:
     prompt_tokens: int
     ttft_ms: float
+    prefill_ms_per_token: float  # 1000 / summarize().prefill_tokens_per_s
     decode_steps: int
-    itl_median_ms: float | None
+    itl_median_ms: float | None  # summarize().itl_p50_ms
     step: int  # the middle decode step
     params: int
     dtype_bytes: int
@@ -376,12 +386,13 @@ class PhaseNotice:
                 f"{self.ttft_ms:.1f} ms.")
         if not self.decode_steps or self.itl_median_ms is None:
             return head + " This run stopped after its first token, so there was no decode step."
-        per_prompt_token = self.ttft_ms / self.prompt_tokens
+        per_prompt_token = self.prefill_ms_per_token
         formula = (f"{self.params:,} parameters × {self.dtype_bytes} B" if self.tied else
                    f"(parameters − the input embedding's unread rows) × {self.dtype_bytes} B")
         return (head + f" Decode then took a median of {self.itl_median_ms:.1f} ms per token (ITL) "
                 f"— {self.itl_median_ms / per_prompt_token:.1f}× the prefill's "
-                f"{per_prompt_token:.2f} ms per prompt token. Decode step {self.step} read "
+                f"{per_prompt_token:.2f} ms per prompt token (the prefill step alone, without "
+                f"tokenizing). Decode step {self.step} read "
                 f"{size(self.weight_bytes)} of weights ({formula}) and {size(self.kv_read)} of KV "
                 "cache to produce one token: decode waits on memory, not arithmetic.")
 
@@ -390,10 +401,12 @@ def phase_notice(trace: Trace) -> PhaseNotice:
     spec = trace.model
     decode = trace.decode_steps
     middle = decode[len(decode) // 2] if decode else None
-    itl = trace.itl_ms
+    metrics = summarize(trace)
     kv_read = spec.kv_bytes_per_token * middle.context_len if middle and trace.settings.kv_cache else 0
-    return PhaseNotice(len(trace.prompt_token_ids), trace.ttft_ms or 0.0, len(decode),
-                       statistics.median(itl) if itl else None, middle.index if middle else -1,
+    rate = metrics.prefill_tokens_per_s
+    return PhaseNotice(len(trace.prompt_token_ids), trace.ttft_ms or 0.0,
+                       1000 / rate if rate else 0.0, len(decode),
+                       metrics.itl_p50_ms, middle.index if middle else -1,
                        spec.param_count, spec.dtype_bytes, spec.tie_word_embeddings,
                        weights_read(spec), kv_read)
 

@@ -199,6 +199,16 @@ def largest_difference(wa: np.ndarray, wb: np.ndarray) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
+def same_input_rows(a: Trace, b: Trace) -> int:
+    """How many leading positions were fed the same tokens in both runs (prompt, then each
+    generated token but the last, which was never fed back): only those attention rows can be
+    compared cell by cell — after the runs part, different tokens make different maps."""
+    fed_a = list(a.prompt_token_ids) + list(a.output_token_ids[:-1])
+    fed_b = list(b.prompt_token_ids) + list(b.output_token_ids[:-1])
+    first = first_difference(fed_a, fed_b)
+    return min(len(fed_a), len(fed_b)) if first is None else first
+
+
 def one_change(settings: GenerationSettings, change: Change) -> GenerationSettings:
     """Run A's settings with one setting flipped (the KV cache or the chat template); a dtype or
     prompt change leaves the settings as they are (the model or the prompt changes instead)."""
@@ -211,6 +221,10 @@ def one_change(settings: GenerationSettings, change: Change) -> GenerationSettin
     raise ValueError(f"unknown change {change!r}")
 
 
+MAX_TEMPERATURE = 2.0  # the sidebar's ranges (app.py)
+MAX_TOP_K = 1000
+
+
 def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt_tokens: int
                    ) -> GenerationSettings:
     """What a re-run of `trace` with one change asks for: the trace's own settings (its recorded
@@ -218,9 +232,21 @@ def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt
     prompt, whose length the attention budget must choose layers for), the change, and this
     app's limits on tokens."""
     recorded = has_attention(trace)
-    return replace(
-        one_change(trace.settings, change),
-        max_new_tokens=min(trace.settings.max_new_tokens, max_new_tokens),
-        max_prompt_tokens=max_prompt_tokens,
-        attention_layers=trace.attention_layers if recorded and change != "prompt" else None,
-        record_attention=recorded)
+    own = trace.settings  # may come from an uploaded file: only what a sidebar could set is kept
+    sampled = own.temperature > 0
+    chosen = GenerationSettings(
+        max_new_tokens=min(own.max_new_tokens, max_new_tokens),
+        temperature=min(own.temperature, MAX_TEMPERATURE),
+        top_k=min(own.top_k, MAX_TOP_K) if sampled else 0,
+        top_p=own.top_p if sampled else 1.0,
+        seed=own.seed, chat_template=own.chat_template, kv_cache=own.kv_cache,
+        record_attention=recorded, max_prompt_tokens=max_prompt_tokens)
+    layers = trace.attention_layers if recorded and change != "prompt" else None
+    if layers is not None and len(layers) > 0:
+        # the recorded layers only while they fit the default attention budget at this length;
+        # else the budget chooses (as for a run of the sidebar's own)
+        spec, tokens = trace.model, len(trace.prompt_token_ids)
+        per_layer = spec.heads * tokens * tokens * 2  # float16 prefill weights (as runner.py)
+        if per_layer * len(layers) > chosen.attention_budget_mb << 20:
+            layers = None
+    return replace(one_change(chosen, change), attention_layers=layers)

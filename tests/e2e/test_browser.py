@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-from playwright.sync_api import sync_playwright
-
 from engine.records.tracefile import read_trace_file
 
 from .browser import (
     generate_and_wait,
     go_to,
-    launch_chromium,
     open_app,
     start_generation,
-    streamlit_server,
     wait_for_app,
 )
 
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
 GEN = ".ie-chips .ie-gen"
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
-        yield address
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as pw:
-        chromium = launch_chromium(pw)
-        yield chromium
-        chromium.close()
 
 
 def no_exception(page) -> None:

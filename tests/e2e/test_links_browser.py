@@ -9,34 +9,17 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
-from playwright.sync_api import sync_playwright
-
-from .browser import launch_chromium, streamlit_server, wait_for_app
+from .browser import streamlit_server, wait_for_app
 
 SHOTS = Path(os.environ.get("LINK_SHOTS", "/tmp/links-shots"))
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory, chromium):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
-        yield address
 
 
 def chosen(page, label: str) -> str:
     return page.get_by_role("combobox", name=label, exact=True).input_value()
 
 
-def open_link(chromium, link: str, width: int = 1920, height: int = 1080):
-    page = chromium.new_context(viewport={"width": width, "height": height}).new_page()
+def open_link(browser, link: str, width: int = 1920, height: int = 1080):
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
     page.goto(link)
     wait_for_app(page)
     page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
@@ -52,8 +35,8 @@ def shared_link(page) -> str:
     return code.inner_text().strip()
 
 
-def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, chromium):
-    page = open_link(chromium, f"{url}/attention?example=qa&layer=3&head=2")
+def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, browser):
+    page = open_link(browser, f"{url}/attention?example=qa&layer=3&head=2")
     assert page.locator('[data-testid="stException"]').count() == 0
     assert (chosen(page, "Layer"), chosen(page, "Head")) == ("3", "2")
     assert page.get_by_text("Opened the example “Short Q&A” from a link").count() == 1
@@ -74,7 +57,7 @@ def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, chro
     assert params == {"example": "qa", "layer": "3", "head": "5"}  # default settings left out
     assert "s" not in params and address["s"][0] not in link
 
-    other = open_link(chromium, link, 1440, 900)
+    other = open_link(browser, link, 1440, 900)
     assert (chosen(other, "Layer"), chosen(other, "Head")) == ("3", "5")
     assert other.locator('[data-testid="stException"]').count() == 0
     other.screenshot(path=SHOTS / "link-opened-1440.png")
@@ -82,8 +65,8 @@ def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, chro
     other.screenshot(path=SHOTS / "share-open-1440.png")
 
 
-def test_bad_values_in_a_link_are_one_line_each_never_a_traceback(url, chromium):
-    page = open_link(chromium, f"{url}/attention?example=nope&layer=99&head=x&temperature=7")
+def test_bad_values_in_a_link_are_one_line_each_never_a_traceback(url, browser):
+    page = open_link(browser, f"{url}/attention?example=nope&layer=99&head=x&temperature=7")
     assert page.locator('[data-testid="stException"]').count() == 0
     warnings = page.get_by_test_id("stAlertContentWarning")
     assert warnings.count() == 3
@@ -91,9 +74,9 @@ def test_bad_values_in_a_link_are_one_line_each_never_a_traceback(url, chromium)
     page.screenshot(path=SHOTS / "link-bad-1920.png")
 
 
-def test_a_link_as_the_first_visit_after_a_start(tmp_path, chromium):
+def test_a_link_as_the_first_visit_after_a_start(tmp_path, browser):
     with streamlit_server(tmp_path / "streamlit.log") as fresh:
-        page = chromium.new_page(viewport={"width": 1920, "height": 1080})
+        page = browser.new_page(viewport={"width": 1920, "height": 1080})
         page.goto(f"{fresh}/attention?example=qa&layer=3&head=2")
         wait_for_app(page)
         page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)

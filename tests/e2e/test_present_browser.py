@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-from playwright.sync_api import sync_playwright
-
-from .browser import launch_chromium, streamlit_server, wait_for_app
+from .browser import wait_for_app
 
 # Effective font sizes in CSS px: an SVG text's size times the scale of its transforms (plotly
 # shrinks text that does not fit inside a bar with a transform, not with font-size).
@@ -25,20 +22,6 @@ SIZES = """() => {
     svg,
   };
 }"""
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
-        yield address
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as pw:
-        chromium = launch_chromium(pw)
-        yield chromium
-        chromium.close()
 
 
 def open_example(page) -> None:

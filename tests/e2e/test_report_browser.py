@@ -11,24 +11,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from charts.report import attention_focus, report_html
 from engine.records.examples import EXAMPLES_DIR
 from engine.records.tracefile import load_trace
 
-from .browser import launch_chromium, open_app, streamlit_server, wait_for_app
+from .browser import open_app, streamlit_server, wait_for_app
 
 VIEWPORTS = ((1440, 900), (1920, 1080))
 HOSTILE = '</style></script><script>alert("x")</script><img src=x onerror=alert(1)> & "q"'
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as pw:
-        chromium = launch_chromium(pw)
-        yield chromium
-        chromium.close()
 
 
 def shots(tmp_path: Path) -> Path:

@@ -1,0 +1,65 @@
+"""Opening a trace file or a shipped example as the session's trace (the Generate page's buttons,
+share links) and reading one as a second run (Compare runs): one reader, the app's limits.
+
+Not a page (app.py lists the pages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import streamlit as st
+
+from engine import EngineError, TraceFormatError
+from engine.records.examples import Example, examples
+from engine.records.tracecheck import check_viewable
+from engine.records.tracefile import TraceFile, read_trace_file
+from pages.state import OPENED_EXAMPLE, config, current_trace, keep, keep_new_trace
+
+
+def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
+    """A trace file read within this app's limits: size-capped before parsing, checked, with
+    generated tokens, and small enough for the pages to show (raises EngineError)."""
+    limits = config().limits
+    opened = read_trace_file(read(), max_bytes=limits.trace_mb << 20)
+    if not opened.trace.steps:
+        raise TraceFormatError("this trace has no generated tokens to show")
+    check_viewable(opened.trace, limits.trace_tokens)
+    return opened
+
+
+def open_trace_file(read: Callable[[], bytes | Path], label: str) -> str | None:
+    """Make a trace file (an upload, a shipped example) the session's trace; None, or what is
+    wrong with it in one line."""
+    try:
+        opened = read_viewable(read)
+    except EngineError as err:
+        return f"{label}: {err}"
+    keep_new_trace(opened.trace, opened.experiments)
+    return None
+
+
+def shipped_examples() -> tuple[Example, ...]:
+    """The examples listed in the manifest whose file is present."""
+    return tuple(e for e in examples() if e.path.is_file())
+
+
+def open_example(name: str) -> str | None:
+    """Open a shipped example by name (None, or why not), and remember which one the trace is."""
+    example = next((e for e in shipped_examples() if e.name == name), None)
+    if example is None:
+        return f"example {name}: no example of that name ships with this app"
+    error = open_trace_file(lambda: example.path, f"example {name}")
+    trace = current_trace()
+    if error is None and trace is not None:
+        keep(OPENED_EXAMPLE, (name, trace.created_at))
+    return error
+
+
+def current_example() -> Example | None:
+    """The shipped example the session's trace is, or None (a run of its own, an upload)."""
+    trace, opened = current_trace(), st.session_state.get(OPENED_EXAMPLE)
+    if trace is None or opened is None or opened[1] != trace.created_at:
+        return None
+    return next((e for e in shipped_examples() if e.name == opened[0]), None)
