@@ -1,5 +1,5 @@
-"""`python -m engine run|show|report`: generate a trace from the shell, inspect one, or write its
-HTML report.
+"""`python -m engine run|show|report|quality`: generate a trace from the shell, inspect one, write
+its HTML report, or measure a weights variant's quality.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -20,6 +20,7 @@ import sys  # noqa: E402
 from typing import Any, NoReturn, Sequence  # noqa: E402
 
 from .errors import EngineError  # noqa: E402
+from .quant import VARIANT_NAMES  # noqa: E402
 from .records.trace import Trace  # noqa: E402
 from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
@@ -67,6 +68,14 @@ def _parser() -> argparse.ArgumentParser:
     dtypes.add_argument("--model", default=None)
     dtypes.add_argument("--new-tokens", type=int, default=16)
     dtypes.add_argument("--rounds", type=int, default=3)
+    quality = sub.add_parser("quality", help="a weights variant against float32 on a fixed text: "
+                                             "bytes, perplexity, mean KL, top-1 agreement (JSON)")
+    quality.add_argument("--weights", required=True, choices=VARIANT_NAMES,
+                         help="what the decoder Linear weights are stored as")
+    quality.add_argument("--text", default=None, help="a UTF-8 text file (default: the "
+                                                      "Gettysburg Address, assets/texts/)")
+    quality.add_argument("--model", default=None, help="hub id or local folder (default: "
+                                                       "SmolLM2-135M)")
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -212,6 +221,21 @@ def _dtypes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quality(args: argparse.Namespace) -> int:
+    from .loader import load_model
+    from .quant.quality import measure_quality, read_text
+
+    text = read_text(args.text)  # a bad file is refused before the model loads
+    if not sys.stderr.isatty():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    lm = load_model(args.model)
+    json.dump(measure_quality(lm, args.weights, text).to_json(), sys.stdout, indent=1)
+    print()
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -232,7 +256,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
-            "report": _report}
+            "report": _report, "quality": _quality}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

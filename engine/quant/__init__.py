@@ -1,0 +1,15 @@
+"""Weights in fewer bits: formats, the weight-byte calculator, variants of the loaded model and
+their quality against float32.
+
+Modules: `scheme` (the formats as numbers, no torch), `formats` (quantize / dequantize tensors),
+`calculator` (bytes for any parameter count), `variants` (a quantized copy of the loaded model),
+`gguf_grid` (the default model's weights already lie on its GGUF file's 4-bit grid), `quality`
+(perplexity, KL and top-1 agreement against float32 by teacher forcing).
+
+The package itself imports nothing heavy, so the CLI can list the variant names before torch loads.
+"""
+
+from __future__ import annotations
+
+# Every name `apply_variant` and `python -m engine quality --weights` accept, reference first.
+VARIANT_NAMES = ("fp32", "fp16", "bf16", "int8", "q4_0", "q4_1", "q3", "q2")

@@ -1,0 +1,198 @@
+"""Variants of the loaded model with its weights in fewer bits, and their bytes, measured.
+
+What is quantized, in every variant: the weight of each Linear inside the decoder layers
+(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) — 79% of SmolLM2-135M's
+parameters and all of the per-layer matrix work. What stays float32: the token embedding and the
+RMSNorm weights. Why: in the default model the embedding is tied to the LM head, so it is also
+the output projection that every logit is read through; quantizing it would mix "the layers got
+coarser" with "the vocabulary's readout got coarser" (llama.cpp files, this model's included,
+keep it at 8 bits while the layers are 4-bit). The norms are 0.03% of the bytes. The report
+therefore gives each part's bytes separately, so the page can say what the ratio applies to.
+
+How each variant stores a quantized Linear weight (out, in): `fp16` / `bf16` as that dtype;
+`int8` one float16 scale per output row; `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`,
+`q2` a float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`).
+The returned model holds the dequantized weights in float32, so the torch forward measures what
+the rounding of the weights does, not the arithmetic of a low-precision kernel.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import InputError
+from ..loader import LoadedModel
+from . import VARIANT_NAMES
+from .formats import QuantizedTensor, quantize
+from .scheme import FORMATS, QuantFormat
+
+FLOAT_VARIANTS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+REFERENCE_BYTES = 4  # the unquantized parts stay float32
+SCOPE = ("the weight of every Linear in the decoder layers (q, k, v, o, gate, up, down); "
+         "the token embedding (tied to the LM head) and the RMSNorm weights stay float32")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StoredFloat:
+    """A weight kept as a float tensor (the fp32 / fp16 / bf16 variants)."""
+
+    values: torch.Tensor  # (out, in) in the variant's dtype
+
+    @property
+    def code_bytes(self) -> int:
+        return self.values.nbytes
+
+    @property
+    def group_bytes(self) -> int:
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.nbytes
+
+    def dequantize(self) -> torch.Tensor:
+        return self.values.float()  # (out, in); the same tensor when it is already float32
+
+
+Stored = QuantizedTensor | StoredFloat
+
+
+@dataclass(frozen=True, slots=True)
+class WeightReport:
+    """Bytes of a variant, measured from its stored tensors, beside the formula's value."""
+
+    variant: str
+    storage: str  # how a quantized weight is stored (scheme.describe, or the float dtype)
+    quantized_params: int  # decoder Linear weights
+    other_params: int  # embedding (counted once: tied to the LM head) and norms
+    code_bytes: int  # measured: the quantized weights' codes (or float values)
+    group_bytes: int  # measured: their float16 scales and minimums
+    other_bytes: int  # measured: the float32 embedding and norms of the copy
+    code_bits: int  # bits per stored code (or float)
+    formula_group_bytes: int  # Σ over the Linears of out · in / group · (2 or 4) bytes
+    scope: str = SCOPE
+
+    @property
+    def nbytes(self) -> int:
+        return self.code_bytes + self.group_bytes + self.other_bytes
+
+    @property
+    def formula_bytes(self) -> int:
+        """quantized params × bits / 8 + scale overhead + other params × 4 (float32)."""
+        return (self.quantized_params * self.code_bits // 8 + self.formula_group_bytes
+                + self.other_params * REFERENCE_BYTES)
+
+    @property
+    def formula(self) -> str:
+        return (f"{self.quantized_params:,} × {self.code_bits} / 8 + {self.formula_group_bytes:,} "
+                f"(scales) + {self.other_params:,} × {REFERENCE_BYTES} (float32 embedding, norms)")
+
+    @property
+    def quantized_bits_per_weight(self) -> float:
+        """Measured bits per quantized weight, codes and scales: e.g. 4.5 for q4_0."""
+        return (self.code_bytes + self.group_bytes) * 8 / self.quantized_params
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "storage": self.storage, "scope": self.scope,
+                "quantized_params": self.quantized_params, "other_params": self.other_params,
+                "code_bytes": self.code_bytes, "group_bytes": self.group_bytes,
+                "other_bytes": self.other_bytes, "bytes": self.nbytes,
+                "formula_bytes": self.formula_bytes, "formula": self.formula,
+                "quantized_bits_per_weight": self.quantized_bits_per_weight}
+
+
+def variant_format(name: str) -> QuantFormat | torch.dtype:
+    """The QuantFormat (or float dtype) a variant stores its Linear weights in."""
+    if name not in VARIANT_NAMES:
+        raise InputError(f"unknown weights variant {name!r}: use one of {', '.join(VARIANT_NAMES)}")
+    return FLOAT_VARIANTS[name] if name in FLOAT_VARIANTS else FORMATS[name]
+
+
+def decoder_linears(model: Any) -> list[tuple[str, torch.nn.Linear]]:
+    """Every Linear inside the decoder layers (not the LM head), in module order."""
+    found = [(n, m) for n, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and ".layers." in f".{n}"]
+    if not found:
+        raise InputError("this model has no Linear layers inside decoder layers to quantize")
+    return found
+
+
+def store_weight(weight: torch.Tensor, fmt: QuantFormat | torch.dtype) -> Stored:
+    """`weight` (out, in) in the variant's stored form."""
+    if isinstance(fmt, torch.dtype):
+        return StoredFloat(weight.detach().to(fmt))
+    try:
+        return quantize(weight, fmt)
+    except ValueError as err:
+        raise InputError(f"cannot store this model's weights as {fmt.name}: {err}") from err
+
+
+@torch.no_grad()
+def quantize_linears(model: Any, name: str) -> dict[str, Stored]:
+    """Module name → stored weight, for every decoder Linear (what a low-bit kernel would read)."""
+    fmt = variant_format(name)
+    return {n: store_weight(m.weight, fmt) for n, m in decoder_linears(model)}
+
+
+def available_memory() -> int:
+    """Bytes of memory the OS can still give this process."""
+    try:
+        import psutil
+    except ImportError:  # psutil is in requirements.txt; this is for bare installs
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.virtual_memory().available)
+
+
+def check_memory(lm: LoadedModel, name: str) -> None:
+    """Refuse, before starting, a copy that would take more than half the free memory: the copy
+    is float32 (4 bytes per parameter) whatever the variant."""
+    need = lm.spec.param_count * REFERENCE_BYTES
+    free = available_memory()
+    if need > free / 2:
+        raise InputError(f"a {name} copy of {lm.spec.name} needs about {need / 1e9:.1f} GB, more "
+                         f"than half of the {free / 1e9:.1f} GB of free memory: not started")
+
+
+@torch.no_grad()
+def apply_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
+    """A copy of the loaded model whose decoder Linear weights went through variant `name`
+    (stored, then dequantized to float32), and the variant's bytes, measured and by formula.
+
+    The shared model is only read: every tensor of the copy is new (the memo of deepcopy maps
+    each parameter to its replacement, so tied weights stay one tensor in the copy too).
+    """
+    fmt = variant_format(name)
+    check_memory(lm, name)
+    model = lm.model
+    linears = decoder_linears(model)
+    memo: dict[int, Any] = {}
+    code_bytes = group_bytes = formula_groups = quantized = 0
+    for _n, module in linears:
+        w = module.weight  # (out, in)
+        stored = store_weight(w, fmt)
+        code_bytes += stored.code_bytes
+        group_bytes += stored.group_bytes
+        if isinstance(fmt, QuantFormat):
+            formula_groups += fmt.group_bytes(*w.shape)
+        quantized += w.numel()
+        memo[id(w)] = torch.nn.Parameter(stored.dequantize().clone(), requires_grad=False)
+        del stored
+    other_params = other_bytes = 0
+    for p in model.parameters():  # each shared (tied) parameter once
+        if id(p) not in memo:
+            memo[id(p)] = torch.nn.Parameter(p.detach().float().clone(), requires_grad=False)
+            other_params += p.numel()
+            other_bytes += memo[id(p)].nbytes
+    for b in model.buffers():
+        memo[id(b)] = b.float().clone() if b.is_floating_point() else b.clone()
+    clone = copy.deepcopy(model, memo).eval()
+    bits = torch.finfo(fmt).bits if isinstance(fmt, torch.dtype) else fmt.bits
+    storage = str(fmt).removeprefix("torch.") if isinstance(fmt, torch.dtype) else fmt.describe()
+    report = WeightReport(name, storage, quantized, other_params, code_bytes, group_bytes,
+                          other_bytes, bits, formula_groups)
+    return clone, report
