@@ -15,8 +15,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings  # noqa: E402
-from pages.links import open_link, preset_settings, share_view  # noqa: E402
+from pages.links import open_link, share_view  # noqa: E402
 from pages.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
+from pages.sidebar_settings import preset_settings  # noqa: E402
 from pages.state import (  # noqa: E402
     MODELS,
     SessionModel,
@@ -99,7 +100,7 @@ def sidebar_model() -> None:
 def sidebar_settings() -> None:
     side = st.sidebar
     side.header("Generation")
-    table = preset_settings()  # widget defaults, unless a share link set them (keys: pages/links.py)
+    table = preset_settings()  # defaults, unless a share link set them
     new = side.slider("Max new tokens", **table["new_tokens"].widget(),
                       help=f"At most {LIMITS.new_tokens} here.")
     temp = side.slider("Temperature", **table["temperature"].widget(), help="0 = greedy: always "

@@ -25,7 +25,7 @@ from charts.live import step_chart
 from charts.story import layer_split_chart, next_token_chart, residual_norm_chart
 from charts.tokens import token_chips_html
 from engine import Trace
-from engine.lens import notice
+from engine.lens import cost_notice, notice, wording
 from engine.lens.attention_stats import full_attention
 from engine.lens.rope import angles
 from pages.common import memo, require_trace, show_chart
@@ -185,9 +185,9 @@ STAGES = (
     Stage("The next token: a distribution, then a choice", next_token_intro,
           notice.sampling_notice, next_token_figure, "pages/generate.py",
           "Generate: any step's top-10 candidates"),
-    Stage("Prefill vs decode", phases_intro, notice.phase_notice, phases_figure, "pages/timing.py",
+    Stage("Prefill vs decode", phases_intro, cost_notice.phase_notice, phases_figure, "pages/timing.py",
           "Prefill vs decode: TTFT, ITL, FLOPs, bytes and the roofline"),
-    Stage("The KV cache", kv_intro, notice.kv_notice, kv_figure, "pages/kvcache.py",
+    Stage("The KV cache", kv_intro, cost_notice.kv_notice, kv_figure, "pages/kvcache.py",
           "KV cache: live memory, cache on vs off, calculator, shrinking it"),
 )
 
@@ -249,7 +249,7 @@ def page() -> None:
     st.title("Inference, step by step")
     trace = require_trace()
     prompt = " ".join(trace.prompt.split())
-    shown = notice.isolated(plain(prompt[:80]) + ("…" if len(prompt) > 80 else ""))
+    shown = wording.isolated(plain(prompt[:80]) + ("…" if len(prompt) > 80 else ""))
     st.caption(f"Your run: “{shown}” — "
                f"{len(trace.prompt_token_ids)} prompt tokens, {len(trace.steps)} generated. "
                "Every figure and number below comes from it.")

@@ -48,7 +48,8 @@ def harness() -> None:
     """app.py's link steps on every run, with the Temperature slider and the selection shown."""
     import streamlit as st
 
-    from pages.links import HEAD, LAYER, STEP, open_link, preset_settings
+    from pages.links import HEAD, LAYER, STEP, open_link
+    from pages.sidebar_settings import preset_settings
     from pages.state import restore_session
 
     restore_session()

@@ -12,7 +12,7 @@ import pytest
 
 from charts.live import PREFILL_COLOR
 from charts.story import layer_split_chart, next_token_chart, residual_norm_chart
-from engine.lens import notice
+from engine.lens import cost_notice, notice, wording
 from engine.lens.tokens import piece_bytes
 from engine.records.examples import examples
 from engine.records.tracefile import load_trace
@@ -20,7 +20,7 @@ from engine.records.tracefile import load_trace
 TRACES = {e.name: load_trace(e.path) for e in examples()}
 QA, STORY, MULTI, SAMPLED = (TRACES[n] for n in ("qa", "story", "multilingual", "sampled"))
 NOTICES = [notice.tokens_notice, notice.embeddings_notice, notice.attention_notice,
-           notice.sampling_notice, notice.phase_notice, notice.kv_notice]
+           notice.sampling_notice, cost_notice.phase_notice, cost_notice.kv_notice]
 
 
 @pytest.mark.parametrize("compute", NOTICES, ids=lambda f: f.__name__)
@@ -30,11 +30,11 @@ def test_the_text_changes_with_the_trace(compute):
 
 
 def test_sizes_and_probabilities_never_use_an_exponent():
-    assert notice.size(1048000) == "1023 KiB" and notice.size(538_060_032) == "513 MiB"
-    assert notice.size(1023.9 * 2**20) == "1024 MiB" and notice.size(2**30) == "1 GiB"
-    assert notice.size(1536) == "1.5 KiB" and notice.size(12) == "12 B"
-    assert notice.probability(0.62) == "0.62" and notice.probability(0.00043) == "0.00043"
-    assert notice.probability(1.2e-5) == "0.000012" and notice.probability(0.0) == "0.00"
+    assert wording.size(1048000) == "1023 KiB" and wording.size(538_060_032) == "513 MiB"
+    assert wording.size(1023.9 * 2**20) == "1024 MiB" and wording.size(2**30) == "1 GiB"
+    assert wording.size(1536) == "1.5 KiB" and wording.size(12) == "12 B"
+    assert wording.probability(0.62) == "0.62" and wording.probability(0.00043) == "0.00043"
+    assert wording.probability(1.2e-5) == "0.000012" and wording.probability(0.0) == "0.00"
 
 
 def without_attention(trace):
@@ -192,7 +192,7 @@ def test_next_token_chart_adds_a_chosen_token_outside_the_top_k():
 @pytest.mark.parametrize("name", ["qa", "story"])
 def test_phase_numbers(name):
     trace = TRACES[name]
-    spec, fact = trace.model, notice.phase_notice(trace)
+    spec, fact = trace.model, cost_notice.phase_notice(trace)
     decode = [s for s in trace.steps if s.phase == "decode"]
     middle = decode[len(decode) // 2]
     assert fact.ttft_ms == pytest.approx(trace.tokenize_ms + trace.steps[0].latency_ms)
@@ -209,7 +209,7 @@ def test_phase_numbers(name):
 @pytest.mark.parametrize("name", ["qa", "story"])
 def test_kv_bytes_formula_equals_the_measured_bytes(name):
     trace = TRACES[name]
-    fact = notice.kv_notice(trace)
+    fact = cost_notice.kv_notice(trace)
     tokens = len(trace.prompt_token_ids) + len(trace.steps) - 1
     assert fact.tokens == tokens
     assert fact.formula_bytes == 2 * 30 * 3 * 64 * 4 * tokens == trace.steps[-1].kv_bytes
@@ -219,7 +219,7 @@ def test_kv_bytes_formula_equals_the_measured_bytes(name):
 
 def test_a_run_without_the_cache_says_so():
     off = replace(QA, settings=replace(QA.settings, kv_cache=False))
-    assert "KV cache off" in notice.kv_notice(off).text
+    assert "KV cache off" in cost_notice.kv_notice(off).text
 
 
 # ---------------------------------------------------------------- the story's own figures

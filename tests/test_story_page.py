@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.lens import notice
+from engine.lens import cost_notice, notice
 from engine.records.examples import examples
 from engine.records.tracefile import load_trace
 
@@ -23,7 +23,7 @@ TITLES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
           "Attention: Q·Kᵀ/√d, softmax, ·V", "Feed-forward network and the residual stream",
           "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache"]
 NOTICES = [notice.tokens_notice, notice.embeddings_notice, notice.attention_notice,
-           notice.ffn_notice, notice.sampling_notice, notice.phase_notice, notice.kv_notice]
+           notice.ffn_notice, notice.sampling_notice, cost_notice.phase_notice, cost_notice.kv_notice]
 
 
 def story(trace) -> AppTest:

@@ -1,0 +1,108 @@
+""""What to notice" about what a run cost: prefill vs decode (time, weight bytes a decode step
+read) and the KV cache (formula against the measured bytes) — the last two stages of the story
+(engine/lens/notice.py has the others)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..records.trace import Trace
+from ..spec import ModelSpec
+from ..timing.metrics import summarize
+from .wording import size
+
+# ---------------------------------------------------------------- prefill vs decode
+
+def weights_read(spec: ModelSpec) -> int:
+    """Weight bytes one forward reads: parameters × bytes per parameter; an untied input
+    embedding is only looked up (one row per token), so all but one of its rows are left out."""
+    params = spec.param_count
+    if not spec.tie_word_embeddings:
+        params -= (spec.vocab_size - 1) * spec.hidden_size
+    return params * spec.dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseNotice:
+    prompt_tokens: int
+    ttft_ms: float
+    prefill_ms_per_token: float  # 1000 / summarize().prefill_tokens_per_s
+    decode_steps: int
+    itl_median_ms: float | None  # summarize().itl_p50_ms
+    step: int  # the middle decode step
+    params: int
+    dtype_bytes: int
+    tied: bool
+    weight_bytes: int  # weights_read
+    kv_read: int  # KV bytes that step read: bytes per token · its context
+
+    @property
+    def text(self) -> str:
+        head = (f"Prefill read all {self.prompt_tokens} prompt tokens in one pass: TTFT "
+                f"{self.ttft_ms:.1f} ms.")
+        if not self.decode_steps or self.itl_median_ms is None:
+            return head + " This run stopped after its first token, so there was no decode step."
+        per_prompt_token = self.prefill_ms_per_token
+        formula = (f"{self.params:,} parameters × {self.dtype_bytes} B" if self.tied else
+                   f"(parameters − the input embedding's unread rows) × {self.dtype_bytes} B")
+        return (head + f" Decode then took a median of {self.itl_median_ms:.1f} ms per token (ITL) "
+                f"— {self.itl_median_ms / per_prompt_token:.1f}× the prefill's "
+                f"{per_prompt_token:.2f} ms per prompt token (the prefill step alone, without "
+                f"tokenizing). Decode step {self.step} read "
+                f"{size(self.weight_bytes)} of weights ({formula}) and {size(self.kv_read)} of KV "
+                "cache to produce one token: decode waits on memory, not arithmetic.")
+
+
+def phase_notice(trace: Trace) -> PhaseNotice:
+    spec = trace.model
+    decode = trace.decode_steps
+    middle = decode[len(decode) // 2] if decode else None
+    metrics = summarize(trace)
+    kv_read = spec.kv_bytes_per_token * middle.context_len if middle and trace.settings.kv_cache else 0
+    rate = metrics.prefill_tokens_per_s
+    return PhaseNotice(len(trace.prompt_token_ids), trace.ttft_ms or 0.0,
+                       1000 / rate if rate else 0.0, len(decode),
+                       metrics.itl_p50_ms, middle.index if middle else -1,
+                       spec.param_count, spec.dtype_bytes, spec.tie_word_embeddings,
+                       weights_read(spec), kv_read)
+
+
+# ---------------------------------------------------------------- the KV cache
+
+@dataclass(frozen=True, slots=True)
+class KVNotice:
+    cache_on: bool
+    tokens: int  # positions cached after the last step
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    formula_bytes: int
+    measured_bytes: int
+    max_context: int
+
+    @property
+    def per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def text(self) -> str:
+        if not self.cache_on:
+            return ("This run had the KV cache off: nothing was kept, and every step recomputed "
+                    "the keys and values of the whole sequence. Switch it on to watch it grow.")
+        match = ("the same as the tensors' measured nbytes" if self.measured_bytes == self.formula_bytes
+                 else f"measured in the tensors: {self.measured_bytes:,} B")
+        at_limit = (f" At the model's {self.max_context:,}-token limit it would take "
+                    f"{size(self.per_token * self.max_context)}." if self.max_context else "")
+        return (f"After the last step the cache holds keys and values for {self.tokens} positions: "
+                f"2 · {self.layers} layers · {self.kv_heads} KV heads · {self.head_dim} head_dim · "
+                f"{self.dtype_bytes} B · {self.tokens} tokens = {self.formula_bytes:,} B "
+                f"({size(self.formula_bytes)}), {match}. Every new token adds "
+                f"{self.per_token:,} B.{at_limit}")
+
+
+def kv_notice(trace: Trace) -> KVNotice:
+    spec = trace.model
+    tokens = trace.steps[-1].context_len if trace.steps else 0
+    return KVNotice(trace.settings.kv_cache, tokens, spec.layers, spec.kv_heads, spec.head_dim,
+                    spec.dtype_bytes, spec.kv_bytes(tokens), trace.kv_bytes, spec.max_context)

@@ -1,0 +1,87 @@
+"""The sidebar's generation settings as one table — each setting's widget key, kind, range and
+default — read by the sidebar's widgets (app.py) and by share links (pages/links.py), so a link
+can hold exactly what the sidebar can set.
+
+Not a page (app.py lists the pages).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from engine import Trace
+from pages.state import Limits, config
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """A sidebar generation setting: its widget's key, kind and range — the same for the widget
+    (app.py sidebar_settings) and for a link's value."""
+
+    key: str
+    kind: type  # int, float or bool
+    default: int | float | bool
+    low: int | float = 0
+    high: int | float = 1
+    step: int | float = 1
+
+    def widget(self) -> dict[str, Any]:
+        """Keyword arguments of the sidebar widget (no value: it comes from session state)."""
+        if self.kind is bool:
+            return {"key": self.key}
+        return {"min_value": self.low, "max_value": self.high, "step": self.step, "key": self.key}
+
+    def parse(self, text: str) -> int | float | bool:
+        """The value a link's text stands for; ValueError saying what is allowed."""
+        if self.kind is bool:
+            if text not in ("0", "1"):
+                raise ValueError("must be 0 or 1")
+            return text == "1"
+        allowed = f"must be a number from {self.low:g} to {self.high:g}"
+        if self.kind is int:
+            if not re.fullmatch(r"\d{1,10}", text) or not self.low <= int(text) <= self.high:
+                raise ValueError(allowed.replace("a number", "a whole number"))
+            return int(text)
+        if not re.fullmatch(r"\d{1,3}(\.\d{1,6})?", text) or not self.low <= float(text) <= self.high:
+            raise ValueError(allowed)
+        steps = float(text) / self.step
+        if abs(steps - round(steps)) > 1e-6:
+            raise ValueError(f"must be a multiple of {self.step:g}")
+        return round(round(steps) * self.step, 6)
+
+    def text(self, value: int | float | bool) -> str:
+        return str(int(value)) if self.kind is not float else f"{value:g}"
+
+
+def setting_table(limits: Limits) -> dict[str, Setting]:
+    """The sidebar's generation settings by their name in a link."""
+    return {
+        "new_tokens": Setting("gen_new_tokens", int, min(48, limits.new_tokens), 1, limits.new_tokens),
+        "temperature": Setting("gen_temperature", float, 0.0, 0.0, 2.0, 0.05),
+        "top_k": Setting("gen_top_k", int, 0, 0, 1000),
+        "top_p": Setting("gen_top_p", float, 1.0, 0.05, 1.0, 0.05),
+        "seed": Setting("gen_seed", int, 0, 0, 2**31 - 1),
+        "chat": Setting("gen_chat", bool, True),
+        "kv_cache": Setting("gen_kv_cache", bool, True),
+        "attention": Setting("gen_attention", bool, True),
+    }
+
+
+def preset_settings() -> dict[str, Setting]:
+    """Each sidebar setting's default, unless a share link (or the user) set it already."""
+    table = setting_table(config().limits)
+    for setting in table.values():
+        st.session_state.setdefault(setting.key, setting.default)
+    return table
+
+
+def settings_of(trace: Trace) -> dict[str, int | float | bool]:
+    """A run's settings under the table's names (what its sidebar was set to)."""
+    s = trace.settings
+    return {"new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_k": s.top_k,
+            "top_p": s.top_p, "seed": s.seed if s.seed is not None else 0,
+            "chat": s.chat_template, "kv_cache": s.kv_cache, "attention": s.record_attention}
