@@ -1,5 +1,6 @@
-"""`python -m engine run|show|report|quality`: generate a trace from the shell, inspect one, write
-its HTML report, or measure a weights variant's quality.
+"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|examples`: generate a trace
+from the shell, inspect one (its story lines, a comparison with another, its HTML report, the logit
+lens), compare dtypes, measure a weights variant's quality, or record the shipped examples.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -62,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     lens.add_argument("--step", type=int, default=0, help="step index (default 0, the prefill)")
     lens.add_argument("--model", default=None, help="the model that made the trace (default: "
                                                     "SmolLM2-135M)")
+    story = sub.add_parser("story", help="the guided story's 'what to notice' line of every stage, "
+                                         "computed from a trace (no model needed)")
+    story.add_argument("file")
+    compare = sub.add_parser("compare", help="two traces side by side as JSON: settings that "
+                                             "differ, first differing token, TTFT / ITL / KV bytes")
+    compare.add_argument("a")
+    compare.add_argument("b")
     dtypes = sub.add_parser("dtypes", help="decode the same greedy tokens with float32, float16 "
                                            "and bfloat16 weights, in paired rounds")
     dtypes.add_argument("prompt")
@@ -205,6 +213,36 @@ def _lens(args: argparse.Namespace) -> int:
     return 0
 
 
+def _story(args: argparse.Namespace) -> int:
+    from .lens import cost_notice, notice
+    from .records.tracefile import load_trace
+
+    trace = load_trace(args.file)
+    stages = (("Text → tokens", notice.tokens_notice), ("Embeddings + RoPE", notice.embeddings_notice),
+              ("Attention", notice.attention_notice), ("FFN and residual", notice.ffn_notice),
+              ("Next token and sampling", notice.sampling_notice),
+              ("Prefill vs decode", cost_notice.phase_notice), ("The KV cache", cost_notice.kv_notice))
+    for k, (title, compute) in enumerate(stages, 1):
+        print(f"{k}. {title}: {compute(trace).text}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .records.compare import metric_rows, setting_rows, token_diff
+    from .records.tracefile import load_trace
+
+    a, b = load_trace(args.a), load_trace(args.b)
+    diff = token_diff(a, b)
+    json.dump({
+        "settings_that_differ": {r.name: [r.a, r.b] for r in setting_rows(a, b) if r.differs},
+        "first_different_prompt_token": diff.prompt, "first_different_answer_token": diff.answer,
+        "metrics": [{"name": r.name, "unit": r.unit, "a": r.a, "b": r.b,
+                     "b_minus_a": r.difference, "how": r.formula} for r in metric_rows(a, b)],
+    }, sys.stdout, indent=1, ensure_ascii=False)
+    print()
+    return 0
+
+
 def _dtypes(args: argparse.Namespace) -> int:
     from .loader import load_model
     from .runner import prepare_prompt
@@ -256,7 +294,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
-            "report": _report, "quality": _quality}
+            "report": _report, "quality": _quality, "story": _story, "compare": _compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
