@@ -4,7 +4,6 @@ Pure functions of Traces and arrays (engine/records/compare.py computes what the
 
 from __future__ import annotations
 
-import html
 import math
 
 import numpy as np
@@ -13,26 +12,15 @@ import plotly.graph_objects as go
 from engine.records.trace import Trace
 
 from .attention import heatmap
-from .tokens import piece_text, visible
+from .tokens import chip, piece_text
 
 RUN_COLORS = {"A": "#1f77b4", "B": "#e6550d"}  # blue and orange: apart for colour-blind eyes too
 RUN_SYMBOLS = {"A": "circle", "B": "diamond"}
-DIFF_STYLE = "outline: 3px solid #d62728; outline-offset: 1px; font-weight: 700"
-DIFF_TITLE = "first difference between the two runs"
-
-
-def _chip(text: str, title: str, kind: str, marked: bool) -> str:
-    style = f' style="{DIFF_STYLE}"' if marked else ""
-    title = f"{DIFF_TITLE} · {title}" if marked else title
-    return (f'<span class="ie-chip ie-{kind}{" ie-first-diff" if marked else ""}"{style} '
-            f'title="{html.escape(title, quote=True)}">{html.escape(visible(text))}</span>')
-
-
 def prompt_chips_html(trace: Trace, first_diff: int | None) -> str:
     """The prompt's tokens as chips (special tokens marked), chip `first_diff` outlined in red."""
-    parts = [_chip(piece if special else piece_text(piece),
+    parts = [chip(piece if special else piece_text(piece),
                    f"prompt token {i} · id {tid}{' · special' if special else ''}",
-                   "special" if special else "prompt", i == first_diff)
+                   "special" if special else "prompt", marked=i == first_diff)
              for i, (tid, piece, special) in enumerate(zip(trace.prompt_token_ids,
                                                            trace.prompt_pieces,
                                                            trace.prompt_special))]
@@ -42,9 +30,9 @@ def prompt_chips_html(trace: Trace, first_diff: int | None) -> str:
 def answer_chips_html(trace: Trace, first_diff: int | None) -> str:
     """The generated tokens as chips, chip `first_diff` outlined in red (when this run has a
     token there: the other run may simply be longer)."""
-    parts = [_chip(piece_text(s.piece),
+    parts = [chip(piece_text(s.piece),
                    f"answer token {s.index} · id {s.token_id} · {s.latency_ms:.1f} ms · "
-                   f"p={s.chosen_prob:.3f} (rank {s.chosen_rank + 1})", "gen", s.index == first_diff)
+                   f"p={s.chosen_prob:.3f} (rank {s.chosen_rank + 1})", "gen", marked=s.index == first_diff)
              for s in trace.steps]
     return '<div class="ie-chips">' + ("".join(parts) or "(no answer tokens)") + "</div>"
 

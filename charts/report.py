@@ -17,6 +17,7 @@ import html
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs as _read_plotlyjs
@@ -45,7 +46,9 @@ SWEEP_TITLES = {
     "batch": ("Batch → throughput", "sequences decoded together (batch)",
               "decode tokens/s (all sequences)", True),
 }
-# The chip rules of assets/style.css (the report carries its own copy: it must stand alone).
+# The report's own layout; the token chips are styled by the app's own assets/style.css, copied
+# into the page when it is made (the report must stand alone).
+APP_CSS = Path(__file__).resolve().parents[1] / "assets" / "style.css"
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: #1f2328;
        margin: 0; background: #fafafa; line-height: 1.5; }
@@ -66,13 +69,6 @@ pre.text { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; p
 .note { color: #57606a; font-size: 0.9rem; }
 figure { margin: 1rem 0 1.6rem; break-inside: avoid; }
 figcaption { color: #57606a; font-size: 0.9rem; margin-top: 0.2rem; }
-.ie-chips { line-height: 2.1; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
-            font-size: 0.85rem; }
-.ie-chip { display: inline-block; padding: 0 0.35em; margin: 0 0.12em 0.12em 0; border-radius: 0.3em;
-           border: 1px solid #ccc; white-space: pre; cursor: help; }
-.ie-prompt { background: #eef3fb; border-color: #c6d4ee; }
-.ie-special { background: #f3e8fb; border-color: #d7bdea; color: #6b2f91; font-style: italic; }
-.ie-gen { background: #fff1dc; border-color: #f1c98a; }
 @media (max-width: 900px) { .grid { grid-template-columns: 1fr; } main { padding: 1rem; } }
 @media print { body { background: white; } main { max-width: none; padding: 0; } }
 """
@@ -328,7 +324,7 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="Inference Explorer {esc(ENGINE_VERSION)}">
 <title>{esc(title)}</title>
-<style>{STYLE}</style>
+<style>{STYLE}{APP_CSS.read_text()}</style>
 <script type="text/javascript">window.PlotlyConfig = {{MathJaxConfig: 'local'}};</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body><main>

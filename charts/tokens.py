@@ -39,10 +39,18 @@ def visible(text: str) -> str:
 BYTES_STYLE = "border-style: dashed"  # a chip holding part of a character
 
 
-def _chip(text: str, title: str, kind: str, partial: bool = False) -> str:
-    style = f' style="{BYTES_STYLE}"' if partial else ""
-    return (f'<span class="ie-chip ie-{kind}"{style} title="{html.escape(title, quote=True)}">'
-            f"{html.escape(visible(text))}</span>")
+MARKED_STYLE = "outline: 3px solid #d62728; outline-offset: 1px; font-weight: 700"
+MARKED_TITLE = "first difference between the two runs"
+
+
+def chip(text: str, title: str, kind: str, partial: bool = False, marked: bool = False) -> str:
+    """One token chip (`kind`: prompt, special, gen); `partial` = it holds part of a character
+    (dashed), `marked` = the first difference between two runs (outlined in red)."""
+    styles = ([BYTES_STYLE] if partial else []) + ([MARKED_STYLE] if marked else [])
+    style = f' style="{"; ".join(styles)}"' if styles else ""
+    title = f"{MARKED_TITLE} · {title}" if marked else title
+    return (f'<span class="ie-chip ie-{kind}{" ie-first-diff" if marked else ""}"{style} '
+            f'title="{html.escape(title, quote=True)}">{html.escape(visible(text))}</span>')
 
 
 def _split_note(token: Token, characters: str) -> str:
@@ -65,13 +73,13 @@ def token_chips_html(trace: Trace) -> str:
     for i, (tok, special) in enumerate(zip(tokens[:n], trace.prompt_special)):
         label = tok.piece if special else piece_text(tok.piece)
         note = _split_note(tok, split[i])
-        parts.append(_chip(label, f"prompt token {i} · id {tok.id}{' · special' if special else ''}"
+        parts.append(chip(label, f"prompt token {i} · id {tok.id}{' · special' if special else ''}"
                            + note, "special" if special else "prompt", bool(note)))
     for step, tok, chars in zip(trace.steps, tokens[n:], split[n:]):
         note = _split_note(tok, chars)
         title = (f"{step.phase} step {step.index} · id {step.token_id} · {step.latency_ms:.1f} ms"
                  f" · p={step.chosen_prob:.3f} (rank {step.chosen_rank + 1})") + note
-        parts.append(_chip(piece_text(step.piece), title, "gen", bool(note)))
+        parts.append(chip(piece_text(step.piece), title, "gen", bool(note)))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
 
 
@@ -85,7 +93,7 @@ def chips_html(tokens: list[Token]) -> str:
         note = _split_note(tok, chars)
         title = (f"token {i} · id {tok.id} · bytes {data}" + (" · special" if tok.special else "")
                  + note)
-        parts.append(_chip(label, title, "special" if tok.special else "prompt", bool(note)))
+        parts.append(chip(label, title, "special" if tok.special else "prompt", bool(note)))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
 
 

@@ -23,6 +23,7 @@ from engine.timing.metrics import replay_pace
 from pages.common import disturbance_warning, memo, model_turn, show_chart
 from pages.links import STEP
 from pages.state import (
+    MAX_PROMPT_CHARS,
     config,
     current_experiments,
     current_trace,
@@ -39,7 +40,6 @@ from pages.traces import open_example, open_trace_file, shipped_examples
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
-MAX_PROMPT_CHARS = 20_000  # far above any prompt the token limit lets through
 # The live chart redraws at most this often, the first time this long after the run starts: the
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
 # after a redraw measured several times slower than the others (the first-decode-step spike).

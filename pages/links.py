@@ -26,6 +26,7 @@ from engine import Trace
 from pages.present import presenting
 from pages.sidebar_settings import Setting, setting_table, settings_of
 from pages.state import (
+    MAX_PROMPT_CHARS,
     Limits,
     config,
     current_trace,
@@ -40,7 +41,6 @@ LAYER, HEAD, STEP = "attn_layer", "attn_head", "pick"
 PROMPT = "prompt"  # the Generate page's prompt box
 VIEW = {"layer": LAYER, "head": HEAD, "step": STEP}
 MAX_LINK_CHARS = 8000  # a longer URL is refused by some proxies (and Tornado's 64 KB header cap)
-MAX_PROMPT_CHARS = 20_000  # the prompt box's own limit
 DTYPES = ("float32", "float16", "bfloat16")
 _OPENED, _PENDING, _SEEN, _NOTES = "_link_opened", "_link_pending_view", "_link_seen_view", "_link_notes"
 

@@ -21,6 +21,8 @@ from engine.sharing import FairLock, ModelStore, SessionStore
 from engine.sharing.models import ModelEntry
 from engine.sharing.sessions import new_token
 
+MAX_PROMPT_CHARS = 20_000  # the prompt box and a share link: far above what the token limit lets through
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:

@@ -11,7 +11,6 @@ import pytest
 
 from charts.attention import downsample, sequence_labels
 from charts.compare import (
-    DIFF_STYLE,
     RUN_COLORS,
     answer_chips_html,
     heatmap_pair,
@@ -19,6 +18,7 @@ from charts.compare import (
     latency_chart,
     prompt_chips_html,
 )
+from charts.tokens import MARKED_STYLE as DIFF_STYLE
 from engine.lens.attention_stats import full_attention
 from engine.records.compare import token_diff
 from engine.records.examples import examples
