@@ -49,6 +49,8 @@ def test_two_examples_compared_with_the_first_difference_marked(page):
     diff = token_diff(a, b)
     page.get_by_text(f"first differ at answer token {diff.answer}").wait_for()
     assert page.locator('[data-testid="stException"]').count() == 0
+    # the warning and the chips below it arrive as separate deltas: wait for the chips themselves
+    page.wait_for_function("() => document.querySelectorAll('.ie-first-diff').length >= 4")
     marked = page.locator(".ie-first-diff")
     assert marked.count() == 4  # the answer and the prompt, in each run
     texts = [marked.nth(i).inner_text() for i in range(4)]
