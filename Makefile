@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast lint bench model browser space examples clean
+.PHONY: setup run test test-fast lint bench model browser space examples clean llamacpp
 
 setup: $(STAMP)
 
@@ -56,6 +56,20 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# The benchmark's peer (optional, heavy): llama.cpp through llama-cpp-python, built from source
+# for this CPU in its own venv, so `make run` and `make test` never need it. `make bench` adds
+# its row when this venv exists. Compiling takes minutes (README gives the time measured).
+LLAMACPP_VENV := .venv-llamacpp
+LLAMACPP_VERSION := 0.3.36
+llamacpp: $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)
+
+$(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION):
+	test -x $(LLAMACPP_VENV)/bin/python || $(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_VENV)/bin/python -m pip install -q --upgrade pip
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+	  $(LLAMACPP_VENV)/bin/python -m pip install -q llama-cpp-python==$(LLAMACPP_VERSION)
+	touch $@
+
 bench: model
 	$(BIN)/python -m bench.engine_bench
 	$(BIN)/python -m bench.browser_bench
@@ -65,4 +79,4 @@ examples: model
 	$(BIN)/python -m engine examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache bench/out build
+	rm -rf $(VENV) $(LLAMACPP_VENV) .pytest_cache bench/out build

@@ -25,7 +25,8 @@ def test_variant_bytes_measured_equal_the_formula(lm, name):
     model, report = apply_variant(lm, name)
     del model
     assert report.quantized_params == LINEAR_PARAMS
-    assert report.other_params == lm.spec.param_count - LINEAR_PARAMS
+    assert report.other_params + report.embedding_params == lm.spec.param_count - LINEAR_PARAMS
+    assert report.embedding_params == lm.spec.vocab_size * lm.spec.hidden_size  # tied: once
     assert report.nbytes == report.formula_bytes
     quantized = report.code_bytes + report.group_bytes
     in_features = lm.spec.hidden_size

@@ -8,7 +8,14 @@ import torch
 
 from engine.errors import InputError
 from engine.quant import VARIANT_NAMES, variants
-from engine.quant.variants import apply_variant, decoder_linears, quantize_linears
+from engine.quant.variants import (
+    apply_variant,
+    decoder_linears,
+    embedding_format,
+    embedding_weights,
+    quantize_linears,
+    store_weight,
+)
 
 
 def test_decoder_linears_are_the_seven_per_layer_not_the_lm_head(tiny_lm):
@@ -23,8 +30,16 @@ def test_measured_bytes_equal_the_formula(tiny_lm, name):
     model, report = apply_variant(tiny_lm, name)
     linear_params = sum(m.weight.numel() for _, m in decoder_linears(tiny_lm.model))
     assert report.quantized_params == linear_params
-    assert report.quantized_params + report.other_params == tiny_lm.spec.param_count
+    embedding = sum(w.numel() for w in embedding_weights(tiny_lm.model))
+    assert report.embedding_params == embedding
+    assert report.quantized_params + report.embedding_params + report.other_params == \
+        tiny_lm.spec.param_count
     assert report.other_bytes == report.other_params * 4
+    fmt = embedding_format(name)
+    stored = [store_weight(w, fmt) for w in embedding_weights(tiny_lm.model)]
+    assert report.embedding_bytes == sum(s.nbytes for s in stored)
+    floats = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    assert report.embedding_storage == floats.get(name, "Q8_0")
     assert report.nbytes == report.formula_bytes
     stored = quantize_linears(tiny_lm.model, name)
     assert report.code_bytes + report.group_bytes == sum(s.nbytes for s in stored.values())

@@ -1,19 +1,23 @@
 """Variants of the loaded model with its weights in fewer bits, and their bytes, measured.
 
-What is quantized, in every variant: the weight of each Linear inside the decoder layers
-(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) — 79% of SmolLM2-135M's
-parameters and all of the per-layer matrix work. What stays float32: the token embedding and the
-RMSNorm weights. Why: in the default model the embedding is tied to the LM head, so it is also
-the output projection that every logit is read through; quantizing it would mix "the layers got
-coarser" with "the vocabulary's readout got coarser" (llama.cpp files, this model's included,
-keep it at 8 bits while the layers are 4-bit). The norms are 0.03% of the bytes. The report
-therefore gives each part's bytes separately, so the page can say what the ratio applies to.
+What each variant quantizes:
+- the weight of each Linear inside the decoder layers (q_proj, k_proj, v_proj, o_proj,
+  gate_proj, up_proj, down_proj) — 79% of SmolLM2-135M's parameters and all of the per-layer
+  matrix work — in the variant's own format;
+- the token embedding (tied to the LM head in the default model, so it is also the output
+  projection every logit is read through): the variant's dtype in fp16 / bf16, and Q8_0 (8-bit,
+  one float16 scale per 32) in every integer variant — what llama.cpp files do, this model's own
+  included: its GGUF stores the embedding as Q8_0, so for the default model this step is lossless
+  (engine/quant/gguf_grid.py measures that) and the quality columns show the layers' rounding
+  alone, while the bytes a decode step streams fall with the LM head's too;
+- the RMSNorm weights stay float32 (0.03% of the bytes).
 
-How each variant stores a quantized Linear weight (out, in): `fp16` / `bf16` as that dtype;
-`int8` one float16 scale per output row; `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`,
-`q2` a float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`).
+How each stores a quantized Linear weight (out, in): `fp16` / `bf16` as that dtype; `int8` one
+float16 scale per output row; `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`, `q2` a
+float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`).
 The returned model holds the dequantized weights in float32, so the torch forward measures what
-the rounding of the weights does, not the arithmetic of a low-precision kernel.
+the rounding of the weights does, not the arithmetic of a low-precision kernel; the native decode
+step (engine/kernels/native.py) reads the stored codes themselves.
 """
 
 from __future__ import annotations
@@ -33,8 +37,11 @@ from .scheme import FORMATS, QuantFormat
 
 FLOAT_VARIANTS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 REFERENCE_BYTES = 4  # the unquantized parts stay float32
+AWQ_PREFIX = "awq_"  # awq_<format>: the format's rounding after an AWQ-style scale search
+EMBEDDING_FORMAT = FORMATS["q8_0"]  # integer variants' token embedding / LM head
 SCOPE = ("the weight of every Linear in the decoder layers (q, k, v, o, gate, up, down); "
-         "the token embedding (tied to the LM head) and the RMSNorm weights stay float32")
+         "the token embedding / LM head in the variant's dtype (float variants) or Q8_0 "
+         "(integer variants); the RMSNorm weights stay float32")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -69,28 +76,39 @@ class WeightReport:
     variant: str
     storage: str  # how a quantized weight is stored (scheme.describe, or the float dtype)
     quantized_params: int  # decoder Linear weights
-    other_params: int  # embedding (counted once: tied to the LM head) and norms
+    other_params: int  # the norms (and any other float32 parameter)
     code_bytes: int  # measured: the quantized weights' codes (or float values)
     group_bytes: int  # measured: their float16 scales and minimums
-    other_bytes: int  # measured: the float32 embedding and norms of the copy
+    other_bytes: int  # measured: the float32 norms of the copy
     code_bits: int  # bits per stored code (or float)
     formula_group_bytes: int  # Σ over the Linears of out · in / group · (2 or 4) bytes
+    embedding_params: int = 0  # token embedding and LM head (each distinct tensor once)
+    embedding_bytes: int = 0  # measured: as stored (codes + scales, or float values)
+    embedding_storage: str = "float32"
+    embedding_bits: float = 32.0  # stored bits per embedding weight by formula (Q8_0: 8.5)
     scope: str = SCOPE
 
     @property
     def nbytes(self) -> int:
-        return self.code_bytes + self.group_bytes + self.other_bytes
+        return self.code_bytes + self.group_bytes + self.embedding_bytes + self.other_bytes
+
+    @property
+    def formula_embedding_bytes(self) -> int:
+        return round(self.embedding_params * self.embedding_bits / 8)
 
     @property
     def formula_bytes(self) -> int:
-        """quantized params × bits / 8 + scale overhead + other params × 4 (float32)."""
+        """quantized params × bits / 8 + scale overhead + embedding params × its bits / 8
+        + other params × 4 (float32)."""
         return (self.quantized_params * self.code_bits // 8 + self.formula_group_bytes
-                + self.other_params * REFERENCE_BYTES)
+                + self.formula_embedding_bytes + self.other_params * REFERENCE_BYTES)
 
     @property
     def formula(self) -> str:
         return (f"{self.quantized_params:,} × {self.code_bits} / 8 + {self.formula_group_bytes:,} "
-                f"(scales) + {self.other_params:,} × {REFERENCE_BYTES} (float32 embedding, norms)")
+                f"(scales) + {self.embedding_params:,} × {self.embedding_bits:g} / 8 (embedding, "
+                f"{self.embedding_storage}) + {self.other_params:,} × {REFERENCE_BYTES} "
+                f"(float32 norms)")
 
     @property
     def quantized_bits_per_weight(self) -> float:
@@ -101,7 +119,9 @@ class WeightReport:
         return {"variant": self.variant, "storage": self.storage, "scope": self.scope,
                 "quantized_params": self.quantized_params, "other_params": self.other_params,
                 "code_bytes": self.code_bytes, "group_bytes": self.group_bytes,
-                "other_bytes": self.other_bytes, "bytes": self.nbytes,
+                "other_bytes": self.other_bytes, "embedding_params": self.embedding_params,
+                "embedding_bytes": self.embedding_bytes,
+                "embedding_storage": self.embedding_storage, "bytes": self.nbytes,
                 "formula_bytes": self.formula_bytes, "formula": self.formula,
                 "quantized_bits_per_weight": self.quantized_bits_per_weight}
 
@@ -111,6 +131,21 @@ def variant_format(name: str) -> QuantFormat | torch.dtype:
     if name not in VARIANT_NAMES:
         raise InputError(f"unknown weights variant {name!r}: use one of {', '.join(VARIANT_NAMES)}")
     return FLOAT_VARIANTS[name] if name in FLOAT_VARIANTS else FORMATS[name]
+
+
+def embedding_weights(model: Any) -> list[torch.Tensor]:
+    """The token embedding and the LM head weight, each distinct tensor once (one when tied)."""
+    found = [model.get_input_embeddings().weight]
+    head = getattr(model, "lm_head", None)
+    if head is not None and head.weight is not found[0]:
+        found.append(head.weight)
+    return found
+
+
+def embedding_format(name: str) -> QuantFormat | torch.dtype:
+    """How variant `name` stores the embedding / LM head: its dtype, or Q8_0 (integer variants)."""
+    fmt = variant_format(name)
+    return fmt if isinstance(fmt, torch.dtype) else EMBEDDING_FORMAT
 
 
 def decoder_linears(model: Any) -> list[tuple[str, torch.nn.Linear]]:
@@ -166,6 +201,9 @@ def apply_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
     The shared model is only read: every tensor of the copy is new (the memo of deepcopy maps
     each parameter to its replacement, so tied weights stay one tensor in the copy too).
     """
+    if name.startswith(AWQ_PREFIX):  # activation-aware: scales searched first (engine/quant/awq.py)
+        from .awq import apply_awq
+        return apply_awq(lm, name)
     fmt = variant_format(name)
     check_memory(lm, name)
     model = lm.model
@@ -182,6 +220,14 @@ def apply_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
         quantized += w.numel()
         memo[id(w)] = torch.nn.Parameter(stored.dequantize().clone(), requires_grad=False)
         del stored
+    embed_fmt = embedding_format(name)
+    embedding_params = embedding_bytes = 0
+    for w in embedding_weights(model):
+        stored = store_weight(w, embed_fmt)
+        embedding_params += w.numel()
+        embedding_bytes += stored.nbytes
+        memo[id(w)] = torch.nn.Parameter(stored.dequantize().clone(), requires_grad=False)
+        del stored
     other_params = other_bytes = 0
     for p in model.parameters():  # each shared (tied) parameter once
         if id(p) not in memo:
@@ -193,6 +239,11 @@ def apply_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
     clone = copy.deepcopy(model, memo).eval()
     bits = torch.finfo(fmt).bits if isinstance(fmt, torch.dtype) else fmt.bits
     storage = str(fmt).removeprefix("torch.") if isinstance(fmt, torch.dtype) else fmt.describe()
+    if isinstance(embed_fmt, torch.dtype):
+        embed_storage, embed_bits = str(embed_fmt).removeprefix("torch."), float(bits)
+    else:
+        embed_storage, embed_bits = "Q8_0", embed_fmt.bits_per_weight()
     report = WeightReport(name, storage, quantized, other_params, code_bytes, group_bytes,
-                          other_bytes, bits, formula_groups)
+                          other_bytes, bits, formula_groups, embedding_params, embedding_bytes,
+                          embed_storage, embed_bits)
     return clone, report
