@@ -13,15 +13,16 @@ import engine.kernels.native as native
 from engine.errors import EngineError, InputError
 from engine.kernels.compiled import CompiledDecoder, compare_decode
 from engine.kernels.microbench import HUGE_PAGE, huge_page_buffer
-from engine.kernels.native import (
+from engine.kernels.native import NativeDecoder, native_problem
+from engine.kernels.native_pack import (
+    ALIGN,
     BLOCK,
     FINAL_PARTS,
     LAYER_PARTS,
-    NativeDecoder,
+    Part,
     _blocks,
     layout,
-    native_problem,
-    packed_floats,
+    packed_bytes,
 )
 
 PROMPT = [1, 415, 2936, 9060, 285]
@@ -53,7 +54,7 @@ def test_logits_and_cache_equal_transformers_at_every_step(native_lm, tiny_nativ
         for _ in range(6):
             position = len(ids)
             ids.append(token)
-            logits = tiny_native.step(token, position).clone()
+            logits = tiny_native.step_logits(token, position).clone()
             cache = DynamicCache(config=native_lm.model.config)
             expected = native_lm.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
             torch.testing.assert_close(logits, expected.logits[0, -1], atol=1e-4, rtol=1e-4)
@@ -90,9 +91,11 @@ def test_packed_weights_are_every_parameter_once(native_lm, tiny_native):
     config = tiny_native.config
     padded_vocab = -(-config.vocab // BLOCK) * BLOCK
     params = sum(p.numel() for p in native_lm.model.parameters())
-    assert tiny_native.weights.numel() == packed_floats(layout(config))
-    assert tiny_native.weights.numel() == params + (padded_vocab - config.vocab) * config.hidden
-    assert tiny_native.weight_bytes == tiny_native.weights.numel() * 4
+    assert tiny_native.packed.nbytes == packed_bytes(layout(config))
+    parts = layout(config)
+    floats = sum(p.nbytes for p in parts) // 4
+    assert floats == params + (padded_vocab - config.vocab) * config.hidden
+    assert tiny_native.weight_bytes == tiny_native.packed.nbytes
 
 
 def _unblocked(packed: torch.Tensor, rows: int) -> torch.Tensor:
@@ -104,12 +107,14 @@ def _unblocked(packed: torch.Tensor, rows: int) -> torch.Tensor:
 def test_each_packed_part_is_where_the_layout_says(native_lm, tiny_native):
     """Read every part back from the packed buffer at its offset and compare it with the torch
     weight it came from: a part packed in the wrong place or order fails here by name."""
-    model, weights = native_lm.model, tiny_native.weights
+    model, packed = native_lm.model, tiny_native.packed
     parts = layout(tiny_native.config)
     assert [p.name for p in parts] == list(LAYER_PARTS) * len(model.model.layers) + list(FINAL_PARTS)
-    assert parts[0].offset == 0 and all(a.offset + a.floats == b.offset for a, b in zip(parts, parts[1:]))
+    assert parts[0].offset == 0
+    assert all(a.offset + a.nbytes <= b.offset < a.offset + a.nbytes + ALIGN
+               for a, b in zip(parts, parts[1:]))
     for part in parts:
-        stored = weights[part.offset:part.offset + part.floats].view(part.shape)
+        stored = packed[part.offset:part.offset + part.nbytes].view(torch.float32).view(part.shape)
         if part.layer is None:
             expected = {"final_norm": model.model.norm.weight, "lm_head": model.lm_head.weight}
         else:
@@ -134,7 +139,7 @@ def test_each_packed_part_is_where_the_layout_says(native_lm, tiny_native):
 
 def test_steps_outside_the_cache_or_vocabulary_are_refused(tiny_native):
     with pytest.raises(InputError, match="outside the native cache"):
-        tiny_native.step(5, 64)
+        tiny_native.step_logits(5, 64)
     with pytest.raises(InputError, match="vocabulary"):
         tiny_native.step(10**6, 3)
     with pytest.raises(InputError, match="native cache of 64"):
@@ -194,10 +199,11 @@ def test_a_part_of_the_wrong_shape_is_refused_by_name(native_lm, monkeypatch):
     """Packing checks every part against the layout, not only the total."""
     original = native.layout
 
-    def one_block_short(config):
-        parts = original(config)
+    def one_block_short(config, *formats):
+        parts = original(config, *formats)
         qkv = parts[1]
-        parts[1] = native.Part(qkv.name, qkv.layer, qkv.offset, (qkv.shape[0] - 1, *qkv.shape[1:]))
+        parts[1] = Part(qkv.name, qkv.layer, qkv.offset, (qkv.shape[0] - 1, *qkv.shape[1:]),
+                        qkv.dtype)
         return parts
 
     monkeypatch.setattr(native, "layout", one_block_short)

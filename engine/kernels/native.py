@@ -13,54 +13,88 @@ copied into this decoder's cache, and the greedy tokens must equal `model.genera
 The C file is compiled once per machine with the system C compiler (-O3 -march=native -fopenmp)
 and loaded with ctypes: no Python headers, no torch headers.
 
-The packed weights are described once, by `layout`: packing, sizing and the offsets the C step
-reads all come from it.
+Weights in fewer bits (`weights="int8" | "q4_0" | "q4_1"`, and AWQ copies as their base format):
+the step reads the stored codes and float16 scales themselves and unpacks them in registers, so
+the bytes it streams per token fall with the bits — the memory-bound lesson, measured. Its
+reference is a transformers forward of the same dequantized weights (the variant's copy from
+engine.quant.variants), which is also what the prompt's prefill runs on.
+
+The packed weights are described once, by `native_pack.layout`: packing, sizing and the offsets
+the C step reads all come from it. The step can also record what a traced step needs (each
+recorded layer's attention row per head, the hidden state entering every layer) into buffers
+this class owns, so the live run can use it (engine/runner.py).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import math
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
 
 import torch
 from transformers import DynamicCache
 
 from ..errors import EngineError, InputError
 from ..loader import LoadedModel, cache_root
+from ..quant.scheme import QuantFormat
 from ..runner import prefill, timed_greedy
-from .microbench import huge_page_buffer
+from .native_pack import (
+    BLOCK,
+    MAX_GROUPS,
+    NATIVE_WEIGHTS,
+    NotOnGrid,
+    base_variant,
+    format_code,
+    layout,
+    pack_weights,
+)
 
 SOURCE = Path(__file__).with_name("native_decode.c")
-BLOCK = 32  # rows per packed block: the fastest of 16, 32 and 64 when it was chosen
 MAX_HEAD_DIM = 512  # rope() in the C step keeps one head on its stack
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", f"-DBLOCK={BLOCK}",
-         f"-DMAX_HEAD_DIM={MAX_HEAD_DIM}"]
-LAYER_PARTS = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")  # the C enum's order
-FINAL_PARTS = ("final_norm", "lm_head")
+         f"-DMAX_HEAD_DIM={MAX_HEAD_DIM}", f"-DMAX_GROUPS={MAX_GROUPS}"]
 
 
 class Config(ctypes.Structure):
     """Mirror of the C `Config` struct (same field order and types)."""
 
     _fields_ = [(name, ctypes.c_int64) for name in (
-        "layers", "hidden", "heads", "kv_heads", "head_dim", "inter", "vocab", "max_tokens")]
+        "layers", "hidden", "heads", "kv_heads", "head_dim", "inter", "vocab", "max_tokens",
+        "layer_format", "layer_group", "head_format", "head_group")]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NativeStep:
+    """What one recorded native decode step produced."""
+
+    logits: torch.Tensor  # (V,) float32, a fresh tensor
+    attention: torch.Tensor | None  # (L_rec, H, position + 1) float32 softmax rows, or None
+    hidden: torch.Tensor | None  # (L + 1, hidden) float32: every layer's input, final-normed output
+
+
+def _formats(weights: str) -> tuple[QuantFormat | None, QuantFormat | None]:
+    name = base_variant(weights)
+    if name not in NATIVE_WEIGHTS:
+        raise InputError(f"the native step reads {', '.join(NATIVE_WEIGHTS)} weights, not "
+                         f"{weights!r}")
+    return NATIVE_WEIGHTS[name]
 
 
 def _compiler() -> str | None:
     return next((c for c in ("gcc", "cc", "clang") if shutil.which(c)), None)
 
 
-def native_problem(lm: LoadedModel) -> str | None:
-    """Why the native decoder cannot run this model here (one line), or None."""
+def native_problem(lm: LoadedModel, weights: str = "fp32") -> str | None:
+    """Why the native decoder cannot run this model (with these weights) here: one line, or None."""
     cfg = lm.model.config
+    if base_variant(weights) not in NATIVE_WEIGHTS:
+        return (f"the native decoder reads {', '.join(NATIVE_WEIGHTS)} weights, not {weights!r}; "
+                "torch runs this variant on its dequantized float32 weights")
     if lm.device.type != "cpu":
         return "the native decoder is a CPU kernel; this model runs on " + lm.device.type
     if lm.model.dtype != torch.float32:
@@ -80,6 +114,8 @@ def native_problem(lm: LoadedModel) -> str | None:
     odd = [name for name, size in sizes.items() if size % BLOCK]
     if odd:
         return f"the native decoder needs sizes in multiples of {BLOCK} ({', '.join(odd)})"
+    if max(c.hidden, c.inter, c.heads * c.head_dim) // 32 > MAX_GROUPS:
+        return f"the native decoder sums at most {MAX_GROUPS} weight groups per row"
     if c.head_dim > MAX_HEAD_DIM or c.head_dim % 2 or c.heads % c.kv_heads:
         return (f"the native decoder needs an even head_dim ≤ {MAX_HEAD_DIM} and query heads in "
                 f"whole groups "
@@ -89,14 +125,19 @@ def native_problem(lm: LoadedModel) -> str | None:
     return None
 
 
-def _config(lm: LoadedModel, max_tokens: int) -> Config:
+def _config(lm: LoadedModel, max_tokens: int, weights: str = "fp32") -> Config:
     cfg = lm.model.config
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    layer_fmt, head_fmt = _formats(weights)
     return Config(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, heads=heads,
                   kv_heads=getattr(cfg, "num_key_value_heads", None) or heads, head_dim=head_dim,
                   inter=cfg.intermediate_size, vocab=lm.model.lm_head.weight.shape[0],
-                  max_tokens=max_tokens, eps=cfg.rms_norm_eps, scale=head_dim ** -0.5)
+                  max_tokens=max_tokens, layer_format=format_code(layer_fmt),
+                  layer_group=(layer_fmt.group or 0) if layer_fmt else 0,
+                  head_format=format_code(head_fmt),
+                  head_group=(head_fmt.group or 0) if head_fmt else 0,
+                  eps=cfg.rms_norm_eps, scale=head_dim ** -0.5)
 
 
 def build_library() -> ctypes.CDLL:
@@ -126,154 +167,134 @@ def build_library() -> ctypes.CDLL:
     lib.decode_step.argtypes = [
         ctypes.POINTER(Config), void_p, ctypes.POINTER(int64),  # config, weights, part offsets
         void_p, void_p, void_p, void_p, void_p,  # embedding, cos, sin, key and value caches
-        int64, int64, void_p, void_p, ctypes.c_int]  # token, position, scratch, logits, threads
+        int64, int64, void_p, void_p, ctypes.c_int,  # token, position, scratch, logits, threads
+        void_p, void_p, void_p]  # recorded-layer slots, attention rows, hidden states (or NULL)
     lib.decode_step.restype = None
     return lib
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One tensor of the packed weights: where it starts and the shape it is stored in."""
-
-    name: str  # one of LAYER_PARTS or FINAL_PARTS
-    layer: int | None  # None: after the layers
-    offset: int  # floats before it in the packed buffer
-    shape: tuple[int, ...]
-
-    @property
-    def floats(self) -> int:
-        return math.prod(self.shape)
-
-
-def layout(c: Config) -> list[Part]:
-    """The packed weights part by part, in buffer order: the one description native_decode.c,
-    `pack_weights` and `packed_floats` share.
-
-    Per layer: in_norm (H,) | qkv (Nqkv/B, H, B) | o (H/B, Q, B) | post_norm (H,)
-    | gate_up (I/B, 2, H, B) | down (H/B, I, B); then final_norm (H,) | lm_head (Vp/B, H, B).
-    B = BLOCK, H = hidden, Q = heads·head_dim, Nqkv = (heads + 2·kv_heads)·head_dim,
-    I = intermediate size, Vp = vocab rounded up to B. A matrix (N, K) is stored in B-row blocks,
-    k-major (`_blocks`); gate_up puts each block of gate beside the same block of up.
-    """
-    h, b = c.hidden, BLOCK
-    q, nqkv = c.heads * c.head_dim, (c.heads + 2 * c.kv_heads) * c.head_dim
-    shapes = {"in_norm": (h,), "qkv": (-(-nqkv // b), h, b), "o": (-(-h // b), q, b),
-              "post_norm": (h,), "gate_up": (-(-c.inter // b), 2, h, b),
-              "down": (-(-h // b), c.inter, b),
-              "final_norm": (h,), "lm_head": (-(-c.vocab // b), h, b)}
-    named = [(name, layer) for layer in range(c.layers) for name in LAYER_PARTS]
-    named += [(name, None) for name in FINAL_PARTS]
-    parts, offset = [], 0
-    for name, layer in named:
-        parts.append(Part(name, layer, offset, shapes[name]))
-        offset += parts[-1].floats
-    return parts
-
-
-def packed_floats(parts: list[Part]) -> int:
-    """Size of the packed weights of a `layout` in floats (padding included)."""
-    return parts[-1].offset + parts[-1].floats
-
-
-def _blocks(weight: torch.Tensor) -> torch.Tensor:
-    """(N, K) → (ceil(N/B), K, B): each B-row block stored k-major, zero rows as padding."""
-    n, k = weight.shape
-    if n % BLOCK:
-        weight = torch.cat([weight, weight.new_zeros(BLOCK - n % BLOCK, k)])
-    return weight.view(-1, BLOCK, k).transpose(1, 2)
-
-
-def _part_tensors(model: Any) -> Iterator[torch.Tensor]:
-    """The model's weights in `layout` order, each in its stored shape."""
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])  # (Nqkv, H)
-        gate, up = _blocks(mlp.gate_proj.weight), _blocks(mlp.up_proj.weight)  # (I/B, H, B)
-        yield from (layer.input_layernorm.weight, _blocks(qkv), _blocks(attn.o_proj.weight),
-                    layer.post_attention_layernorm.weight, torch.stack([gate, up], dim=1),
-                    _blocks(mlp.down_proj.weight))
-    yield model.model.norm.weight
-    yield _blocks(model.lm_head.weight)
-
-
-def pack_weights(lm: LoadedModel, parts: list[Part]) -> torch.Tensor:
-    """The model's weights at the offsets of `parts` (`layout`), in one huge-page buffer; each
-    part must have exactly the shape the layout gives it."""
-    buffer = huge_page_buffer(packed_floats(parts))
-    tensors = _part_tensors(lm.model)
-    for part in parts:
-        tensor = next(tensors, None)
-        if tensor is None or tuple(tensor.shape) != part.shape:
-            where = part.name if part.layer is None else f"layer {part.layer} {part.name}"
-            got = "nothing" if tensor is None else f"shape {tuple(tensor.shape)}"
-            raise EngineError(f"the native decoder cannot pack {where}: {got}, its layout "
-                              f"expects {part.shape}")
-        buffer[part.offset:part.offset + part.floats].view(part.shape).copy_(tensor)
-    if next(tensors, None) is not None:
-        raise EngineError("the native decoder's layout has fewer parts than the model has weights")
-    return buffer
-
-
 class NativeDecoder:
     """Packed weights, a KV cache, scratch memory and the compiled C step for one loaded
-    Llama-family model. One step at a time: the cache and the scratch belong to the decoder."""
+    Llama-family model. One step at a time: the cache and the scratch belong to the decoder.
 
-    def __init__(self, lm: LoadedModel, max_tokens: int = 256) -> None:
-        problem = native_problem(lm)
+    `weights`: a variant name (NATIVE_WEIGHTS, "int4" = q4_0, "awq_q4_0" runs as q4_0). The
+    decoder packs `lm`'s weights when they already lie on the variant's grid (the variant's copy
+    from engine.quant.variants; the default model's own weights are on the Q4_1 grid); otherwise
+    it makes that copy itself, and keeps it as `model`: the reference its steps equal and what
+    the prompt's prefill runs on.
+    """
+
+    def __init__(self, lm: LoadedModel, max_tokens: int = 256, weights: str = "fp32") -> None:
+        problem = native_problem(lm, weights)
         if problem:
             raise EngineError(problem)
-        self.lm, self.max_tokens = lm, max_tokens
+        self.weights_name = weights
         self.lib = build_library()
-        self.config = _config(lm, max_tokens)
+        self.config = _config(lm, max_tokens, weights)
         c = self.config
-        parts = layout(c)
+        layer_fmt, head_fmt = _formats(weights)
+        parts = layout(c, layer_fmt, head_fmt)
         with torch.inference_mode():
-            self.weights = pack_weights(lm, parts)
+            try:
+                self.packed = pack_weights(lm.model, parts, layer_fmt, head_fmt)
+            except NotOnGrid:
+                from ..quant.variants import apply_variant
+
+                copy, _report = apply_variant(lm, base_variant(weights))
+                lm = replace(lm, model=copy)
+                self.packed = pack_weights(lm.model, parts, layer_fmt, head_fmt)
             self.embed = lm.model.get_input_embeddings().weight.detach().contiguous()
             positions = torch.arange(max_tokens)[None]  # (1, T)
             cos, sin = lm.model.model.rotary_emb(self.embed[:1], position_ids=positions)
+        self.lm, self.max_tokens = lm, max_tokens
+        self.parts = parts
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # (T, D)
         self.offsets = (ctypes.c_int64 * len(parts))(*(part.offset for part in parts))
         shape = (c.layers, c.kv_heads, max_tokens, c.head_dim)
         self.keys, self.values = torch.zeros(shape), torch.zeros(shape)
         self.scratch = torch.empty(self.lib.scratch_floats(ctypes.byref(c)))  # one step's buffers
         self.logits = torch.empty(c.vocab)
+        self.attention_rows = torch.zeros(c.layers, c.heads, max_tokens)  # (slots, H, T)
+        self.hidden_states = torch.zeros(c.layers + 1, c.hidden)  # (L + 1, hidden)
         self.threads = max(1, torch.get_num_threads())
 
     @property
+    def model(self) -> torch.nn.Module:
+        """The torch model holding exactly the weights this step multiplies by."""
+        return self.lm.model
+
+    @property
+    def weights(self) -> str:
+        return self.weights_name
+
+    @property
     def weight_bytes(self) -> int:
-        """Bytes of the packed weights (padding included): what one step streams."""
-        return self.weights.nbytes
+        """Bytes of the packed weights (codes, scales, norms, padding): what one step streams."""
+        return self.packed.nbytes
 
     @property
     def nbytes(self) -> int:
-        """Memory this decoder holds: packed weights, its KV cache and its scratch."""
-        return (self.weights.nbytes + self.keys.nbytes + self.values.nbytes
-                + self.scratch.nbytes + self.logits.nbytes)
+        """Memory this decoder holds: packed weights, embedding table, KV cache, scratch and the
+        recording buffers."""
+        return sum(t.nbytes for t in (self.packed, self.embed, self.keys, self.values,
+                                      self.scratch, self.logits, self.attention_rows,
+                                      self.hidden_states))
 
-    def step(self, token: int, position: int) -> torch.Tensor:
-        """One decode step: token at `position` → (V,) logits; its K/V enters the cache."""
+    def _check(self, token: int, position: int) -> None:
         if not 0 <= position < self.max_tokens:  # the C code trusts its indices: check them here
             raise InputError(f"position {position} is outside the native cache of "
                              f"{self.max_tokens} tokens")
         if not 0 <= token < self.config.vocab:
             raise InputError(f"token id {token} is outside the vocabulary ({self.config.vocab})")
+
+    def _run(self, token: int, position: int, slots: ctypes.Array | None, hidden: bool) -> None:
         self.lib.decode_step(
-            ctypes.byref(self.config), self.weights.data_ptr(), self.offsets,
+            ctypes.byref(self.config), self.packed.data_ptr(), self.offsets,
             self.embed.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(), self.keys.data_ptr(),
             self.values.data_ptr(), token, position, self.scratch.data_ptr(),
-            self.logits.data_ptr(), self.threads)
+            self.logits.data_ptr(), self.threads, slots,
+            self.attention_rows.data_ptr() if slots is not None else None,
+            self.hidden_states.data_ptr() if hidden else None)
+
+    def step_logits(self, token: int, position: int) -> torch.Tensor:
+        """One unrecorded decode step: token at `position` → (V,) logits (a buffer the next
+        step overwrites); its K/V enters the cache."""
+        self._check(token, position)
+        self._run(token, position, None, False)
         return self.logits
+
+    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
+             hidden: bool = False) -> NativeStep:
+        """One decode step that also records the attention rows of `attention_layers` and, with
+        `hidden`, the hidden state entering every layer (and the final-normed output)."""
+        self._check(token, position)
+        c = self.config
+        if any(not 0 <= layer < c.layers for layer in attention_layers):
+            raise InputError(f"attention layers must be between 0 and {c.layers - 1}")
+        slots = None
+        if attention_layers:
+            slot_of = {layer: i for i, layer in enumerate(attention_layers)}
+            slots = (ctypes.c_int64 * c.layers)(*(slot_of.get(k, -1) for k in range(c.layers)))
+        self._run(token, position, slots, hidden)
+        rows = self.attention_rows[:len(attention_layers), :, :position + 1].clone()
+        return NativeStep(self.logits.clone(), rows if attention_layers else None,
+                          self.hidden_states.clone() if hidden else None)
+
+    def load_prefix(self, cache: DynamicCache, n: int) -> None:
+        """Copy a torch prefill's K/V of `n` positions into this decoder's cache."""
+        if n > self.max_tokens:
+            raise InputError(f"{n} positions do not fit the native cache of {self.max_tokens}")
+        for i, layer in enumerate(cache.layers):
+            self.keys[i, :, :n] = layer.keys[0, :, :n]  # (KVH, S, D)
+            self.values[i, :, :n] = layer.values[0, :, :n]
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: list[int]) -> torch.Tensor:
-        """The prompt through transformers; its K/V copied into this cache. Returns (V,) logits."""
-        cache = DynamicCache(config=self.lm.model.config)
-        logits, _ = prefill(self.lm.model, torch.tensor([prompt_ids]), cache)
-        n = len(prompt_ids)
-        for i, layer in enumerate(cache.layers):
-            self.keys[i, :, :n] = layer.keys[0]  # (KVH, S, D)
-            self.values[i, :, :n] = layer.values[0]
+        """The prompt through transformers (on `model`); its K/V copied into this cache.
+        Returns (V,) logits."""
+        cache = DynamicCache(config=self.model.config)
+        logits, _ = prefill(self.model, torch.tensor([prompt_ids]), cache)
+        self.load_prefix(cache, len(prompt_ids))
         return logits
 
     def greedy(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
@@ -282,5 +303,5 @@ class NativeDecoder:
             raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
                              f"native cache of {self.max_tokens} tokens")
         return timed_greedy(self.prefill(prompt_ids),
-                            lambda token, i: self.step(token, len(prompt_ids) + i),
+                            lambda token, i: self.step_logits(token, len(prompt_ids) + i),
                             new_tokens, self.lm.device)

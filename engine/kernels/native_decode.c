@@ -9,13 +9,19 @@
  * measured no faster. All steps of the forward run inside one OpenMP parallel region with
  * barriers between dependent phases: no per-op dispatch at all.
  *
- * The weights `w` (fp32, packed by engine/native.py) are a sequence of parts whose order, shapes
- * and offsets `layout()` in engine/native.py computes once; they arrive here as `off`: part p of
- * layer l starts at w + off[l * LAYER_PARTS + p], the final norm and the LM head at
- * w + off[layers * LAYER_PARTS + FINAL_NORM / LM_HEAD]. Every matrix is stored in BLOCK-row
- * blocks, k-major ([block][k][BLOCK]); gate_up interleaves each block of gate with the same block
- * of up ([block][2][k][BLOCK]), so one thread computes silu(gate)·up for its rows without another
- * barrier.
+ * The weights `w` (packed by engine/kernels/native.py) are a sequence of parts whose order, shapes
+ * and byte offsets `layout()` there computes once; they arrive here as `off`: part p of layer l
+ * starts at w + off[l * LAYER_PARTS + p], the final norm and the LM head at
+ * w + off[layers * LAYER_PARTS + FINAL_NORM / LM_HEAD]. Norms are float32. Every matrix is stored
+ * in BLOCK-row blocks; gate_up interleaves each block of gate with the same block of up, so one
+ * thread computes silu(gate)·up for its rows without another barrier. Inside a block:
+ * - F32: [k][BLOCK] floats, k-major;
+ * - Q8 / Q4_0 / Q4_1 (codes of a group of G consecutive k, G = the format's group or the whole
+ *   row): per group [codes][BLOCK float16 scales d][BLOCK float16 minimums m, Q4_1 only]; codes
+ *   are [k][BLOCK] int8 (Q8: value d·c) or [k/2][BLOCK] bytes holding k even in the low nibble
+ *   and k odd in the high one (Q4_0: value d·(c − 8); Q4_1: value d·c + m). The codes are
+ *   unpacked in registers: a group's Σ c·x is summed first and scaled once per row
+ *   (Σ (d·c + m)·x = d·Σ c·x + m·Σ x), so the low-bit step streams 1 or ½ byte per weight.
  */
 #include <math.h>
 #include <omp.h>
@@ -29,21 +35,30 @@
 #define MAX_HEAD_DIM 512 /* largest head_dim rope() holds on its stack; passed as -DMAX_HEAD_DIM */
 #endif
 
+/* Weight formats of a matrix part (engine/kernels/native.py FORMAT_CODES). */
+enum { F32, Q8, Q4_0, Q4_1 };
+#define MAX_GROUPS 4096 /* groups per row a quantized gemv sums x over (checked in Python) */
+
 /* The parts of one layer, in the order of LAYER_PARTS in engine/native.py, then the final ones. */
 enum { IN_NORM, QKV, O, POST_NORM, GATE_UP, DOWN, LAYER_PARTS };
 enum { FINAL_NORM, LM_HEAD };
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab, max_tokens;
+  int64_t layer_format, layer_group, head_format, head_group; /* group 0: one group per row */
   float eps, scale;
 } Config;
+
+typedef struct {
+  int64_t format, group;
+} Fmt;
 
 static void split(int64_t n, int t, int T, int64_t* lo, int64_t* hi) {
   *lo = n * t / T;
   *hi = n * (t + 1) / T;
 }
 
-/* acc (BLOCK) = packed block (K, BLOCK) · x (K) */
+/* acc (BLOCK) = packed float32 block (K, BLOCK) · x (K) */
 static inline void block_dot(const float* restrict p, const float* restrict x, int64_t K,
                              float* restrict acc) {
   float a[BLOCK];
@@ -57,30 +72,114 @@ static inline void block_dot(const float* restrict p, const float* restrict x, i
   memcpy(acc, a, sizeof(a));
 }
 
+static inline int64_t group_of(Fmt f, int64_t K) { return f.group ? f.group : K; }
+
+/* Bytes of one group's record: codes, then float16 scales (and minimums). */
+static inline int64_t group_bytes(Fmt f, int64_t G) {
+  const int64_t codes = f.format == Q8 ? G * BLOCK : G / 2 * BLOCK;
+  return codes + (f.format == Q4_1 ? 4 : 2) * BLOCK;
+}
+
+/* Bytes of one BLOCK-row block of a (n, K) matrix in format f. */
+static inline int64_t block_bytes(Fmt f, int64_t K) {
+  if (f.format == F32) return K * BLOCK * (int64_t)sizeof(float);
+  const int64_t G = group_of(f, K);
+  return K / G * group_bytes(f, G);
+}
+
+/* acc (BLOCK) = a quantized block · x; sx[g] = Σ x over group g (for Q4's offsets). */
+static inline void block_dot_q(const uint8_t* restrict p, Fmt f, const float* restrict x,
+                               const float* restrict sx, int64_t K, float* restrict acc) {
+  const int64_t G = group_of(f, K);
+  float total[BLOCK];
+  for (int j = 0; j < BLOCK; ++j) total[j] = 0.0f;
+  for (int64_t g = 0; g < K / G; ++g) {
+    const float* xg = x + g * G;
+    float a[BLOCK];
+    for (int j = 0; j < BLOCK; ++j) a[j] = 0.0f;
+    if (f.format == Q8) {
+      const int8_t* c = (const int8_t*)p;
+      for (int64_t k = 0; k < G; ++k) {
+        const float xk = xg[k];
+#pragma omp simd
+        for (int j = 0; j < BLOCK; ++j) a[j] += (float)c[j] * xk;
+        c += BLOCK;
+      }
+      p += G * BLOCK;
+    } else {
+      const uint8_t* c = p;
+      for (int64_t k = 0; k < G; k += 2) {
+        const float x0 = xg[k], x1 = xg[k + 1];
+#pragma omp simd
+        for (int j = 0; j < BLOCK; ++j)
+          a[j] += (float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1;
+        c += BLOCK;
+      }
+      p += G / 2 * BLOCK;
+    }
+    const _Float16* d = (const _Float16*)p;
+    p += 2 * BLOCK;
+    if (f.format == Q4_1) {
+      const _Float16* m = (const _Float16*)p;
+      p += 2 * BLOCK;
+#pragma omp simd
+      for (int j = 0; j < BLOCK; ++j) total[j] += (float)d[j] * a[j] + (float)m[j] * sx[g];
+    } else if (f.format == Q4_0) {
+#pragma omp simd
+      for (int j = 0; j < BLOCK; ++j) total[j] += (float)d[j] * (a[j] - 8.0f * sx[g]);
+    } else {
+#pragma omp simd
+      for (int j = 0; j < BLOCK; ++j) total[j] += (float)d[j] * a[j];
+    }
+  }
+  memcpy(acc, total, sizeof(total));
+}
+
+/* sx[g] = Σ x over each group of G (K / G of them). */
+static void group_sums(const float* x, int64_t K, int64_t G, float* sx) {
+  for (int64_t g = 0; g < K / G; ++g) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < G; ++k) s += x[g * G + k];
+    sx[g] = s;
+  }
+}
+
+/* acc = block b of a matrix in format f, times x. */
+static inline void any_block_dot(const uint8_t* w, Fmt f, int64_t b, const float* x,
+                                 const float* sx, int64_t K, float* acc) {
+  const uint8_t* p = w + b * block_bytes(f, K);
+  if (f.format == F32)
+    block_dot((const float*)p, x, K, acc);
+  else
+    block_dot_q(p, f, x, sx, K, acc);
+}
+
 enum { STORE, ADD };
 
 /* y = W x (STORE) or y += W x (ADD) over this thread's share of the blocks; rows ≥ n dropped. */
-static void gemv(const float* w, const float* x, float* y, int64_t n, int64_t K, int mode,
+static void gemv(const uint8_t* w, Fmt f, const float* x, float* y, int64_t n, int64_t K, int mode,
                  int t, int T) {
   int64_t lo, hi;
   split((n + BLOCK - 1) / BLOCK, t, T, &lo, &hi);
-  float acc[BLOCK];
+  float acc[BLOCK], sx[MAX_GROUPS];
+  if (f.format != F32) group_sums(x, K, group_of(f, K), sx);
   for (int64_t b = lo; b < hi; ++b) {
-    block_dot(w + b * K * BLOCK, x, K, acc);
+    any_block_dot(w, f, b, x, sx, K, acc);
     const int64_t r0 = b * BLOCK, rows = n - r0 < BLOCK ? n - r0 : BLOCK;
     for (int64_t j = 0; j < rows; ++j) y[r0 + j] = mode == ADD ? y[r0 + j] + acc[j] : acc[j];
   }
 }
 
 /* act = silu(gate x) · (up x) for this thread's blocks of the interleaved gate/up matrix. */
-static void gate_up(const float* w, const float* x, float* act, int64_t inter, int64_t K, int t,
-                    int T) {
+static void gate_up(const uint8_t* w, Fmt f, const float* x, float* act, int64_t inter, int64_t K,
+                    int t, int T) {
   int64_t lo, hi;
   split(inter / BLOCK, t, T, &lo, &hi);
-  float g[BLOCK], u[BLOCK];
+  float g[BLOCK], u[BLOCK], sx[MAX_GROUPS];
+  if (f.format != F32) group_sums(x, K, group_of(f, K), sx);
   for (int64_t b = lo; b < hi; ++b) {
-    block_dot(w + (2 * b) * K * BLOCK, x, K, g);
-    block_dot(w + (2 * b + 1) * K * BLOCK, x, K, u);
+    any_block_dot(w, f, 2 * b, x, sx, K, g);
+    any_block_dot(w, f, 2 * b + 1, x, sx, K, u);
     for (int j = 0; j < BLOCK; ++j) act[b * BLOCK + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
   }
 }
@@ -117,7 +216,7 @@ static void attend(const float* q, const float* keys, const float* values, int64
   for (int64_t s = 0; s <= pos; ++s) total += (scores[s] = expf(scores[s] - top));
   for (int64_t i = 0; i < d; ++i) out[i] = 0.0f;
   for (int64_t s = 0; s <= pos; ++s) {
-    const float p = scores[s] / total;
+    const float p = scores[s] /= total; /* the softmax row stays in `scores` for recording */
     for (int64_t i = 0; i < d; ++i) out[i] += p * values[s * d + i];
   }
 }
@@ -147,12 +246,18 @@ int64_t scratch_floats(const Config* c) {
 }
 
 /* Writes K/V of `token` at `pos` into the caches ([layers][kv_heads][max_tokens][head_dim]) and
- * the logits (vocab) of the next token. `scratch` holds scratch_floats(c) floats. */
-void decode_step(const Config* c, const float* w, const int64_t* off, const float* embed,
+ * the logits (vocab) of the next token. `scratch` holds scratch_floats(c) floats.
+ * Recording (each may be NULL): `rec_slot[l]` ≥ 0 marks layer l as recorded into slot
+ * rec_slot[l] of `rec_attn` ([slots][heads][max_tokens]: the new token's softmax row over
+ * positions 0..pos); `rec_hidden` ([layers + 1][hidden]) gets the input of every layer and the
+ * final-normed output (transformers' hidden_states convention). */
+void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const float* embed,
                  const float* cos_table, const float* sin_table, float* k_cache, float* v_cache,
-                 int64_t token, int64_t pos, float* scratch, float* logits, int threads) {
+                 int64_t token, int64_t pos, float* scratch, float* logits, int threads,
+                 const int64_t* rec_slot, float* rec_attn, float* rec_hidden) {
   const int64_t h = c->hidden, d = c->head_dim, q = c->heads * d, kvd = c->kv_heads * d;
   const int64_t nqkv = q + 2 * kvd, group = c->heads / c->kv_heads, T = c->max_tokens;
+  const Fmt lf = {c->layer_format, c->layer_group}, hf = {c->head_format, c->head_group};
   Scratch s;
   carve(c, scratch, &s);
   float *x = s.x, *xn = s.xn, *qkv = s.qkv, *att = s.att, *act = s.act, *scores = s.scores;
@@ -165,14 +270,19 @@ void decode_step(const Config* c, const float* w, const int64_t* off, const floa
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     for (int64_t l = 0; l < c->layers; ++l) {
       const int64_t* part = off + l * LAYER_PARTS;
-      const float *in_norm = w + part[IN_NORM], *wqkv = w + part[QKV], *wo = w + part[O];
-      const float *post_norm = w + part[POST_NORM], *wgu = w + part[GATE_UP];
-      const float* wdown = w + part[DOWN];
+      const float* in_norm = (const float*)(w + part[IN_NORM]);
+      const float* post_norm = (const float*)(w + part[POST_NORM]);
+      const uint8_t *wqkv = w + part[QKV], *wo = w + part[O], *wgu = w + part[GATE_UP];
+      const uint8_t* wdown = w + part[DOWN];
+      const int64_t slot = rec_slot && rec_attn ? rec_slot[l] : -1;
       float* kc = k_cache + l * c->kv_heads * T * d;
       float* vc = v_cache + l * c->kv_heads * T * d;
 #pragma omp single
-      rms_norm(x, in_norm, xn, h, c->eps);
-      gemv(wqkv, xn, qkv, nqkv, h, STORE, t, nt);
+      {
+        if (rec_hidden) memcpy(rec_hidden + l * h, x, h * sizeof(float));
+        rms_norm(x, in_norm, xn, h, c->eps);
+      }
+      gemv(wqkv, lf, xn, qkv, nqkv, h, STORE, t, nt);
 #pragma omp barrier
 #pragma omp single
       {
@@ -189,20 +299,25 @@ void decode_step(const Config* c, const float* w, const int64_t* off, const floa
         const int64_t kv = i / group;
         attend(qkv + i * d, kc + kv * T * d, vc + kv * T * d, pos, d, c->scale, scores + i * T,
                att + i * d);
+        if (slot >= 0)
+          memcpy(rec_attn + (slot * c->heads + i) * T, scores + i * T, (pos + 1) * sizeof(float));
       }
 #pragma omp barrier
-      gemv(wo, att, x, h, q, ADD, t, nt);
+      gemv(wo, lf, att, x, h, q, ADD, t, nt);
 #pragma omp barrier
 #pragma omp single
       rms_norm(x, post_norm, xn, h, c->eps);
-      gate_up(wgu, xn, act, c->inter, h, t, nt);
+      gate_up(wgu, lf, xn, act, c->inter, h, t, nt);
 #pragma omp barrier
-      gemv(wdown, act, x, h, c->inter, ADD, t, nt);
+      gemv(wdown, lf, act, x, h, c->inter, ADD, t, nt);
 #pragma omp barrier
     }
     const int64_t* final = off + c->layers * LAYER_PARTS;
 #pragma omp single
-    rms_norm(x, w + final[FINAL_NORM], xn, h, c->eps);
-    gemv(w + final[LM_HEAD], xn, logits, c->vocab, h, STORE, t, nt);
+    {
+      rms_norm(x, (const float*)(w + final[FINAL_NORM]), xn, h, c->eps);
+      if (rec_hidden) memcpy(rec_hidden + c->layers * h, xn, h * sizeof(float));
+    }
+    gemv(w + final[LM_HEAD], hf, xn, logits, c->vocab, h, STORE, t, nt);
   }
 }
