@@ -20,7 +20,7 @@ def test_parameter_count_from_the_config_matches_the_tensors(lm):
                              s.head_dim, s.vocab_size, s.tie_word_embeddings) == s.param_count
 
 
-@pytest.mark.parametrize("name", VARIANT_NAMES)
+@pytest.mark.parametrize("name", [n for n in VARIANT_NAMES if not n.startswith("awq_")])
 def test_variant_bytes_measured_equal_the_formula(lm, name):
     model, report = apply_variant(lm, name)
     del model

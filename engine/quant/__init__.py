@@ -3,6 +3,7 @@ their quality against float32.
 
 Modules: `scheme` (the formats as numbers, no torch), `formats` (quantize / dequantize tensors),
 `calculator` (bytes for any parameter count), `variants` (a quantized copy of the loaded model),
+`awq` (an AWQ-style activation-aware scale search before rounding),
 `gguf_grid` (the default model's weights already lie on its GGUF file's 4-bit grid), `quality`
 (perplexity, KL and top-1 agreement against float32 by teacher forcing).
 
@@ -11,5 +12,6 @@ The package itself imports nothing heavy, so the CLI can list the variant names 
 
 from __future__ import annotations
 
-# Every name `apply_variant` and `python -m engine quality --weights` accept, reference first.
-VARIANT_NAMES = ("fp32", "fp16", "bf16", "int8", "q4_0", "q4_1", "q3", "q2")
+# Every name `apply_variant` and `python -m engine quality --weights` accept, reference first;
+# awq_<format>: that format's rounding after an AWQ-style scale search (`awq`).
+VARIANT_NAMES = ("fp32", "fp16", "bf16", "int8", "q4_0", "q4_1", "q3", "q2", "awq_q4_0", "awq_q3")

@@ -130,7 +130,9 @@ def variant_format(name: str) -> QuantFormat | torch.dtype:
     """The QuantFormat (or float dtype) a variant stores its Linear weights in."""
     if name not in VARIANT_NAMES:
         raise InputError(f"unknown weights variant {name!r}: use one of {', '.join(VARIANT_NAMES)}")
-    return FLOAT_VARIANTS[name] if name in FLOAT_VARIANTS else FORMATS[name]
+    if name in FLOAT_VARIANTS:
+        return FLOAT_VARIANTS[name]
+    return FORMATS[name.removeprefix(AWQ_PREFIX)]  # an AWQ variant stores its base format
 
 
 def embedding_weights(model: Any) -> list[torch.Tensor]:
