@@ -15,9 +15,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings  # noqa: E402
+from pages.common import model_turn  # noqa: E402
 from pages.links import open_link, share_view  # noqa: E402
 from pages.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
-from pages.sidebar_settings import preset_settings  # noqa: E402
+from pages.sidebar_settings import (  # noqa: E402
+    DECODER_HELP,
+    WEIGHTS_KEY,
+    WEIGHTS_LABELS,
+    decoder_line,
+    preset_settings,
+    setting_table,
+)
 from pages.state import (  # noqa: E402
     MODELS,
     SessionModel,
@@ -38,23 +46,40 @@ def no_model() -> None:
 
 
 @st.fragment(run_every=1.0)
-def rerun_when_loaded(source: str, dtype: str) -> None:
-    if MODELS.peek(source, dtype) is not None or MODELS.failure(source, dtype) is not None:
+def rerun_when_loaded(source: str, weights: str) -> None:
+    if MODELS.peek(source, weights) is not None or MODELS.failure(source, weights) is not None:
         st.rerun(scope="app")
 
 
-def loading_in_background(source: str, dtype: str) -> None:
+def loading_in_background(source: str, weights: str) -> None:
     """Hosted mode: the first visitor's page never waits for the model; it loads in a thread and
     this session reruns once it is ready (pages that need it say so meanwhile)."""
     no_model()
-    failed = MODELS.failure(source, dtype)
+    failed = MODELS.failure(source, weights)
     if failed is not None:
         st.sidebar.error(message(f"Model not loaded: {failed}"))
         return
-    MODELS.load_in_background(source, dtype)
+    MODELS.load_in_background(source, weights)
     st.sidebar.info("Loading the model in the background (a few seconds); everything that does "
                     "not run it works meanwhile.", icon=":material/hourglass:")
-    rerun_when_loaded(source, dtype)
+    rerun_when_loaded(source, weights)
+
+
+def sidebar_weights() -> str:
+    """The weights variant this session runs (hosted: the ones its memory cap holds together)."""
+    choices = config().weights_choices
+    if st.session_state.get(WEIGHTS_KEY) not in choices:  # a forged or stale value
+        st.session_state[WEIGHTS_KEY] = choices[0]
+    scope = ("Hosted demo: float32 or q4_0, each shared by every visitor who picks it; run the "
+             "app locally for the others. " if config().hosted else "")
+    return st.sidebar.selectbox(
+        "Weights", choices, key=WEIGHTS_KEY, format_func=WEIGHTS_LABELS.get,
+        help=f"{scope}How the weights are stored. Fewer bits = fewer bytes every decode step "
+             "reads: int8 keeps one scale per row, q4_0 / q4_1 one float16 scale (and minimum) "
+             "per 32 weights; the integer variants' matrices run in the native C step, which "
+             "reads the codes directly, and torch runs them on the dequantized float32 values. "
+             "The Quantization page measures each one's bytes, speed and quality. Your choice "
+             "loads a model of your own: other visitors keep theirs.")
 
 
 def sidebar_model() -> None:
@@ -66,23 +91,22 @@ def sidebar_model() -> None:
             max_chars=MAX_SOURCE_CHARS,
             help="A causal LM with safetensors weights, already on this machine (offline).")
         source = custom.strip() or "default"
-        dtype = st.sidebar.selectbox(
-            "Weights", ["float32", "float16"], key="weights_dtype",
-            help="float16 halves the bytes every decode step reads (and the KV cache); whether "
-                 "it also decodes faster depends on this CPU's half-precision kernels: the "
-                 "Prefill vs decode page measures float32, float16 and bfloat16 side by side. "
-                 "Your choice loads a model of your own: other visitors keep theirs.")
-    else:
-        dtype = "float32"
-        st.sidebar.caption("Hosted demo: every visitor shares one float32 model; run the app "
-                           "locally to pick another model or float16 weights.")
-    if config().hosted and MODELS.peek(source, dtype) is None:
-        loading_in_background(source, dtype)  # the page draws now; it reruns when the model is in
+    weights = sidebar_weights()
+    if config().hosted and weights == "fp32" and MODELS.peek(source, weights) is None:
+        loading_in_background(source, weights)  # the page draws now; it reruns when the model is in
         return
-    with st.sidebar.status("Loading model… (the very first start converts the GGUF: ~30 s)",
-                           expanded=False) as status:
+    loaded = MODELS.peek(source, weights) is not None
+    copy = weights not in ("fp32", "fp16", "bf16") and not loaded
+    label = (f"Building the {weights} weights: quantizing every matrix and packing the native "
+             "step (a few seconds)…" if copy else
+             "Loading model… (the very first start converts the GGUF: ~30 s)")
+    with st.sidebar.status(label, expanded=copy) as status:
         try:
-            entry = MODELS.get(source, dtype)
+            if copy:  # quantizing is model work: it takes the shared turn like any other
+                with model_turn():
+                    entry = MODELS.get(source, weights)
+            else:
+                entry = MODELS.get(source, weights)
         except EngineError as err:
             status.update(label="Model not loaded", state="error", expanded=True)
             st.error(message(err))
@@ -90,11 +114,23 @@ def sidebar_model() -> None:
             return
         lm = entry.lm
         spec = lm.spec
-        status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete")
+        status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete",
+                      expanded=False)
         st.caption(f"{spec.param_count / 1e6:.0f} M parameters, {spec.layers} layers, "
-                   f"{spec.heads} query / {spec.kv_heads} KV heads, {spec.dtype}; "
-                   f"loaded in {lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
-    set_session_model(SessionModel(source, dtype, entry))
+                   f"{spec.heads} query / {spec.kv_heads} KV heads, {WEIGHTS_LABELS[weights]} "
+                   f"weights: {entry.stored_bytes / 1e6:,.0f} MB stored; loaded in "
+                   f"{lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
+    model = SessionModel(source, weights, entry)
+    set_session_model(model)
+    sidebar_decoder(model)
+
+
+def sidebar_decoder(model: SessionModel) -> None:
+    """Which decode step this session's runs use, and if torch, why (the KV-cache toggle below
+    decides it too: its value from this session's last run)."""
+    kv_cache = bool(st.session_state.get(setting_table(LIMITS)["kv_cache"].key, True))
+    line = decoder_line(model.native_problem(), kv_cache)
+    st.sidebar.caption(f"Decoder: **{message(line)}**", help=DECODER_HELP)
 
 
 def sidebar_settings() -> None:
@@ -139,6 +175,7 @@ page = st.navigation([
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/timing.py", title="Prefill vs decode", icon=":material/timer:"),
     st.Page("pages/kvcache.py", title="KV cache", icon=":material/memory:"),
+    st.Page("pages/quantization.py", title="Quantization", icon=":material/compress:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
     st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
 ], position="top" if presenting() else "sidebar")  # presenting, the sidebar is hidden

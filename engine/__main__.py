@@ -20,10 +20,11 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from typing import Any, NoReturn, Sequence  # noqa: E402
 
+from .cli_run import add_run_parser, run_command  # noqa: E402
 from .errors import EngineError  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
 from .records.trace import Trace  # noqa: E402
-from .settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings  # noqa: E402
+from .settings import FLOAT_WEIGHTS  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
 from .timing.metrics import summarize  # noqa: E402
 
@@ -36,23 +37,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m engine", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="generate from a prompt and print the timings")
-    run.add_argument("prompt")
-    run.add_argument("--model", default=None, help="hub id or local folder (default: SmolLM2-135M)")
-    run.add_argument("--device", default=None, help="cpu, cuda or auto (default)")
-    run.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (CUDA)")
-    run.add_argument("--max-new-tokens", type=int, default=64,
-                     help=f"1..{MAX_NEW_TOKENS_LIMIT} (default 64)")
-    run.add_argument("--max-prompt-tokens", type=int, default=2048)
-    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    run.add_argument("--top-k", type=int, default=0, help="0 = off")
-    run.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
-    run.add_argument("--seed", type=int, default=None)
-    run.add_argument("--raw", action="store_true", help="no chat template")
-    run.add_argument("--no-kv-cache", action="store_true", help="recompute everything each step")
-    run.add_argument("--no-attention", action="store_true", help="do not record attention")
-    run.add_argument("--no-hidden", action="store_true", help="do not record hidden states")
-    run.add_argument("--out", default=None, help="write the trace to this file")
+    add_run_parser(sub)
     examples = sub.add_parser("examples", help="record the example traces the app ships "
                                                 "(assets/examples/examples.json)")
     examples.add_argument("--model", default=None, help="hub id or local folder (default: "
@@ -119,9 +104,13 @@ def _print_summary(trace: Trace) -> None:
 def show_json(trace: Trace) -> dict[str, Any]:
     """The `show --json` document (stable keys; see README)."""
     m = trace.model
+    used = trace.decoder  # None before format 4: those runs decoded in torch on the loaded dtype
     return {
         "model": {"name": m.name, "layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads,
-                  "head_dim": m.head_dim, "dtype": m.dtype, "param_count": m.param_count},
+                  "head_dim": m.head_dim, "dtype": m.dtype, "param_count": m.param_count,
+                  "weights": used.weights if used else FLOAT_WEIGHTS.get(m.dtype, m.dtype),
+                  "weight_bytes": used.weight_bytes if used else m.weight_bytes},
+        "decoder": used.to_dict() if used else None,
         "device": trace.device,
         "settings": trace.settings.to_dict(),
         "prompt": trace.prompt,
@@ -143,30 +132,7 @@ def show_json(trace: Trace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .loader import load_model
-    from .records.tracefile import save_trace
-    from .runner import Run
-
-    settings = GenerationSettings(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, chat_template=not args.raw,
-        kv_cache=not args.no_kv_cache, record_attention=not args.no_attention,
-        record_hidden=not args.no_hidden, max_prompt_tokens=args.max_prompt_tokens)
-    if not args.prompt.strip():
-        raise EngineError("the prompt is empty")
-    interactive = sys.stderr.isatty()
-    if not interactive:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    lm = load_model(args.model, device=args.device, dtype=args.dtype,
-                    progress=(lambda msg: print(msg, file=sys.stderr)) if interactive else None)
-    trace = Run(lm, args.prompt, settings).run_all()
-    _print_summary(trace)
-    if args.out:
-        save_trace(trace, args.out)
-        print(f"trace        {args.out}")
-    return 0
+    return run_command(args, _print_summary)
 
 
 def _show(args: argparse.Namespace) -> int:

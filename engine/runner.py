@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -22,16 +22,21 @@ from transformers import Cache, DynamicCache
 from . import __version__
 from .attention import AttentionRecorder, recording
 from .detok import IncrementalDetokenizer
-from .errors import InputError
+from .errors import EngineError, InputError
 from .kv.kvcache import cache_layer_bytes
 from .loader import LoadedModel
-from .records.trace import MachineLoad, Step, Trace
+from .records.trace import DecoderUsed, MachineLoad, Step, Trace
 from .sampling import choose_token
-from .settings import GenerationSettings
+from .settings import FLOAT_WEIGHTS, GenerationSettings
 from .spec import ModelSpec
 from .timing.clock import MachineSample, clock_ms, load_average, others_share
 
+if TYPE_CHECKING:  # the native module imports this one
+    from .kernels.native import NativeDecoder
+
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
+TORCH_ASKED_REASON = "the torch decoder was asked for"
+KV_OFF_REASON = "the KV cache is off: the native step decodes against its cache"
 
 
 def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
@@ -116,11 +121,32 @@ def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: i
     return tuple(sorted({round(i * (spec.layers - 1) / max(fit - 1, 1)) for i in range(fit)}))
 
 
+def native_cache_bytes(spec: ModelSpec, positions: int) -> tuple[int, ...]:
+    """Per layer, the bytes a transformers DynamicCache holds for `positions` cached tokens —
+    2 (K and V) · kv_heads · positions · head_dim · bytes per value — so a run decoded by the
+    native step reports the same KV figure as one decoded in torch (its own cache is
+    preallocated to its max_tokens; this counts what is in use, the same positions)."""
+    return (2 * spec.kv_heads * positions * spec.head_dim * spec.dtype_bytes,) * spec.layers
+
+
 class Run:
-    """One generation. Iterate it to run the steps; `trace()` returns what is done so far."""
+    """One generation. Iterate it to run the steps; `trace()` returns what is done so far.
+
+    The prefill always runs in transformers (with attention and hidden states recorded as asked;
+    with a native decoder, on `native.model`, the torch model holding its weights).
+    The decode steps run on `native` — a NativeDecoder (engine/kernels/native.py) for this model's
+    weights, or a function that builds one, called when the run starts — where it can run:
+    `settings.decoder` is "native", the KV cache is on and prompt + new tokens fit its cache.
+    Otherwise they run in transformers, and the trace keeps the one-line reason (`native_problem`
+    when the caller could not build a decoder). `weights` names the variant `lm` holds (default:
+    its dtype's, fp32 / fp16 / bf16) and `weight_bytes` its stored bytes (default: the loaded
+    tensors'), recorded when torch runs the decode steps; a native decoder reports its own.
+    """
 
     def __init__(self, lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None,
-                 stop_event: threading.Event | None = None) -> None:
+                 stop_event: threading.Event | None = None, native: Any = None,
+                 native_problem: str | None = None, weights: str | None = None,
+                 weight_bytes: int | None = None) -> None:
         settings = settings or GenerationSettings()
         if not prompt or not prompt.strip():
             raise InputError("the prompt is empty")
@@ -148,6 +174,47 @@ class Run:
         self._load_before = load_average()
         self._first: MachineSample | None = None
         self._last: MachineSample | None = None
+        self._native_source = native
+        self.weights = weights or FLOAT_WEIGHTS.get(lm.spec.dtype, lm.spec.dtype)
+        self._torch_bytes = lm.spec.weight_bytes if weight_bytes is None else weight_bytes
+        self.native: NativeDecoder | None = None
+        problem = native_problem or self._static_problem()
+        self._decided = problem is not None
+        self.decoder = self._torch(problem or "the run has not started")
+
+    def _static_problem(self) -> str | None:
+        """Why the native step will not run, as far as can be told before the run starts."""
+        s = self.settings
+        if s.decoder == "torch":
+            return TORCH_ASKED_REASON
+        if not s.kv_cache:
+            return KV_OFF_REASON
+        if self._native_source is None:
+            return "no native decoder was given to this run"
+        return None
+
+    def _torch(self, reason: str) -> DecoderUsed:
+        return DecoderUsed("torch", reason, self.weights, self._torch_bytes)
+
+    def _choose_decoder(self) -> None:
+        """Resolve the native decoder (building it if a function was given) and check it fits."""
+        if self._decided:
+            return
+        self._decided = True
+        source = self._native_source
+        try:
+            native = source() if callable(source) and not hasattr(source, "step") else source
+        except EngineError as err:
+            self.decoder = self._torch(str(err).splitlines()[0] if str(err) else "unavailable")
+            return
+        need = len(self.prompt_ids) + self.settings.max_new_tokens
+        if need > native.max_tokens:
+            self.decoder = self._torch(
+                f"prompt ({len(self.prompt_ids)}) + new tokens ({self.settings.max_new_tokens}) "
+                f"exceed the native cache of {native.max_tokens} tokens")
+            return
+        self.native = native
+        self.decoder = DecoderUsed("native", None, native.weights, int(native.weight_bytes))
 
     def stop(self) -> None:
         """Ask the run to stop before its next step; what is done stays in the trace."""
@@ -163,7 +230,11 @@ class Run:
 
     def _steps(self) -> Iterator[Step]:
         lm, s = self.lm, self.settings
-        model, device = lm.model, lm.device
+        self._choose_decoder()
+        native = self.native
+        # The prefill runs on the weights the native step multiplies by (its variant's copy), so
+        # the prompt's K/V and first token are those of the model the decode steps continue.
+        model, device = (native.model if native is not None else lm.model), lm.device
         generator = None
         if not s.greedy:
             generator = torch.Generator(device=device).manual_seed(s.seed)
@@ -183,27 +254,43 @@ class Run:
                 recorder.last_query_only = i > 0 and cache is None
             before = MachineSample.now(device)
             self._first = self._first or before
+            attention = None
             with torch.inference_mode(), recording(model, recorder):
                 if i == 0:
                     logits, hidden = prefill(model, sequence, cache, s.record_hidden)
+                elif native is not None:
+                    done = native.step(int(sequence[0, -1]), n_prompt + i - 1,
+                                       attention_layers=self.recorded_layers,
+                                       hidden=s.record_hidden)
+                    logits, hidden, attention = done.logits, done.hidden, done.attention
+                    if attention is not None:  # (L_rec, H, S) → (L_rec, H, 1, S), as recorded
+                        attention = attention[:, :, None].to(torch.float16)
                 elif cache is not None:
                     logits, hidden = decode_one_token(model, sequence[:, -1:], cache, s.record_hidden)
                 else:
                     logits, hidden = forward_full(model, sequence, s.record_hidden)
                 forward = clock_ms(device) - before.wall_ms
+                if i == 0 and native is not None:
+                    native.load_prefix(cache, n_prompt)  # the prompt's K/V, into the native cache
                 token = choose_token(logits, s.temperature, s.top_k, s.top_p, generator)
                 probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
                 top = torch.topk(probs, s.record_top_k)
                 chosen_prob = float(probs[token])
                 chosen_rank = int((probs > probs[token]).sum())
-                attention = recorder.take() if recorder is not None else None
+                if recorder is not None and attention is None:
+                    attention = recorder.take()
                 hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
                 top_ids = top.indices.cpu().numpy().astype(np.int64)
                 top_probs = top.values.cpu().numpy().astype(np.float32)
             after = self._last = MachineSample.now(device)
             latency = after.wall_ms - before.wall_ms
             sequence = torch.cat([sequence, torch.tensor([[token]], device=device)], dim=1)
-            per_layer = cache_layer_bytes(cache) if cache is not None else (0,) * lm.spec.layers
+            if native is not None and i > 0:
+                per_layer = native_cache_bytes(lm.spec, n_prompt + i)
+            else:
+                per_layer = cache_layer_bytes(cache) if cache is not None else (0,) * lm.spec.layers
+            if native is not None and i == 0:
+                cache = None  # the native cache holds the prompt now; the torch copy can go
             last = token in eos or i == s.max_new_tokens - 1
             text = detok.push(token) + (detok.flush() if last else "")
             step = Step(
@@ -237,7 +324,7 @@ class Run:
             steps=tuple(self.steps), stop_reason=self.stop_reason,
             tokenize_ms=self.tokenize_ms, device=str(self.lm.device),
             attention_layers=self.recorded_layers, created_at=self.created_at,
-            engine_version=__version__, machine=self.machine_load())
+            engine_version=__version__, machine=self.machine_load(), decoder=self.decoder)
 
     def machine_load(self) -> MachineLoad:
         """The machine around the run so far (see engine/timing/disturbance.py for how it is read)."""

@@ -8,6 +8,8 @@ from typing import Any
 from .errors import InputError
 
 MAX_NEW_TOKENS_LIMIT = 4096
+FLOAT_WEIGHTS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # dtype → variant name
+DECODERS = ("native", "torch")  # native: the hand-written C step where it can run, else torch
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +19,9 @@ class GenerationSettings:
     top_k 0 and top_p 1.0 switch those filters off. `seed` None draws a fresh seed, which the run
     records so a sampled trace can be reproduced. `attention_layers` None records every layer
     whose prefill attention fits `attention_budget_mb` (float16); beyond it, evenly spaced layers.
+    `decoder` "native" runs the decode steps on the hand-written C step (engine/kernels/native.py)
+    wherever it can run — the run records which one ran and, if torch, why — and "torch" always
+    runs them in transformers (eager PyTorch); the prefill is torch either way.
     """
 
     max_new_tokens: int = 64
@@ -32,6 +37,7 @@ class GenerationSettings:
     record_top_k: int = 10
     max_prompt_tokens: int = 2048
     attention_budget_mb: int = 64
+    decoder: str = "native"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
@@ -49,6 +55,8 @@ class GenerationSettings:
             raise InputError(f"recorded top-k must be between 1 and 100, got {self.record_top_k}")
         if self.attention_budget_mb < 1:
             raise InputError("the attention budget must be at least 1 MB")
+        if self.decoder not in DECODERS:
+            raise InputError(f"the decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
         if self.max_prompt_tokens < 1:
             raise InputError("the prompt token limit must be positive")
         if self.attention_layers is not None:

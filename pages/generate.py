@@ -34,6 +34,7 @@ from pages.state import (
     message,
     pending_run,
     plain,
+    session_model,
     set_pending_run,
 )
 from pages.traces import open_example, open_trace_file, shipped_examples
@@ -197,7 +198,8 @@ def run_generation(prompt: str, slots: Slots) -> Trace | None:
     try:
         keep("prompt", prompt)
         budget = threading.Event()  # set when the hosted per-click budget is spent
-        run = Run(lm, prompt, generation_settings(), stop_event=budget)
+        run = Run(lm, prompt, generation_settings(), stop_event=budget,
+                  **session_model().run_options())
         set_pending_run(run.trace())  # until the first token: this run, no answer
         try:
             with model_turn(budget):

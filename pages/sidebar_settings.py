@@ -57,6 +57,26 @@ class Setting:
         return str(int(value)) if self.kind is not float else f"{value:g}"
 
 
+WEIGHTS_KEY = "weights_variant"  # the sidebar's weights selectbox
+WEIGHTS_LABELS = {"fp32": "fp32 (float32)", "fp16": "fp16 (float16)", "bf16": "bf16 (bfloat16)",
+                  "int8": "int8 (per-row scale)", "q4_0": "q4_0 (4-bit, scale per 32)",
+                  "q4_1": "q4_1 (4-bit, scale + min per 32)"}
+DECODER_HELP = ("The prefill always runs in PyTorch (transformers). The decode steps run in the "
+                "hand-written C step (engine/kernels/native.py) wherever it can: float32 and "
+                "integer weights, KV cache on. It records the same attention rows, hidden states "
+                "and top-k as PyTorch (tests check them equal); each trace says which one ran.")
+
+
+def decoder_line(problem: str | None, kv_cache: bool) -> str:
+    """What will run the decode steps: "native C step", or "torch eager — <reason>" with the
+    reason a Run would record (`problem`: why the native step cannot run these weights)."""
+    from engine.runner import KV_OFF_REASON
+
+    if problem is None and not kv_cache:
+        problem = KV_OFF_REASON
+    return "native C step" if problem is None else f"torch eager — {problem}"
+
+
 def setting_table(limits: Limits) -> dict[str, Setting]:
     """The sidebar's generation settings by their name in a link."""
     return {

@@ -21,6 +21,13 @@ from engine.sharing import FairLock, ModelStore, SessionStore
 from engine.sharing.models import ModelEntry
 from engine.sharing.sessions import new_token
 
+# The sidebar's weights variants (engine/quant/variants.py). Hosted: float32 and q4_0 only —
+# the default model's float32 entry with its native decoder is ~1.1 GB and the q4_0 copy with
+# its decoder ~0.8 GB, so both stay loaded within HOSTED_MODEL_MB (a third choice would make
+# visitors evict each other's model).
+LOCAL_WEIGHTS = ("fp32", "fp16", "bf16", "int8", "q4_0", "q4_1")
+HOSTED_WEIGHTS = ("fp32", "q4_0")
+HOSTED_MODEL_MB = 2048
 MAX_PROMPT_CHARS = 20_000  # the prompt box and a share link: far above what the token limit lets through
 
 
@@ -54,8 +61,13 @@ class AppConfig:
     def from_env(cls) -> "AppConfig":
         if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
             return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2),
-                       1024, 512, 2 * 3600.0)
+                       HOSTED_MODEL_MB, 512, 2 * 3600.0)
         return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
+
+    @property
+    def weights_choices(self) -> tuple[str, ...]:
+        """The sidebar's weights variants: hosted, the two that fit its cap together."""
+        return HOSTED_WEIGHTS if self.hosted else LOCAL_WEIGHTS
 
 
 def _click_s(default: float = 15.0) -> float:
@@ -74,7 +86,8 @@ def config() -> AppConfig:
 
 
 LOCK = FairLock()
-MODELS = ModelStore(config().model_cache_mb << 20)
+MODELS = ModelStore(config().model_cache_mb << 20,
+                    native_tokens=config().limits.sequence_tokens)  # a live run always fits
 # Compare runs: run B (a trace of its own, and where it came from) and which run is A (a widget
 # key); share links: which shipped example the session's trace is — (name, the trace's
 # created_at), so a run of its own made later is not mistaken for it.
@@ -131,25 +144,50 @@ def keep(key: str, value: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SessionModel:
-    """The model this session chose (source and weights dtype) and its shared entry."""
+    """The model this session chose (source and weights variant) and its shared entry."""
 
     source: str
-    dtype: str
+    weights: str
     entry: ModelEntry
 
     @property
     def lm(self) -> LoadedModel:
         return self.entry.lm
 
+    @property
+    def dtype(self) -> str:
+        return self.entry.lm.spec.dtype
+
     def compiled_decoder(self) -> Any:
         """The model's torch.compile decoder, shared by every session that chose this model."""
         from engine.kernels.compiled import CompiledDecoder
-        return MODELS.compiled((self.source, self.dtype), CompiledDecoder)
+        return MODELS.compiled((self.source, self.weights), CompiledDecoder)
 
     def native_decoder(self) -> Any:
-        """The model's native C decoder; raises EngineError saying why it cannot run."""
-        from engine.kernels.native import NativeDecoder
-        return self.entry.extra("native", NativeDecoder)
+        """The native C decoder for these weights, shared by every session that chose them
+        (built on first use: call it inside the model turn); raises EngineError saying why it
+        cannot run."""
+        return self.entry.native()
+
+    def native_problem(self) -> str | None:
+        """Why the native step cannot run these weights, without building it (the sidebar)."""
+        return self.entry.native_problem()
+
+    def run_options(self) -> dict[str, Any]:
+        """What a live `Run` needs beyond the model: the shared native decoder for these weights
+        (a builder, called once the run holds the model turn, with a spinner the first time),
+        and the weights' name and stored bytes for its trace."""
+
+        def native() -> Any:
+            if "native" in self.entry.extras:
+                return self.native_decoder()
+            with st.spinner(f"Preparing the native decode step for the {self.weights} weights "
+                            "(packing them; the first time on this machine also compiling the "
+                            "C step: a few seconds)…"):
+                return self.native_decoder()
+
+        return {"native": native, "weights": self.weights,
+                "weight_bytes": self.entry.stored_bytes}
 
 
 _MODEL, _SETTINGS = "session_model", "generation_settings"

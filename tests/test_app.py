@@ -194,7 +194,7 @@ def with_decoders(at: AppTest, compiled, native) -> None:
             return native()
 
     model = at.session_state["session_model"]
-    at.session_state["session_model"] = TinyDecoders(model.source, model.dtype, model.entry)
+    at.session_state["session_model"] = TinyDecoders(model.source, model.weights, model.entry)
 
 
 @pytest.mark.compile
@@ -232,6 +232,8 @@ def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monk
 
 def test_timing_page_says_why_native_cannot_run(monkeypatch):
     monkeypatch.setattr("engine.kernels.native.shutil.which", lambda _name: None)
+    # the shared decoder an earlier live run built (or its reason) goes for this test only
+    monkeypatch.setattr(MODELS.get("default", "fp32"), "extras", {})
     at = generate(fresh(monkeypatch).run(), "Name a colour.", tokens=3)
     at.switch_page("pages/timing.py").run()
     next(b for b in at.button if b.label == "Compare eager and native C").click().run()
@@ -304,7 +306,7 @@ def test_every_page_with_a_replayed_trace():
 
 def test_float16_weights_halve_the_kv_cache():
     at = fresh()
-    at.session_state["weights_dtype"] = "float16"
+    at.session_state["weights_variant"] = "fp16"
     at.run()
     assert not at.exception
     lm = at.session_state["session_model"].lm

@@ -40,18 +40,20 @@ def test_a_visitors_dtype_choice_does_not_swap_another_visitors_model(monkeypatc
     first = fresh().run()
     fp32 = first.session_state["session_model"].lm
     other = fresh()
-    other.session_state["weights_dtype"] = "float16"
+    other.session_state["weights_variant"] = "fp16"
     other.run()
     assert other.session_state["session_model"].lm.spec.dtype == "float16"
     again = fresh().run()  # a float32 visitor's next session: the same model, not a reload
     assert again.session_state["session_model"].lm is fp32 and fp32.spec.dtype == "float32"
 
 
-def test_hosted_mode_has_no_weights_picker_and_says_why(monkeypatch):
+def test_hosted_mode_offers_the_weights_its_cap_holds_and_says_why(monkeypatch):
     at = fresh(monkeypatch, hosted=True).run()
     assert not at.exception
-    assert not [s for s in at.sidebar.selectbox if s.label == "Weights"]
-    assert any("one float32 model" in c.value for c in at.sidebar.caption)
+    (picker,) = [s for s in at.sidebar.selectbox if s.label == "Weights"]
+    assert picker.options == ["fp32 (float32)", "q4_0 (4-bit, scale per 32)"]
+    assert "Hosted demo: float32 or q4_0" in picker.help
+    assert not [t for t in at.sidebar.text_input if t.key == "model_source"]
 
 
 def test_ceilings_are_measured_inside_the_model_turn(monkeypatch):

@@ -34,7 +34,9 @@ def test_run_and_show_json(tmp_path):
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["model"] == {"name": doc["model"]["name"], "layers": 30, "heads": 9, "kv_heads": 3,
-                            "head_dim": 64, "dtype": "float32", "param_count": 134_515_008}
+                            "head_dim": 64, "dtype": "float32", "param_count": 134_515_008,
+                            "weights": "fp32", "weight_bytes": doc["decoder"]["weight_bytes"]}
+    assert doc["decoder"]["name"] == "native" and "decoder: native C step" in result.stderr
     assert len(doc["steps"]) == len(doc["output_token_ids"]) <= 8
     assert len(doc["itl_ms"]) == len(doc["steps"]) - 1
     assert doc["ttft_ms"] > 0 and doc["prompt_token_ids"]

@@ -162,11 +162,12 @@ def test_a_failed_background_load_is_one_message(monkeypatch):
 def test_hosted_mode_ignores_a_forged_model_choice(monkeypatch):
     at = fresh(monkeypatch, hosted=True)
     at.session_state["model_source"] = "/etc"
-    at.session_state["weights_dtype"] = "float16"
+    at.session_state["weights_variant"] = "fp16"  # not offered hosted
     at.run()
     assert not at.exception
     lm = at.session_state["session_model"].lm
     assert lm.source == "default" and lm.spec.dtype == "float32"
+    assert at.session_state["session_model"].weights == "fp32"
 
 
 @pytest.mark.parametrize("value, expected", [(None, 15.0), ("120", 120.0), ("0", 1.0),

@@ -156,16 +156,18 @@ def test_a_lecture_pack_carries_its_experiment_results(trace):
 
 def _older_file(trace, version: int) -> bytes:
     """The trace written as format `version` wrote it: v1 had no experiments, v1 and v2 no
-    forward / CPU time and no machine record."""
+    forward / CPU time and no machine record, v1–v3 no decoder record."""
     buffer = io.BytesIO(trace_to_bytes(trace))
     with zipfile.ZipFile(buffer) as archive:
         parts = {i.filename: archive.read(i) for i in archive.infolist()}
     meta = json.loads(np.load(io.BytesIO(parts["meta.json.npy"])).tobytes())
     meta["version"] = version
-    del meta["machine"]
-    for record in meta["steps"]:
-        for name in ("forward_ms", "cpu_ms", "others_share"):
-            del record[name]
+    del meta["decoder"]
+    if version <= 2:
+        del meta["machine"]
+        for record in meta["steps"]:
+            for name in ("forward_ms", "cpu_ms", "others_share"):
+                del record[name]
     if version == 1:
         del meta["experiments"]
     out = io.BytesIO()
@@ -175,19 +177,37 @@ def _older_file(trace, version: int) -> bytes:
     return out.getvalue()
 
 
-def _unmeasured(trace):
+def _unmeasured(trace, version: int):
+    if version == 3:
+        return replace(trace, decoder=None)
     steps = tuple(replace(s, forward_ms=None, cpu_ms=None, others_share=None) for s in trace.steps)
-    return replace(trace, steps=steps, machine=None)
+    return replace(trace, steps=steps, machine=None, decoder=None)
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_older_files_are_upgraded_with_unknown_timing(trace, version):
     from engine.records.tracefile import read_trace_file
 
     back = read_trace_file(_older_file(trace, version))
-    assert traces_equal(back.trace, _unmeasured(trace)) and back.experiments.empty
-    assert back.trace.machine is None and back.trace.steps[1].cpu_ms is None
-    assert FORMAT_VERSION == 3
+    assert traces_equal(back.trace, _unmeasured(trace, version)) and back.experiments.empty
+    assert back.trace.decoder is None and trace.decoder is not None
+    assert (back.trace.machine is None) == (version <= 2)
+    assert (back.trace.steps[1].cpu_ms is None) == (version <= 2)
+    assert FORMAT_VERSION == 4
+
+
+def test_the_decoder_record_round_trips_and_is_checked(trace):
+    from engine.records.trace import DecoderUsed
+
+    assert trace.decoder.name == "torch" and trace.decoder.weights == "fp32"
+    native = replace(trace, decoder=DecoderUsed("native", None, "q4_0", 12_345))
+    assert load_trace(trace_to_bytes(native)).decoder == native.decoder
+    for bad in ({"name": "native", "reason": None, "weights": "q4_0", "weight_bytes": -1},
+                {"name": "native", "reason": None, "weights": "", "weight_bytes": 1},
+                {"name": "gpu", "reason": None, "weights": "fp32", "weight_bytes": 1},
+                {"name": "torch", "reason": "x", "weights": "fp32", "weight_bytes": 1, "extra": 1}):
+        with pytest.raises(TraceFormatError):
+            load_trace(_rewrite_meta(trace_to_bytes(trace), lambda m, bad=bad: m.update(decoder=bad)))
 
 
 def test_timing_and_machine_records_round_trip(trace):

@@ -18,6 +18,8 @@ from ..errors import TraceFormatError
 from ..kernels.compiled import DecodeComparison
 from ..kv.cachelab import OnOff, VariantRun
 from ..kv.kvcache import CacheConfig
+from ..quant.study import QuantStudy
+from ..quant.study_record import study_from_dict, study_to_dict
 from ..settings import MAX_NEW_TOKENS_LIMIT
 from ..timing.dtype_compare import DtypeComparison, DtypeRun
 from ..timing.roofline import Work
@@ -35,6 +37,7 @@ class Experiments:
     cache_variants: tuple[VariantRun, ...] = ()
     decode_comparison: DecodeComparison | None = None
     dtype_comparison: DtypeComparison | None = None
+    quant_study: QuantStudy | None = None  # the Quantization page's comparison of weight variants
 
     def __post_init__(self) -> None:
         unknown = set(self.sweeps) - set(SWEEPS)
@@ -44,7 +47,7 @@ class Experiments:
     @property
     def empty(self) -> bool:
         return not (self.sweeps or self.cache_on_off or self.cache_variants
-                    or self.decode_comparison or self.dtype_comparison)
+                    or self.decode_comparison or self.dtype_comparison or self.quant_study)
 
 
 def experiments_to_dict(found: Experiments) -> dict[str, Any]:
@@ -75,6 +78,7 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
             "runs": [{"dtype": r.dtype, "itl_ms": r.itl_ms, "round_ms": list(r.round_ms),
                       "ratio": r.ratio, "same_tokens": r.same_tokens, "tokens": list(r.tokens)}
                      for r in found.dtype_comparison.runs]},
+        "quant_study": None if found.quant_study is None else study_to_dict(found.quant_study),
     }
 
 
@@ -227,7 +231,9 @@ def experiments_from_dict(data: Any) -> Experiments:
             raise TraceFormatError("experiment results: the first cache variant's memory must be > 0")
         return Experiments(sweeps, tuple(on_off), tuple(variants),
                            _comparison(data.get("decode_comparison")),
-                           _dtype_comparison(data.get("dtype_comparison")))
+                           _dtype_comparison(data.get("dtype_comparison")),
+                           None if data.get("quant_study") is None
+                           else study_from_dict(data["quant_study"]))
     except TraceFormatError:
         raise
     except (AttributeError, TypeError, ValueError, ArithmeticError) as err:

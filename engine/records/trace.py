@@ -78,6 +78,39 @@ class MachineLoad:
                 ("threads", "cores", "load_before", "load_after", "others_share")}
 
 
+DECODER_NAMES = ("native", "torch")
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderUsed:
+    """What ran a run's decode steps: the hand-written C step ("native") or transformers
+    ("torch", with the one-line reason the native step did not run), and the weights it read.
+
+    `weights` names the variant (fp32, fp16, bf16, int8, q4_0, … — engine/quant/variants.py);
+    `weight_bytes` is measured from the tensors the decode step used: the native decoder's packed
+    buffer (codes, scales and norms, padding included) when it ran, else the variant's stored
+    bytes (`WeightReport.nbytes`, or the loaded tensors' bytes for a float model).
+    """
+
+    name: str
+    reason: str | None  # why not native; None when native ran
+    weights: str
+    weight_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.name not in DECODER_NAMES:
+            raise ValueError(f"unknown decoder {self.name!r}")
+
+    @property
+    def label(self) -> str:
+        """One line for a page or the CLI: "native C step" or "torch eager — <reason>"."""
+        return "native C step" if self.name == "native" else f"torch eager — {self.reason}"
+
+    def to_dict(self) -> dict[str, str | int | None]:
+        return {"name": self.name, "reason": self.reason, "weights": self.weights,
+                "weight_bytes": self.weight_bytes}
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Trace:
     model: ModelSpec
@@ -94,6 +127,7 @@ class Trace:
     created_at: str
     engine_version: str
     machine: MachineLoad | None = None  # None in files from before format 3
+    decoder: DecoderUsed | None = None  # None in files from before format 4
 
     def __post_init__(self) -> None:
         if self.stop_reason not in STOP_REASONS:

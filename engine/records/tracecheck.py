@@ -31,6 +31,7 @@ MIN_STEP_MS = 1e-6  # a step took some time: rates divide by it
 VIEW_BYTES = 1 << 30  # one layer's full (heads, S, S) float32 attention, as the Attention page builds
 MAX_TILES = 1 << 14  # recorded layers × heads: the model view draws one tile per head
 MAX_TEXT_CHARS = 1 << 20
+MAX_WEIGHT_BYTES = 1 << 44  # 16 TiB: above any model's weights
 
 
 def _fail(message: str) -> None:
@@ -149,6 +150,18 @@ def _check_machine(trace: Trace) -> None:
         _fail("the other processes' CPU share must lie between 0 and 1")
 
 
+def _check_decoder(trace: Trace) -> None:
+    used = trace.decoder
+    if used is None:
+        return
+    if used.reason is not None and (not isinstance(used.reason, str) or len(used.reason) > 500):
+        _fail("the decoder's reason must be a line of text of at most 500 characters")
+    if not isinstance(used.weights, str) or not 1 <= len(used.weights) <= 40:
+        _fail("the weights variant must be a short name")
+    if not _is_int(used.weight_bytes) or not 0 <= used.weight_bytes <= MAX_WEIGHT_BYTES:
+        _fail(f"the decoder's weight bytes must be a whole number from 0 to {MAX_WEIGHT_BYTES:,}")
+
+
 def check_trace(trace: Trace) -> Trace:
     """Raise TraceFormatError at the first broken invariant; return the trace if all hold."""
     spec = trace.model
@@ -175,6 +188,7 @@ def check_trace(trace: Trace) -> Trace:
         _fail(f"a trace has at most {MAX_NEW_TOKENS_LIMIT} steps")
     _duration(trace.tokenize_ms, "tokenization time")
     _check_machine(trace)
+    _check_decoder(trace)
     for i, step in enumerate(trace.steps):
         _check_step(step, i, trace)
     for name in ("attention", "hidden"):

@@ -29,11 +29,11 @@ from ..errors import TraceFormatError
 from ..settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from ..spec import ModelSpec
 from .experiments import Experiments, experiments_from_dict, experiments_to_dict
-from .trace import MachineLoad, Step, Trace
+from .trace import DecoderUsed, MachineLoad, Step, Trace
 from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
@@ -51,9 +51,16 @@ def _add_machine(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "version": 3, "machine": None}
 
 
+def _add_decoder(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 records which decoder ran the decode steps and the weights it read; older files
+    ran torch on the loaded weights but did not say so, so it stays unknown (None)."""
+    return {**meta, "version": 4, "decoder": None}
+
+
 # version n → function turning version-n metadata into version n+1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments,
-                                                                   2: _add_machine}
+                                                                   2: _add_machine,
+                                                                   3: _add_decoder}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -88,6 +95,7 @@ def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> byte
         "created_at": trace.created_at,
         "engine_version": trace.engine_version,
         "machine": trace.machine.to_dict() if trace.machine is not None else None,
+        "decoder": trace.decoder.to_dict() if trace.decoder is not None else None,
         "experiments": None if experiments is None or experiments.empty
         else experiments_to_dict(experiments),
         "steps": [],
@@ -283,6 +291,7 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         created_at=str(meta["created_at"]),
         engine_version=str(meta["engine_version"]),
         machine=_machine(meta["machine"]),
+        decoder=_decoder(meta["decoder"]),
     )
 
 
@@ -292,3 +301,11 @@ def _machine(value: Any) -> MachineLoad | None:
     if not isinstance(value, dict) or set(value) != set(MachineLoad.__slots__):
         raise TraceFormatError("not a valid trace: the machine record has other fields")
     return MachineLoad(**value)
+
+
+def _decoder(value: Any) -> DecoderUsed | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != set(DecoderUsed.__slots__):
+        raise TraceFormatError("not a valid trace: the decoder record has other fields")
+    return DecoderUsed(**value)

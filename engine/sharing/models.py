@@ -1,7 +1,11 @@
 """ModelStore: the models visitors chose, each loaded once, within a memory cap.
 
-Each visitor's (source, dtype) choice maps to its own entry, so one visitor switching to float16
-never swaps the model under another visitor's run (the old single shared model did). Entries are
+Each visitor's (source, weights) choice maps to its own entry, so one visitor switching to q4_0
+never swaps the model under another visitor's run (the old single shared model did). The weights
+are a variant name (engine/quant/variants.py): fp32, fp16 and bf16 load the model in that dtype;
+the integer variants (int8, q4_0, q4_1, …) are `apply_variant` copies of the fp32 entry, with
+their native decoder built at the same time (it reads the stored codes; the copy holds them
+dequantized for everything torch runs: the prefill, the pages' own forwards). Entries are
 kept least-recently-used first out once their weights pass `max_bytes`; a model a session still
 holds stays alive with that session (Python frees it when the last run drops it), so the cap bounds
 what the store keeps, not what running sessions hold. The process's one compiled decoder lives here
@@ -12,21 +16,76 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from ..errors import EngineError
 from ..loader import LoadedModel, load_model
 
-Key = tuple[str, str]  # (source, dtype)
+Key = tuple[str, str]  # (source, weights variant)
+FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # loaded in that dtype
+ALIASES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int4": "q4_0"}
+NATIVE_TOKENS = 256  # default size of a shared native decoder's cache (prompt + answer)
+
+
+def weights_name(name: str) -> str:
+    """The variant a name stands for: dtype names and "int4" are aliases (float16 → fp16)."""
+    return ALIASES.get(name, name)
 
 
 @dataclass(eq=False)
 class ModelEntry:
-    """A loaded model and what is built from it on first use (each built once, under a lock)."""
+    """A loaded model and what is built from it on first use (each built once, under a lock).
+
+    `weights` is the variant `lm` holds and `weight_bytes` its stored bytes, measured
+    (`WeightReport.nbytes`; None: the loaded tensors', `lm.spec.weight_bytes`).
+    """
 
     lm: LoadedModel
     extras: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    weights: str = "fp32"
+    weight_bytes: int | None = None
+    native_tokens: int = NATIVE_TOKENS
+
+    @property
+    def stored_bytes(self) -> int:
+        return self.lm.spec.weight_bytes if self.weight_bytes is None else self.weight_bytes
+
+    def native(self) -> Any:
+        """The shared native decoder for these weights (built once: packing and, the first time
+        on this machine, compiling take seconds — call it inside the model turn); raises
+        EngineError with the one-line reason it cannot run."""
+        from ..kernels.native import NativeDecoder
+
+        def build(lm: LoadedModel) -> Any:
+            problem = self.native_problem()
+            if problem is not None:
+                return EngineError(problem)
+            try:
+                return NativeDecoder(lm, max_tokens=self.native_tokens, weights=self.weights)
+            except EngineError as err:
+                return err  # remembered: the reason is shown, the build is not retried
+
+        got = self.extra("native", build)
+        if isinstance(got, EngineError):
+            raise EngineError(str(got))
+        return got
+
+    def native_problem(self) -> str | None:
+        """Why the native step cannot run these weights (one line), or None — without building
+        the decoder (cheap: for the sidebar)."""
+        got = self.extras.get("native")  # no lock: a build under way must not block the sidebar
+        if isinstance(got, EngineError):
+            return str(got)
+        if got is not None:
+            return None
+        if self.weights in FLOAT_DTYPES and self.weights != "fp32":
+            return (f"the native step reads float32 and integer weights, not {self.weights}; "
+                    f"torch runs the model in {FLOAT_DTYPES[self.weights]}")
+        from ..kernels.native import native_problem
+
+        return native_problem(self.lm, self.weights)
 
     def extra(self, name: str, build: Callable[[LoadedModel], Any]) -> Any:
         """`build(lm)` once per entry (the native decoder, the embedding index…)."""
@@ -43,10 +102,63 @@ class ModelEntry:
         return self.lm.spec.weight_bytes + int(extras)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class WeightsVariant:
+    """A variant of a loaded float32 model: the torch model holding its weights (dequantized to
+    float32), its stored bytes (measured), and its native decoder or why there is none."""
+
+    lm: LoadedModel
+    weights: str
+    weight_bytes: int
+    native: Any  # a NativeDecoder, or None
+    native_problem: str | None
+
+
+def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_TOKENS,
+                  with_native: bool = True) -> WeightsVariant:
+    """`apply_variant(base, weights)`'s copy and its native decoder over that copy (the copy's
+    weights lie on the variant's grid, so the decoder packs its codes losslessly and its steps
+    equal a torch forward of the copy). Needs the model lock: it quantizes every matrix."""
+    from ..kernels.native import NativeDecoder, native_problem
+    from ..quant.variants import apply_variant
+
+    if weights in FLOAT_DTYPES and weights != "fp32":
+        raise EngineError(f"{weights} weights load the model in {FLOAT_DTYPES[weights]}: no copy")
+    if weights == "fp32":
+        lm, nbytes = base, base.spec.weight_bytes
+    else:
+        copy, report = apply_variant(base, weights)
+        lm, nbytes = replace(base, model=copy), report.nbytes
+    native, problem = None, native_problem(lm, weights)
+    if with_native and problem is None:
+        try:
+            native = NativeDecoder(lm, max_tokens=native_tokens, weights=weights)
+        except EngineError as err:
+            problem = str(err)
+    return WeightsVariant(lm, weights, nbytes, native, problem)
+
+
+def _variant_entry(base: LoadedModel, weights: str, native_tokens: int) -> ModelEntry:
+    built = build_variant(base, weights, native_tokens)
+    entry = ModelEntry(built.lm, weights=weights, weight_bytes=built.weight_bytes,
+                       native_tokens=native_tokens)
+    entry.extras["native"] = built.native if built.native is not None else EngineError(
+        built.native_problem or "the native decoder is unavailable")
+    return entry
+
+
 class ModelStore:
-    def __init__(self, max_bytes: int, loader: Callable[..., LoadedModel] = load_model) -> None:
+    """Entries by (source, weights); `loader(source, dtype=…)` loads the float ones, `variant(base
+    lm, weights, native_tokens)` builds the others from the fp32 entry; `native_tokens` sizes the
+    shared native decoders' caches."""
+
+    def __init__(self, max_bytes: int, loader: Callable[..., LoadedModel] = load_model,
+                 native_tokens: int = NATIVE_TOKENS,
+                 variant: Callable[[LoadedModel, str, int], ModelEntry] = _variant_entry) -> None:
         self.max_bytes = max_bytes
+        self.native_tokens = native_tokens
         self._loader = loader
+        self._variant = variant
         self._entries: OrderedDict[Key, ModelEntry] = OrderedDict()
         self._loading: dict[Key, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -54,10 +166,21 @@ class ModelStore:
         self._failed: dict[Key, Exception] = {}
         self._background: set[Key] = set()
 
-    def get(self, source: str, dtype: str) -> ModelEntry:
+    def _build(self, source: str, weights: str) -> ModelEntry:
+        if weights in FLOAT_DTYPES:
+            return ModelEntry(self._loader(source, dtype=FLOAT_DTYPES[weights]), weights=weights,
+                              native_tokens=self.native_tokens)
+        from ..quant import VARIANT_NAMES
+
+        if weights not in VARIANT_NAMES and not weights.startswith("awq_"):
+            raise EngineError(f"unknown weights {weights!r}: use one of {', '.join(VARIANT_NAMES)}")
+        return self._variant(self.get(source, "fp32").lm, weights, self.native_tokens)
+
+    def get(self, source: str, weights: str) -> ModelEntry:
         """The entry for this choice, loading it if needed (one load per key, even when several
-        sessions ask at once); raises what `load_model` raises (EngineError for a bad choice)."""
-        key = (source, dtype)
+        sessions ask at once); raises what `load_model` raises (EngineError for a bad choice).
+        `weights`: a variant name (or a dtype name: float16 = fp16)."""
+        key = (source, weights_name(weights))
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -69,7 +192,7 @@ class ModelStore:
                     self._entries.move_to_end(key)
                     return self._entries[key]
             try:
-                entry = ModelEntry(self._loader(source, dtype=dtype))
+                entry = self._build(*key)
             finally:
                 with self._lock:
                     self._loading.pop(key, None)  # a failed load leaves nothing behind
@@ -78,15 +201,15 @@ class ModelStore:
                 self._evict(keep=key)
             return entry
 
-    def peek(self, source: str, dtype: str) -> ModelEntry | None:
+    def peek(self, source: str, weights: str) -> ModelEntry | None:
         """The entry if it is loaded; never loads, never waits."""
         with self._lock:
-            return self._entries.get((source, dtype))
+            return self._entries.get((source, weights_name(weights)))
 
-    def load_in_background(self, source: str, dtype: str) -> None:
+    def load_in_background(self, source: str, weights: str) -> None:
         """Start loading in a thread (once: a load under way is not started again); a failure
         is kept for `failure()`. For a page that must draw before the model is ready."""
-        key = (source, dtype)
+        key = (source, weights_name(weights))
         with self._lock:
             if key in self._entries or key in self._loading or key in self._background:
                 return
@@ -95,7 +218,7 @@ class ModelStore:
 
         def load() -> None:
             try:
-                self.get(source, dtype)
+                self.get(*key)
             except Exception as err:  # noqa: BLE001 — reported to the page by failure()
                 with self._lock:
                     self._failed[key] = err
@@ -103,11 +226,11 @@ class ModelStore:
                 with self._lock:
                     self._background.discard(key)
 
-        threading.Thread(target=load, name=f"load {source} {dtype}", daemon=True).start()
+        threading.Thread(target=load, name=f"load {source} {key[1]}", daemon=True).start()
 
-    def failure(self, source: str, dtype: str) -> Exception | None:
+    def failure(self, source: str, weights: str) -> Exception | None:
         with self._lock:
-            return self._failed.get((source, dtype))
+            return self._failed.get((source, weights_name(weights)))
 
     def _evict(self, keep: Key) -> None:
         while sum(e.nbytes for e in self._entries.values()) > self.max_bytes:
@@ -121,6 +244,7 @@ class ModelStore:
     def compiled(self, key: Key, build: Callable[[LoadedModel], Any]) -> Any:
         """The one compiled decoder, for `key`'s model (a new key replaces the old one). Not
         remembered if the model was evicted meanwhile: the caller still gets a working one."""
+        key = (key[0], weights_name(key[1]))
         entry = self.get(*key)
         with self._lock:
             if self._compiled is None or self._compiled[0] != key:

@@ -1,0 +1,115 @@
+"""`python -m engine run`: its arguments and the run itself, weights variant and decoder included.
+
+Kept apart from engine/__main__.py (the other commands) because choosing the weights and the
+decoder is most of its work: float weights load the model in that dtype; an integer variant is
+`apply_variant`'s copy of the float32 model with a native decoder over it (engine/sharing/models.py
+`build_variant`, the same the app uses), and the run says on stderr which decoder ran and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import EngineError
+from .quant import VARIANT_NAMES
+from .records.trace import Trace
+from .settings import DECODERS, FLOAT_WEIGHTS, MAX_NEW_TOKENS_LIMIT, GenerationSettings
+
+# --weights: every variant, and the issue's spelling of 4-bit. fp32 / fp16 / bf16 load the model
+# in that dtype; the others are quantized copies of the float32 model.
+WEIGHT_ALIASES = {"int4": "q4_0"}
+WEIGHT_CHOICES = (*VARIANT_NAMES, *WEIGHT_ALIASES)
+FLOAT_DTYPES = {v: k for k, v in FLOAT_WEIGHTS.items()}  # variant → dtype
+
+
+def add_run_parser(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="generate from a prompt and print the timings")
+    run.add_argument("prompt")
+    run.add_argument("--model", default=None, help="hub id or local folder (default: SmolLM2-135M)")
+    run.add_argument("--device", default=None, help="cpu, cuda or auto (default)")
+    run.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (CUDA); "
+                                                   "--weights fp16 / bf16 say the same")
+    run.add_argument("--weights", default=None, choices=WEIGHT_CHOICES, metavar="VARIANT",
+                     help=f"how the weights are stored: {', '.join(VARIANT_NAMES)}; int4 is an "
+                          "alias of q4_0 (default fp32, or --dtype's). fp16 / bf16 run the model "
+                          "in that dtype; the integer variants are quantized copies of the "
+                          "float32 model, decoded by the native step on their stored codes")
+    run.add_argument("--decoder", default="native", choices=DECODERS,
+                     help="native: the hand-written C decode step wherever it can run (float32 "
+                          "and int8 / q4_0 / q4_1 weights, KV cache on), else torch, with the "
+                          "reason on stderr (default); torch: always transformers")
+    run.add_argument("--max-new-tokens", type=int, default=64,
+                     help=f"1..{MAX_NEW_TOKENS_LIMIT} (default 64)")
+    run.add_argument("--max-prompt-tokens", type=int, default=2048)
+    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    run.add_argument("--top-k", type=int, default=0, help="0 = off")
+    run.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    run.add_argument("--seed", type=int, default=None)
+    run.add_argument("--raw", action="store_true", help="no chat template")
+    run.add_argument("--no-kv-cache", action="store_true", help="recompute everything each step")
+    run.add_argument("--no-attention", action="store_true", help="do not record attention")
+    run.add_argument("--no-hidden", action="store_true", help="do not record hidden states")
+    run.add_argument("--out", default=None, help="write the trace to this file")
+
+
+def chosen_weights(weights: str | None, dtype: str | None) -> tuple[str, str | None]:
+    """(variant, dtype to load the model in) from --weights and --dtype, which must agree."""
+    by_dtype = {v: k for k, v in FLOAT_DTYPES.items()}
+    if weights is None:
+        return by_dtype.get(dtype or "", "fp32"), dtype
+    weights = WEIGHT_ALIASES.get(weights, weights)
+    load = FLOAT_DTYPES.get(weights, "float32")
+    if dtype is not None and dtype != load:
+        raise EngineError(f"--weights {weights} runs on {load} weights, not --dtype {dtype}: "
+                          "give --weights alone")
+    return weights, load
+
+
+def run_command(args: argparse.Namespace, print_summary) -> int:
+    from .loader import load_model
+    from .records.tracefile import save_trace
+    from .runner import Run, prepare_prompt
+    from .sharing.models import build_variant
+
+    settings = GenerationSettings(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, chat_template=not args.raw,
+        kv_cache=not args.no_kv_cache, record_attention=not args.no_attention,
+        record_hidden=not args.no_hidden, max_prompt_tokens=args.max_prompt_tokens,
+        decoder=args.decoder)
+    if not args.prompt.strip():
+        raise EngineError("the prompt is empty")
+    weights, dtype = chosen_weights(args.weights, args.dtype)
+    interactive = sys.stderr.isatty()
+    if not interactive:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    lm = load_model(args.model, device=args.device, dtype=dtype,
+                    progress=(lambda msg: print(msg, file=sys.stderr)) if interactive else None)
+    options: dict = {"weights": weights}
+    if weights in FLOAT_DTYPES and weights != "fp32" or lm.spec.dtype != "float32":
+        options["native_problem"] = (f"the native step reads float32 and integer weights; this "
+                                     f"model runs in {lm.spec.dtype}")
+    else:
+        need = len(prepare_prompt(lm.tokenizer, args.prompt, settings.chat_template))
+        native = settings.decoder == "native" and settings.kv_cache
+        built = build_variant(lm, weights, need + settings.max_new_tokens, with_native=native)
+        lm = built.lm
+        options.update(native=built.native, native_problem=built.native_problem,
+                       weight_bytes=built.weight_bytes)
+    trace = Run(lm, args.prompt, settings, **options).run_all()
+    print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
+    print_summary(trace)
+    if args.out:
+        save_trace(trace, args.out)
+        print(f"trace        {args.out}")
+    return 0
+
+
+def decoder_line(trace: Trace) -> str:
+    used = trace.decoder
+    if used is None:
+        return "not recorded (a trace from before format 4)"
+    return f"{used.label} ({used.weights} weights, {used.weight_bytes:,} bytes)"

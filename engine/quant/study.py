@@ -1,0 +1,362 @@
+"""The quantization study: every chosen weight variant of the loaded model, measured side by side.
+
+Per variant, one after the other (one variant copy alive at a time, freed after its phase):
+- bytes: the variant's WeightReport (measured from the stored tensors, beside the formula);
+- quality against float32 by teacher forcing on the shipped text (engine/quant/quality.py):
+  perplexity (two ways), mean KL(fp32 ‖ variant) per position, top-1 agreement;
+- answers: greedy tokens for a few sample prompts, cut after the first end-of-sequence token, so
+  the page can mark the first token that differs from float32's;
+- speed: TTFT (the prompt's forward, torch) and ITL (median decode step) with the decoder used —
+  the native C step where it reads this format (`NATIVE_WEIGHTS`), else torch eager, and why —
+  the bytes one decode step streams, and MBU = bytes per step / ITL / measured read bandwidth
+  (the bandwidth ceiling of engine/kernels/microbench.py, as the Prefill vs decode page uses).
+Before the variants, a grid check (engine/quant/gguf_grid.py): does re-quantizing the loaded
+weights to a grid give them back exactly?
+
+The result is a plain, versioned record (engine/quant/study_record.py: JSON, no pickle), kept
+with a session's experiments and checked on the way in like every record of engine/records.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from ..errors import EngineError, InputError
+from ..loader import LoadedModel
+from ..records.compare import first_difference
+from ..runner import decode_one_token, eos_token_ids, prefill, prepare_prompt, timed_greedy
+from ..timing.clock import MachineSample, clock_ms, others_share
+from ..timing.disturbance import OTHERS_LIMIT
+from ..timing.dtype_compare import cast_copy
+from . import VARIANT_NAMES
+from .gguf_grid import GridCheck, embedding_grids, linear_grids
+from .quality import kl_per_position, perplexity, read_text, scored_forward, text_ids
+from .variants import AWQ_PREFIX, FLOAT_VARIANTS, WeightReport, apply_variant
+
+STUDY_VERSION = 1
+SAMPLE_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "sample_prompts.json"
+PROMPT_TITLES = ("Capital of France", "Explain the KV cache", "Haiku")
+AWQ_NAMES = tuple(n for n in VARIANT_NAMES if n.startswith(AWQ_PREFIX))
+DEFAULT_VARIANTS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3", *AWQ_NAMES)
+# Hosted: one click has a few seconds of model time, so fewer variants, one prompt, a shorter
+# answer and the grid checked on three layers (first, middle, last) instead of all. AWQ comes
+# right after its plain twin: a budget that ends the run early still shows what AWQ buys.
+HOSTED_VARIANTS = ("fp32", "q4_0", *(n for n in AWQ_NAMES if n == "awq_q4_0"), "int8", "q3")
+NEW_TOKENS, HOSTED_NEW_TOKENS = 24, 16
+MAX_VARIANTS, MAX_PROMPTS, MAX_NEW_TOKENS = 16, 8, 256  # what a record may hold
+KV_FORMULA = "2 · layers · KV heads · head_dim · bytes per element · context"
+
+Progress = Callable[[str, float], None]
+
+
+def sample_prompts(titles: Sequence[str] = PROMPT_TITLES) -> tuple[str, ...]:
+    """The sample prompts of assets/sample_prompts.json with these titles, in this order."""
+    table = {s["title"]: s["prompt"] for s in json.loads(SAMPLE_PROMPTS.read_text())}
+    return tuple(table[t] for t in titles)
+
+
+@dataclass(frozen=True, slots=True)
+class StudyPlan:
+    variants: tuple[str, ...]
+    prompts: tuple[str, ...]
+    new_tokens: int
+    grid_layers: tuple[int, ...] | None = None  # None: every layer
+
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.variants if v not in VARIANT_NAMES]
+        if unknown:
+            raise InputError(f"unknown weights variant {unknown[0]!r}: use one of "
+                             f"{', '.join(VARIANT_NAMES)}")
+        if not self.variants or len(self.variants) > MAX_VARIANTS:
+            raise InputError(f"choose 1 to {MAX_VARIANTS} weights variants")
+        if not 1 <= len(self.prompts) <= MAX_PROMPTS or not all(p.strip() for p in self.prompts):
+            raise InputError(f"the study needs 1 to {MAX_PROMPTS} non-empty prompts")
+        if not 2 <= self.new_tokens <= MAX_NEW_TOKENS:
+            raise InputError(f"new tokens must be between 2 and {MAX_NEW_TOKENS}")
+
+    @property
+    def ordered(self) -> tuple[str, ...]:
+        """fp32 (the reference every other variant is compared with) first, then as chosen."""
+        return ("fp32", *(v for v in dict.fromkeys(self.variants) if v != "fp32"))
+
+
+def default_plan(hosted: bool = False, layers: int = 0) -> StudyPlan:
+    if hosted:
+        grid = tuple(sorted({0, layers // 2, max(layers - 1, 0)})) if layers else (0,)
+        return StudyPlan(HOSTED_VARIANTS, sample_prompts()[:1], HOSTED_NEW_TOKENS, grid)
+    return StudyPlan(DEFAULT_VARIANTS, sample_prompts(), NEW_TOKENS)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    tokens: tuple[int, ...]  # greedy ids, up to and including the first end-of-sequence token
+    pieces: tuple[str, ...]  # the tokenizer's pieces of those ids (Ġ for a space)
+
+
+@dataclass(frozen=True, slots=True)
+class Speed:
+    decoder: str  # "native" or "torch eager"
+    note: str  # why this decoder, in one line
+    ttft_ms: float  # median over the prompts of the prompt's forward (torch)
+    itl_ms: float  # median decode step over every prompt's steps
+    steps: int  # decode steps timed
+    bytes_per_step: int  # weights the step streams + the KV cache read at the mean context
+    others_share: float | None = None  # other programs' share of all CPUs while it was timed
+
+    @property
+    def disturbed(self) -> bool:
+        """Other programs used ≥ OTHERS_LIMIT of the CPUs meanwhile (engine/timing/disturbance)."""
+        return self.others_share is not None and self.others_share >= OTHERS_LIMIT
+
+    def mbu(self, bandwidth_gb_s: float | None) -> float | None:
+        """bytes per step / ITL / measured read bandwidth."""
+        if not bandwidth_gb_s:
+            return None
+        return self.bytes_per_step / (self.itl_ms / 1000) / (bandwidth_gb_s * 1e9)
+
+
+@dataclass(frozen=True, slots=True)
+class VariantResult:
+    report: WeightReport
+    perplexity: float  # our loop over log-softmax
+    perplexity_transformers: float  # exp(transformers' loss): must agree
+    kl_mean: float  # nats, mean over the text's positions
+    top1_agreement: float  # share of positions with fp32's most probable token
+    answers: tuple[Answer, ...]  # one per prompt
+    speed: Speed
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return self.report.variant
+
+
+@dataclass(frozen=True, slots=True)
+class AwqPair:
+    """An AWQ variant beside plain rounding to the same format."""
+
+    awq: str
+    plain: str
+    kl_ratio: float | None  # awq KL / plain KL (< 1: AWQ loses less); None when plain KL is 0
+    perplexity_change: float  # awq perplexity − plain perplexity
+    top1_change: float  # awq top-1 agreement − plain's
+
+
+@dataclass(frozen=True, slots=True)
+class QuantStudy:
+    model: str
+    dtype: str  # the loaded weights every variant was made from
+    device: str
+    text: str  # the quality text's file name
+    text_tokens: int
+    prompts: tuple[str, ...]
+    new_tokens: int
+    bandwidth_gb_s: float | None  # the read-bandwidth ceiling MBU is measured against
+    grid: tuple[GridCheck, ...]  # the decoder Linears re-quantized to each grid
+    embedding_grid: tuple[GridCheck, ...]
+    grid_layers: tuple[int, ...] | None  # None: every layer
+    variants: tuple[VariantResult, ...]  # fp32 first
+    stopped: bool = False  # ended early (a time budget): fewer variants than planned
+    created_at: str = ""
+    version: int = STUDY_VERSION
+
+    def result(self, name: str) -> VariantResult | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+    def first_difference(self, name: str, prompt: int) -> int | None:
+        """The first answer position where variant `name` differs from fp32 (None: identical)."""
+        ref, other = self.result("fp32"), self.result(name)
+        if ref is None or other is None:
+            return None
+        return first_difference(ref.answers[prompt].tokens, other.answers[prompt].tokens)
+
+    def awq_pairs(self) -> list[AwqPair]:
+        pairs = []
+        for r in self.variants:
+            plain = self.result(r.name.removeprefix(AWQ_PREFIX))
+            if r.name.startswith(AWQ_PREFIX) and plain is not None:
+                pairs.append(AwqPair(r.name, plain.name,
+                                     r.kl_mean / plain.kl_mean if plain.kl_mean > 0 else None,
+                                     r.perplexity - plain.perplexity,
+                                     r.top1_agreement - plain.top1_agreement))
+        return pairs
+
+
+def native_choice(lm: LoadedModel, name: str) -> tuple[bool, str]:
+    """(True, what it reads) when the native C step runs variant `name` on `lm` (its variant
+    copy), else (False, why torch eager runs it instead), in one line."""
+    from ..kernels.native import native_problem
+
+    if name in FLOAT_VARIANTS and name != "fp32":
+        return False, f"no native {name} step: torch eager on {name} weights"
+    problem = native_problem(lm, name)
+    if problem:
+        return False, problem
+    base = name.removeprefix(AWQ_PREFIX)
+    return True, ("the native C step" if base == "fp32"
+                  else f"the native C step reads the {base} codes and scales themselves")
+
+
+def _streamed_bytes(model: Any) -> int:
+    """Bytes a torch decode step reads: every parameter tensor once (tied ones once); an untied
+    input embedding is only looked up (one row), as engine/timing/roofline.py counts it."""
+    seen = {id(p): p for p in model.parameters()}
+    total = sum(p.nbytes for p in seen.values())
+    table = model.get_input_embeddings().weight
+    head = getattr(model, "lm_head", None)
+    if head is not None and head.weight is not table:
+        total -= table.nbytes - table[0].nbytes
+    return total
+
+
+def _kv_bytes(model: Any, context: float, element_bytes: int) -> int:
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    return round(2 * cfg.num_hidden_layers * kv_heads * head_dim * element_bytes * context)
+
+
+def _stepper(model: Any, native: Any, cache: DynamicCache, n: int,
+             device: torch.device) -> Callable[[int, int], torch.Tensor]:
+    """Decode step i after an n-token prompt: (token, i) → (V,) logits, native or torch eager."""
+    if native is not None:
+        return lambda token, i: native.step_logits(token, n + i)
+
+    def eager(token: int, _i: int) -> torch.Tensor:
+        return decode_one_token(model, torch.tensor([[token]], device=device), cache)[0]
+    return eager
+
+
+def _greedy_runs(model: Any, prompts: list[list[int]], new_tokens: int, device: torch.device,
+                 native: Any = None) -> tuple[list[list[int]], list[float], list[float]]:
+    """Each prompt through `model` (torch prefill, timed: the TTFT), then `new_tokens` greedy
+    tokens by the native step (its cache loaded with the prefill's K/V) or by torch eager."""
+    answers, ttft, steps = [], [], []
+    with torch.inference_mode():
+        for ids in prompts:
+            cache = DynamicCache(config=model.config)
+            start = clock_ms(device)
+            first, _ = prefill(model, torch.tensor([ids], device=device), cache)
+            ttft.append(clock_ms(device) - start)
+            if native is not None:
+                native.load_prefix(cache, len(ids))
+            tokens, times = timed_greedy(first, _stepper(model, native, cache, len(ids), device),
+                                         new_tokens, device)
+            answers.append(tokens)
+            steps.extend(times)
+    return answers, ttft, steps
+
+
+def measure_speed(lm: LoadedModel, name: str, copy: Any, prompts: list[list[int]],
+                  new_tokens: int) -> tuple[list[list[int]], Speed]:
+    """The greedy answers and the speed of variant `name` (`copy`: its dequantized model)."""
+    from ..kernels.native import NativeDecoder
+
+    variant_lm = replace(lm, model=copy)  # float32, on the variant's grid: packed as it is
+    use_native, note = native_choice(variant_lm, name)
+    native = run_model = None
+    if use_native:
+        try:
+            native = NativeDecoder(variant_lm, max(len(p) for p in prompts) + new_tokens, name)
+        except EngineError as err:
+            use_native, note = False, f"the native step failed to start: {err}"
+    if use_native:
+        run_model, weight_bytes, kv_element = copy, int(native.weight_bytes), 4
+    elif name in FLOAT_VARIANTS:  # the real dtype, so the step reads 2 bytes per weight
+        run_model = cast_copy(lm.model, FLOAT_VARIANTS[name])
+        weight_bytes = _streamed_bytes(run_model)
+        kv_element = FLOAT_VARIANTS[name].itemsize
+    else:
+        run_model, weight_bytes, kv_element = copy, _streamed_bytes(copy), 4
+    try:
+        before = MachineSample.now(lm.device)
+        answers, ttft, steps = _greedy_runs(run_model, prompts, new_tokens, lm.device, native)
+        others = others_share(before, MachineSample.now(lm.device))
+    finally:
+        del native, run_model
+        gc.collect()
+    context = statistics.mean(len(p) + 1 + i for p in prompts for i in range(new_tokens - 1))
+    speed = Speed("native" if use_native else "torch eager", note, statistics.median(ttft),
+                  statistics.median(steps), len(steps),
+                  weight_bytes + _kv_bytes(copy, context, kv_element), others)
+    return answers, speed
+
+
+def _cut(tokens: list[int], eos: frozenset[int]) -> list[int]:
+    end = next((i for i, t in enumerate(tokens) if t in eos), None)
+    return tokens if end is None else tokens[:end + 1]
+
+
+def _variant_copy(lm: LoadedModel, name: str, say: Progress, done: float) -> tuple[Any, WeightReport]:
+    """apply_variant, with AWQ's scale search reporting its progress (it takes the longest)."""
+    if not name.startswith(AWQ_PREFIX):
+        return apply_variant(lm, name)
+    from .awq import apply_awq
+
+    return apply_awq(lm, name, lambda _fraction, text: say(f"{name}: {text}…", done))
+
+
+def _grid(lm: LoadedModel, layers: tuple[int, ...] | None) -> tuple[tuple[GridCheck, ...],
+                                                                   tuple[GridCheck, ...]]:
+    chosen = None if layers is None else [i for i in layers if 0 <= i < lm.spec.layers] or [0]
+    return tuple(linear_grids(lm.model, chosen)), tuple(embedding_grids(lm.model))
+
+
+def run_study(lm: LoadedModel, plan: StudyPlan, bandwidth_gb_s: float | None,
+              say: Progress | None = None, stop: Callable[[], bool] | None = None,
+              text: str | None = None, text_name: str = "gettysburg.txt") -> QuantStudy:
+    """Measure every variant of `plan` (fp32 first). `stop()` is checked before each variant:
+    the variants finished so far are returned, with `stopped` set."""
+    say = say or (lambda _text, _done: None)
+    stop = stop or (lambda: False)
+    names = plan.ordered
+    total = len(names) + 1
+    ids = text_ids(lm, read_text() if text is None else text)
+    prompts = [prepare_prompt(lm.tokenizer, p, True) for p in plan.prompts]
+    eos = eos_token_ids(lm)
+    say("Checking which grids the loaded weights already lie on…", 0.0)
+    grid, embedding_grid = _grid(lm, plan.grid_layers)
+    results: list[VariantResult] = []
+    ref = None
+    stopped = False
+    for i, name in enumerate(names):
+        if i and stop():
+            stopped = True
+            break
+        start = time.perf_counter()
+        say(f"{name}: quantizing a copy of the weights…", (i + 1) / total)
+        copy, report = _variant_copy(lm, name, say, (i + 1) / total)
+        try:
+            say(f"{name}: quality on {text_name}…", (i + 1.3) / total)
+            logp, ppl_transformers = scored_forward(copy, ids)
+            if ref is None:
+                ref = logp
+            kl = kl_per_position(ref, logp)  # (S − 1,) nats, as `python -m engine quality`
+            top1 = (ref.argmax(-1) == logp.argmax(-1)).double().mean()
+            ppl = perplexity(logp, ids)
+            del logp
+            say(f"{name}: answering {len(prompts)} prompt(s), timing each step…", (i + 1.6) / total)
+            tokens, speed = measure_speed(lm, name, copy, prompts, plan.new_tokens)
+        finally:
+            del copy
+            gc.collect()
+        answers = tuple(Answer(tuple(t), tuple(lm.tokenizer.convert_ids_to_tokens(t)))
+                        for t in (_cut(a, eos) for a in tokens))
+        # KL ≥ 0 in exact arithmetic; a rounding of −1e-12 for identical weights is 0
+        results.append(VariantResult(report, ppl, ppl_transformers, max(float(kl.mean()), 0.0),
+                                     float(top1), answers, speed, time.perf_counter() - start))
+    say("Done.", 1.0)
+    return QuantStudy(lm.spec.name, lm.spec.dtype, str(lm.device), text_name, len(ids),
+                      tuple(plan.prompts), plan.new_tokens, bandwidth_gb_s, grid, embedding_grid,
+                      plan.grid_layers, tuple(results), stopped,
+                      time.strftime("%Y-%m-%dT%H:%M:%S"))
