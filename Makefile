@@ -72,6 +72,7 @@ $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION):
 
 bench: model
 	$(BIN)/python -m bench.engine_bench
+	$(BIN)/python -m bench.lowbit_bench
 	$(BIN)/python -m bench.browser_bench
 
 # Record the example traces in assets/examples/ again (after a trace-format change; tests say so).

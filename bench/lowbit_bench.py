@@ -1,0 +1,163 @@
+"""Low-bit benchmark: the native decode step reading fp32, int8, Q4_0 and Q4_1 weights, the live
+run's recording on the native step, and llama.cpp on the same GGUF file as the peer.
+
+Every contestant runs once per round, in a shuffled order, over several rounds in one process
+(llama.cpp in a worker process driven from here, same prompt token ids, same thread count);
+ratios are taken within a round and their median reported — the machine is shared and noisy.
+Greedy tokens of each native variant are checked against `generate` of the model holding the
+same dequantized weights before timing. The llama.cpp row needs `make llamacpp` (its own venv);
+without it the row says so.
+
+    python -m bench.lowbit_bench [--tokens 32] [--rounds 10] [--out bench/out/lowbit.json]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # an entry point: offline unless asked, as the app
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from engine import GenerationSettings, Run, load_model  # noqa: E402
+from engine.kernels.microbench import bandwidth_buffer, read_gb_s  # noqa: E402
+from engine.kernels.native import NativeDecoder  # noqa: E402
+from engine.loader import default_gguf_path  # noqa: E402
+from engine.quant.variants import apply_variant  # noqa: E402
+from engine.runner import prepare_prompt  # noqa: E402
+
+PROMPT = "Write a long story about a lighthouse keeper and a storm."
+VARIANTS = ("fp32", "int8", "q4_0", "q4_1")
+PEER_PYTHON = Path(".venv-llamacpp/bin/python")
+
+
+class Peer:
+    """llama.cpp in its own venv, one worker process for the whole benchmark."""
+
+    def __init__(self, threads: int) -> None:
+        self.proc = subprocess.Popen(
+            [str(PEER_PYTHON), "bench/llamacpp_peer.py", str(default_gguf_path()), str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.version = json.loads(self.proc.stdout.readline())["version"]
+
+    def greedy(self, ids: list[int], n: int) -> dict:
+        self.proc.stdin.write(json.dumps({"ids": ids, "tokens": n}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.write("quit\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=30)
+
+
+def run_live(lm, native: NativeDecoder, n: int, record: bool) -> list[float]:
+    """The live run (engine.Run) on the native step; decode steps' wall ms."""
+    settings = GenerationSettings(max_new_tokens=n, record_attention=record, record_hidden=record)
+    trace = Run(lm, PROMPT, settings, native=native).run_all()
+    assert trace.decoder is not None and trace.decoder.name == "native", trace.decoder
+    return list(trace.itl_ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--out", default="bench/out/lowbit.json")
+    args = parser.parse_args()
+    lm = load_model()
+    ids = prepare_prompt(lm.tokenizer, PROMPT, True)
+    threads = torch.get_num_threads()
+    decoders, build_s, same = {}, {}, {}
+    for name in VARIANTS:
+        t = time.perf_counter()
+        model = lm.model if name in ("fp32", "q4_1") else apply_variant(lm, name)[0]
+        decoders[name] = NativeDecoder(replace(lm, model=model), max_tokens=256, weights=name)
+        build_s[name] = time.perf_counter() - t
+        reference = model.generate(torch.tensor([ids]), max_new_tokens=args.tokens,
+                                   min_new_tokens=args.tokens, do_sample=False)[0, len(ids):]
+        same[name] = decoders[name].greedy(ids, args.tokens)[0] == reference.tolist()
+        if not same[name]:
+            raise SystemExit(f"native {name}: tokens differ from generate on its weights")
+    runs = {f"native {n}": (lambda d=d: d.greedy(ids, args.tokens)[1]) for n, d in decoders.items()}
+    runs["live, full recording"] = lambda: run_live(lm, decoders["fp32"], args.tokens, True)
+    runs["live, no recording"] = lambda: run_live(lm, decoders["fp32"], args.tokens, False)
+    peer, peer_note, peer_tokens = None, "", None
+    if PEER_PYTHON.exists():
+        peer = Peer(threads)
+        runs["llama.cpp Q4_1 (same GGUF)"] = lambda: peer.greedy(ids, args.tokens)["step_ms"]
+        peer_tokens = peer.greedy(ids, args.tokens)["tokens"]
+    else:
+        peer_note = "llama.cpp not installed: `make llamacpp` adds its row"
+    for fn in runs.values():  # warm-up
+        fn()
+    rng = random.Random(0)
+    buffer = bandwidth_buffer(lm.device)
+    rounds, reads = [], []
+    for _ in range(args.rounds):
+        order = list(runs)
+        rng.shuffle(order)
+        measured = {}
+        for name in order:
+            reads.append(read_gb_s(buffer))
+            measured[name] = statistics.median(runs[name]())
+        rounds.append(measured)
+    del buffer
+    if peer is not None:
+        peer.close()
+    peak = max(reads)
+    result = {}
+    for name in runs:
+        itl = statistics.median(r[name] for r in rounds)
+        row = {"itl_ms": itl,
+               "vs_native_fp32": statistics.median(r[name] / r["native fp32"] for r in rounds)}
+        key = name.removeprefix("native ")
+        if key in decoders:
+            row["weight_bytes"] = decoders[key].weight_bytes
+            row["mbu"] = decoders[key].weight_bytes / (itl / 1000) / 1e9 / peak
+        result[name] = row
+    if peer is not None:
+        result["llama.cpp Q4_1 (same GGUF)"]["native_q4_1_vs_llamacpp"] = statistics.median(
+            r["native q4_1"] / r["llama.cpp Q4_1 (same GGUF)"] for r in rounds)
+        result["llama.cpp Q4_1 (same GGUF)"]["native_q4_0_vs_llamacpp"] = statistics.median(
+            r["native q4_0"] / r["llama.cpp Q4_1 (same GGUF)"] for r in rounds)
+    recording = statistics.median(r["live, full recording"] / r["live, no recording"]
+                                  for r in rounds)
+    native_tokens = decoders["q4_1"].greedy(ids, args.tokens)[0]
+    report = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+                   f"threads {threads}",
+        "prompt_tokens": len(ids), "new_tokens": args.tokens, "rounds": args.rounds,
+        "peak_bandwidth_gb_s": peak, "build_s": build_s, "tokens_equal_generate": same,
+        "recording_ratio": recording, "peer": peer.version if peer else peer_note,
+        "peer_tokens_equal_native_q4_1": (sum(a == b for a, b in zip(peer_tokens, native_tokens))
+                                          if peer_tokens else None),
+        "runs": result,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    print("\n| decode | weight MB per step | ITL ms (median) | ITL / native fp32 | MBU |")
+    print("|---|---|---|---|---|")
+    for name, r in result.items():
+        mb = f"{r['weight_bytes'] / 1e6:.0f}" if "weight_bytes" in r else "–"
+        mbu = f"{r['mbu']:.2f}" if "mbu" in r else "–"
+        print(f"| {name} | {mb} | {r['itl_ms']:.2f} | {r['vs_native_fp32']:.3f} | {mbu} |")
+    print(f"\nlive run on the native step, full recording / none: {recording:.3f}; peak bandwidth "
+          f"read {peak:.1f} GB/s; {peer_note or 'peer: llama-cpp-python ' + peer.version}")
+
+
+if __name__ == "__main__":
+    main()
