@@ -1,6 +1,7 @@
-"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|examples`: generate a trace
-from the shell, inspect one (its story lines, a comparison with another, its HTML report, the logit
-lens), compare dtypes, measure a weights variant's quality, or record the shipped examples.
+"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|examples`: generate
+a trace from the shell, inspect one (its story lines, a comparison with another, its HTML report,
+the logit lens), compare dtypes, measure a weights variant's quality or the whole quantization
+study, or record the shipped examples.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -23,6 +24,7 @@ from typing import Any, NoReturn, Sequence  # noqa: E402
 from .cli_run import add_run_parser, run_command  # noqa: E402
 from .errors import EngineError  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
+from .quant import cli as quant_cli  # noqa: E402
 from .records.trace import Trace  # noqa: E402
 from .settings import FLOAT_WEIGHTS  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
@@ -69,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                                                       "Gettysburg Address, assets/texts/)")
     quality.add_argument("--model", default=None, help="hub id or local folder (default: "
                                                        "SmolLM2-135M)")
+    quant_cli.add_parser(sub)
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -260,7 +263,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
-            "report": _report, "quality": _quality, "story": _story, "compare": _compare}
+            "report": _report, "quality": _quality, "story": _story, "compare": _compare,
+            "quantize": quant_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,10 +1,7 @@
 """`python -m engine quantize [--weights a,b,...] [--out FILE]`: the quantization study of the
 Quantization page from the command line — a table on stdout, the record as JSON in FILE.
-
-Kept out of engine/__main__.py, which needs three lines to offer it:
-    from .quant import cli as quant_cli          (with the other imports; this module is light)
-    quant_cli.add_parser(sub)                    (in _parser, after the "quality" parser)
-    "quantize": quant_cli.run,                   (in COMMANDS)
+Kept apart from engine/__main__.py (which registers it) so that file stays small; importing this
+module loads no torch.
 """
 
 from __future__ import annotations
