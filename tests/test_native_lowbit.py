@@ -181,12 +181,33 @@ def test_variants_without_a_kernel_get_one_line_reasons(native_lm):
         assert reason and "\n" not in reason and name in reason
 
 
+PLAIN = ["-DPLAIN_KERNELS"]  # the plain C loops, which the AVX-512 path replaces where it exists
+
+
+@pytest.mark.parametrize("name", LOW_BIT)
+def test_the_plain_kernels_equal_the_reference_too(native_lm, variants, name, tmp_path,
+                                                   monkeypatch):
+    """The portable loops (what a CPU without AVX-512 runs) against the same reference."""
+    monkeypatch.setattr(native, "FLAGS", native.FLAGS + PLAIN)
+    monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "cache"))
+    decoder = NativeDecoder(replace(native_lm, model=variants[name]), max_tokens=64, weights=name)
+    steps_match_the_reference(decoder, variants[name])
+
+
+# (text in native_decode.c, its broken replacement, the variant that reads it, extra flags)
 MUTANTS = {
-    "Q4_0 offset": ("(a[j] - 8.0f * sx[g])", "(a[j] - 7.0f * sx[g])", "q4_0"),
-    "Q4_1 minimum": ("(float)m[j] * sx[g]", "(float)m[j] * sx[0]", "q4_1"),
-    "nibble order": ("(float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1",
-                     "(float)(c[j] & 15) * x1 + (float)(c[j] >> 4) * x0", "q4_0"),
-    "int8 scale": ("total[j] += (float)d[j] * a[j];", "total[j] += a[j];", "int8"),
+    "plain Q4_0 offset": ("(a[j] - 8.0f * sx[g])", "(a[j] - 7.0f * sx[g])", "q4_0", PLAIN),
+    "plain Q4_1 minimum": ("(float)m[j] * sx[g]", "(float)m[j] * sx[0]", "q4_1", PLAIN),
+    "plain nibble order": ("(float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1",
+                           "(float)(c[j] & 15) * x1 + (float)(c[j] >> 4) * x0", "q4_0", PLAIN),
+    "plain int8 scale": ("total[j] += (float)d[j] * a[j];", "total[j] += a[j];", "int8", PLAIN),
+    "fast Q4_0 offset": ("_mm512_set1_ps(8.0f * sx[g])", "_mm512_set1_ps(7.0f * sx[g])", "q4_0",
+                         []),
+    "fast Q4_1 minimum": ("_mm512_fmadd_ps(m1, s,", "_mm512_fmadd_ps(m0, s,", "q4_1", []),
+    "fast nibble order": ("_mm512_srli_epi32(v1, 4)), x1, b1)", "_mm512_srli_epi32(v1, 4)), x0, b1)",
+                          "q4_0", []),
+    "fast int8 codes": ("_mm_loadu_si128(c + 3))), x1", "_mm_loadu_si128(c + 2))), x1", "int8",
+                        []),
 }
 
 
@@ -194,13 +215,16 @@ MUTANTS = {
 def test_the_parity_check_catches_a_broken_kernel(native_lm, variants, mutant, tmp_path,
                                                  monkeypatch):
     """The mutation check: each broken copy of the C step compiles, runs, and fails the parity
-    check above — so that check can fail."""
-    old, new, name = MUTANTS[mutant]
+    check above — so that check can fail, on the plain loops and on the AVX-512 path."""
+    old, new, name, flags = MUTANTS[mutant]
     source = native.SOURCE.read_text()
     assert source.count(old) == 1, mutant
+    if not flags and "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU has no AVX-512: the fast path is not compiled here")
     broken = tmp_path / "native_decode.c"
     broken.write_text(source.replace(old, new))
     monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setattr(native, "FLAGS", native.FLAGS + flags)
     monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "cache"))
     decoder = NativeDecoder(replace(native_lm, model=variants[name]), max_tokens=64, weights=name)
     with pytest.raises(AssertionError):
