@@ -109,10 +109,11 @@ def calculator_chart(models: list[ModelWeights]) -> go.Figure:
             y=labels, x=[m.gigabytes.get(fmt) for m in models], orientation="h", name=fmt,
             marker_color=FORMAT_COLORS.get(fmt, "#7f7f7f"),
             text=[_label(m.gigabytes[fmt]) if fmt in m.gigabytes else "" for m in models],
-            textposition="outside", cliponaxis=False,
+            textposition="outside", cliponaxis=False, textfont={"size": 12},
+            constraintext="none",  # plotly would shrink a label to its bar's thickness
             hovertemplate=f"%{{y}}<br>{fmt}: %{{x:.2f}} GB<extra></extra>"))
     top = max((g for m in models for g in m.gigabytes.values()), default=1.0)
-    fig.update_layout(height=120 + 13 * len(models) * max(len(formats), 1), barmode="group",
+    fig.update_layout(height=120 + 17 * len(models) * max(len(formats), 1), barmode="group",
                       margin={"l": 10, "r": 10, "t": 40, "b": 10},
                       legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0,
                               "title_text": "format:", "traceorder": "normal"})

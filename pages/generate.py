@@ -268,7 +268,16 @@ def summary(trace: Trace) -> None:
                        "per click was reached"}[trace.stop_reason]
     st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
                f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on "
-               f"{plain(trace.device)}.")
+               f"{plain(trace.device)}" + decoded_by(trace) + ".")
+
+
+def decoded_by(trace: Trace) -> str:
+    """", weights q4_0 (89.9 MB), decode steps by the native C step" — empty for older traces."""
+    d = trace.decoder
+    if d is None:
+        return ""
+    return (f", weights {plain(d.weights)} ({d.weight_bytes / 1e6:,.1f} MB), decode steps by the "
+            f"{plain(d.label)}")
 
 
 def why_this_token(trace: Trace) -> None:

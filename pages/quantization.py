@@ -297,7 +297,9 @@ def results(study: QuantStudy | None, lm: LoadedModel | None) -> None:
                "fewer bytes helps it less: compare ITL with MB read / step and MBU above. A "
                "torch eager step reads float32 weights whatever the variant stores (no fast "
                "low-bit kernel for it on this CPU), so its ITL does not fall with the stored "
-               "bytes.")
+               "bytes. On a GPU the native step (a CPU kernel) does not run and every variant is "
+               "timed in torch on its dequantized weights; torchao's weight-only int8/int4 "
+               "kernels are not wired in (untested here).")
     awq_callout(study)
     answers(study)
 

@@ -28,6 +28,8 @@ def test_local_picker_and_the_native_live_run(monkeypatch):
     trace = at.session_state["trace"]
     assert (trace.decoder.name, trace.decoder.weights) == ("native", "fp32")
     assert trace.steps[1].attention is not None and trace.steps[1].hidden is not None
+    summary = next(c.value for c in at.caption if "tokens generated after" in c.value)
+    assert "weights fp32 (538.1 MB), decode steps by the native C step" in summary.replace("\\", "")
 
 
 def test_one_visitors_q4_0_never_changes_anothers_model(monkeypatch):

@@ -71,6 +71,8 @@ def test_an_all_zero_kl_panel_still_has_an_axis():
 def test_calculator_chart_shows_the_explainers_7b_table():
     models = [model_weights("7B", 7_000_000_000, formats=("fp32", "fp16", "int8"))]
     fig = calculator_chart(models)
+    # every bar label readable: 12 px, never shrunk to the bar's thickness
+    assert all(t.textfont.size >= 12 and t.constraintext == "none" for t in fig.data)
     assert [t.name for t in fig.data] == ["fp32", "fp16", "int8"]
     assert [t.x[0] for t in fig.data] == [28.0, 14.0, 7.0]
     assert [t.text[0] for t in fig.data] == ["28.0", "14.0", "7.00"]
