@@ -210,7 +210,10 @@ def rerun(a: Trace, change: Change, prompt: str) -> None:
     bar = st.progress(0.0, text="Waiting for the model…")
     try:
         with model_turn() as stop:
-            run = Run(lm, prompt, settings, stop_event=stop)
+            chosen = session_model()
+            # the session's own weights: its shared native decoder, as the live run uses it
+            options = chosen.run_options() if chosen is not None and lm is chosen.lm else {}
+            run = Run(lm, prompt, settings, stop_event=stop, **options)
             bar.progress(0.0, text=f"Prefill of {len(run.prompt_ids)} prompt tokens…")
             for step in run:
                 bar.progress((step.index + 1) / settings.max_new_tokens,

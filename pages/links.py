@@ -23,6 +23,8 @@ from urllib.parse import quote, urlencode, urlsplit
 import streamlit as st
 
 from engine import Trace
+from engine.quant import VARIANT_NAMES
+from engine.settings import FLOAT_WEIGHTS
 from pages.present import presenting
 from pages.sidebar_settings import Setting, setting_table, settings_of
 from pages.state import (
@@ -33,6 +35,7 @@ from pages.state import (
     keep,
     loaded_model,
     plain,
+    session_model,
 )
 from pages.traces import current_example, open_example, shipped_examples
 
@@ -41,7 +44,9 @@ LAYER, HEAD, STEP = "attn_layer", "attn_head", "pick"
 PROMPT = "prompt"  # the Generate page's prompt box
 VIEW = {"layer": LAYER, "head": HEAD, "step": STEP}
 MAX_LINK_CHARS = 8000  # a longer URL is refused by some proxies (and Tornado's 64 KB header cap)
-DTYPES = ("float32", "float16", "bfloat16")
+# `dtype` names the weights a link's run used: a weights variant (fp32, q4_0, …; what the sidebar
+# offers) or, in links made before variants existed, a float dtype.
+DTYPES = ("float32", "float16", "bfloat16", *VARIANT_NAMES)
 _OPENED, _PENDING, _SEEN, _NOTES = "_link_opened", "_link_pending_view", "_link_seen_view", "_link_notes"
 
 
@@ -214,7 +219,7 @@ def share_params(limits: Limits) -> Share:
     lm = loaded_model()
     spec = trace.model if trace is not None else lm.spec if lm is not None else None
     if "prompt" in params and spec is not None:
-        params["model"], params["dtype"] = spec.name, spec.dtype
+        params["model"], params["dtype"] = spec.name, _weights_of(trace, spec.dtype)
     if trace is not None:
         seen = st.session_state.get(_SEEN)
         view = seen[1] if seen is not None and seen[0] == _trace_id(trace) else {}
@@ -324,6 +329,18 @@ def link_notes(page: Any) -> None:
         st.info(line, icon=":material/link:")
 
 
+def _variant(name: str) -> str:
+    return FLOAT_WEIGHTS.get(name, name)  # float32 → fp32: one name per choice
+
+
+def _weights_of(trace: Trace | None, dtype: str) -> str:
+    """The weights variant a trace was made with (older traces: its dtype's), or this session's."""
+    if trace is not None:
+        return trace.decoder.weights if trace.decoder is not None else dtype
+    chosen = session_model()
+    return chosen.weights if chosen is not None else dtype
+
+
 def model_notes(link: Link) -> list[str]:
     """Whether a re-run of the link's prompt can give the same tokens here."""
     if link.prompt is None:
@@ -336,10 +353,11 @@ def model_notes(link: Link) -> list[str]:
                      "the model that made it.")
     elif lm is None:
         lines.append(f"The link was made with {plain(made)}; no model is loaded here yet.")
-    elif (lm.spec.name, lm.spec.dtype) != (link.model, link.dtype or lm.spec.dtype):
-        lines.append(f"The link was made with {plain(made)}, but this app has "
-                     f"{plain(f'{lm.spec.name}, {lm.spec.dtype} weights')} loaded: the tokens "
-                     "may differ.")
+    elif (lm.spec.name, _variant(_weights_of(None, lm.spec.dtype))) != (
+            link.model, _variant(link.dtype or lm.spec.dtype)):
+        here = f"{lm.spec.name}, {_weights_of(None, lm.spec.dtype)} weights"
+        lines.append(f"The link was made with {plain(made)}, but this app has {plain(here)} "
+                     "loaded: the tokens may differ.")
     if lm is not None:
         from engine.runner import prepare_prompt
 

@@ -180,3 +180,15 @@ def test_same_input_rows_stop_where_the_runs_part(traces):
     first = next(i for i, (x, y) in enumerate(zip(qa.prompt_token_ids, story.prompt_token_ids))
                  if x != y)
     assert same_input_rows(qa, story) == first
+
+
+def test_the_weights_and_decoder_rows_come_from_the_runs_own_record():
+    from engine.records.compare import setting_rows
+    from engine.records.trace import DecoderUsed
+
+    old = load_trace(examples()[0].path)  # recorded before traces said their decoder
+    native = replace(old, decoder=DecoderUsed("native", None, "q4_0", 89_941_248))
+    rows = {r.name: r for r in setting_rows(old, native)}
+    assert (rows["weights"].a, rows["weights"].b) == (old.model.dtype, "q4_0")
+    assert (rows["decode steps by"].a, rows["decode steps by"].b) == ("not recorded", "native C step")
+    assert rows["decode steps by"].differs

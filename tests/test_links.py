@@ -241,6 +241,11 @@ def test_a_prompt_link_says_whether_this_model_gives_the_same_tokens(tmp_path):
     same.run()
     assert "may differ" not in " ".join(i.value for i in same.info)
     assert any("greedy decoding: Generate gives the same tokens" in c.value for c in same.sidebar.caption)
+    q4 = AppTest.from_file(APP, default_timeout=180)  # same model, other weights variant
+    q4.query_params.update({"prompt": "Name three colours.", "model": name, "dtype": "q4_0"})
+    q4.run()
+    infos = " ".join(i.value for i in q4.info).replace("\\", "")
+    assert "q4_0 weights" in infos and "fp32 weights loaded: the tokens may differ" in infos
     long = AppTest.from_file(APP, default_timeout=180)
     long.query_params.update({"prompt": "colour " * (LIMITS.prompt_tokens + 10)})
     long.run()

@@ -129,7 +129,8 @@ def _layers(trace: Trace) -> str:
 
 _SETTINGS: tuple[tuple[str, Callable[[Trace], object]], ...] = (
     ("model", lambda t: t.model.name),
-    ("weights", lambda t: t.model.dtype),
+    ("weights", lambda t: t.decoder.weights if t.decoder is not None else t.model.dtype),
+    ("decode steps by", lambda t: t.decoder.label if t.decoder is not None else "not recorded"),
     ("device", lambda t: t.device),
     ("prompt", lambda t: t.prompt),
     ("chat template", lambda t: "on" if t.settings.chat_template else "off"),
