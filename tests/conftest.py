@@ -10,7 +10,9 @@ that loads the real model some other way (the app, the CLI) or compiles says so 
 
 from __future__ import annotations
 
+import copy
 import os
+from dataclasses import replace
 from pathlib import Path
 
 # The suite runs offline whatever the shell says (the Makefile and the entry points do the same).
@@ -83,3 +85,15 @@ def eager_attentions(lm: LoadedModel, ids: list[int]) -> np.ndarray:
     finally:
         model.set_attn_implementation("sdpa")
     return torch.stack([a[0] for a in out.attentions]).float().numpy()
+
+
+@pytest.fixture(scope="module")
+def native_lm(tiny_lm):
+    """The tiny model with random norm weights (a fresh model's are all ones, so a norm read from
+    the wrong place, or the wrong norm, would go unnoticed): the native step's test model."""
+    model = copy.deepcopy(tiny_lm.model)
+    generator = torch.Generator().manual_seed(0)
+    for name, weight in model.named_parameters():
+        if name.endswith("norm.weight"):
+            weight.copy_(0.5 + torch.rand(weight.shape, generator=generator))
+    return replace(tiny_lm, model=model)

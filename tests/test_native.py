@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import pytest
@@ -26,18 +25,6 @@ from engine.kernels.native_pack import (
 )
 
 PROMPT = [1, 415, 2936, 9060, 285]
-
-
-@pytest.fixture(scope="module")
-def native_lm(tiny_lm):
-    """The tiny model with random norm weights (a fresh model's are all ones, so a norm read from
-    the wrong place, or the wrong norm, would go unnoticed)."""
-    model = copy.deepcopy(tiny_lm.model)
-    generator = torch.Generator().manual_seed(0)
-    for name, weight in model.named_parameters():
-        if name.endswith("norm.weight"):
-            weight.copy_(0.5 + torch.rand(weight.shape, generator=generator))
-    return replace(tiny_lm, model=model)
 
 
 @pytest.fixture(scope="module")

@@ -28,17 +28,6 @@ LOW_BIT = ("int8", "q4_0", "q4_1")
 
 
 @pytest.fixture(scope="module")
-def native_lm(tiny_lm):
-    """The tiny model with random norm weights (all ones would hide a norm read wrongly)."""
-    model = copy.deepcopy(tiny_lm.model)
-    generator = torch.Generator().manual_seed(0)
-    for name, weight in model.named_parameters():
-        if name.endswith("norm.weight"):
-            weight.copy_(0.5 + torch.rand(weight.shape, generator=generator))
-    return replace(tiny_lm, model=model)
-
-
-@pytest.fixture(scope="module")
 def variants(native_lm):
     return {name: apply_variant(native_lm, name)[0] for name in LOW_BIT}
 
