@@ -139,6 +139,8 @@ def test_recorded_attention_and_hidden_states_equal_eager(native_lm):
             token = int(done.logits.argmax())
     with pytest.raises(InputError, match="attention layers"):
         decoder.step(token, len(ids), attention_layers=(7,))
+    with pytest.raises(InputError, match="once"):  # slots past the buffer, were it accepted
+        decoder.step(token, len(ids), attention_layers=(0,) * 5)
 
 
 def test_recording_does_not_change_the_step(native_lm):
@@ -186,10 +188,13 @@ def test_the_plain_kernels_equal_the_reference_too(native_lm, variants, name, tm
 # (text in native_decode.c, its broken replacement, the variant that reads it, extra flags)
 MUTANTS = {
     "plain Q4_0 offset": ("(a[j] - 8.0f * sx[g])", "(a[j] - 7.0f * sx[g])", "q4_0", PLAIN),
-    "plain Q4_1 minimum": ("(float)m[j] * sx[g]", "(float)m[j] * sx[0]", "q4_1", PLAIN),
+    "plain Q4_1 minimum": ("half_to_float(m[j]) * sx[g]", "half_to_float(m[j]) * sx[0]", "q4_1",
+                           PLAIN),
     "plain nibble order": ("(float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1",
                            "(float)(c[j] & 15) * x1 + (float)(c[j] >> 4) * x0", "q4_0", PLAIN),
-    "plain int8 scale": ("total[j] += (float)d[j] * a[j];", "total[j] += a[j];", "int8", PLAIN),
+    "plain int8 scale": ("total[j] += half_to_float(d[j]) * a[j];", "total[j] += a[j];", "int8",
+                         PLAIN),
+    "half exponent": ("v.f *= 0x1p112f;", "v.f *= 0x1p111f;", "q4_1", PLAIN),
     "fast Q4_0 offset": ("_mm512_set1_ps(8.0f * sx[g])", "_mm512_set1_ps(7.0f * sx[g])", "q4_0",
                          []),
     "fast Q4_1 minimum": ("_mm512_fmadd_ps(m1, s,", "_mm512_fmadd_ps(m0, s,", "q4_1", []),
@@ -218,3 +223,29 @@ def test_the_parity_check_catches_a_broken_kernel(native_lm, variants, mutant, t
     decoder = NativeDecoder(replace(native_lm, model=variants[name]), max_tokens=64, weights=name)
     with pytest.raises(AssertionError):
         steps_match_the_reference(decoder, variants[name])
+
+
+def test_half_to_float_equals_numpy_for_all_65536_halves(tmp_path):
+    """The plain path's float16 → float conversion (bit arithmetic, for compilers without
+    _Float16) against numpy, for every bit pattern: normals, subnormals, zeros, inf; NaN stays NaN."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    harness = tmp_path / "half.c"
+    harness.write_text(f'#include "{native.SOURCE}"\n#include <stdio.h>\n'
+                       "int main(void) { for (unsigned h = 0; h < 65536; ++h) {"
+                       " float f = half_to_float((uint16_t)h); uint32_t u; memcpy(&u, &f, 4);"
+                       ' printf("%u\\n", u); } return 0; }\n')
+    exe = tmp_path / "half"
+    subprocess.run([compiler, "-O2", "-fopenmp", str(harness), "-o", str(exe), "-lm"], check=True)
+    got = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+                   .stdout.split(), dtype=np.uint64).astype(np.uint32)
+    ref = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    nan = np.isnan(ref)
+    assert np.array_equal(got[~nan], ref.view(np.uint32)[~nan])
+    assert np.isnan(got.view(np.float32)[nan]).all()

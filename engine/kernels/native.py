@@ -271,6 +271,8 @@ class NativeDecoder:
         c = self.config
         if any(not 0 <= layer < c.layers for layer in attention_layers):
             raise InputError(f"attention layers must be between 0 and {c.layers - 1}")
+        if len(set(attention_layers)) != len(attention_layers):  # one slot per layer, ≤ layers
+            raise InputError("each attention layer may be asked for once")
         slots = None
         if attention_layers:
             slot_of = {layer: i for i, layer in enumerate(attention_layers)}

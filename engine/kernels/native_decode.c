@@ -4,13 +4,13 @@
  * close the matrix-vector products get to the memory roof. Library kernels are tuned for
  * matrices with many rows; here each weight matrix arrives packed in BLOCK-row blocks laid out
  * k-major ([block][k][BLOCK]), so a block is one sequential stream, x[k] is broadcast, and BLOCK
- * accumulators stay in vector registers (no horizontal sums). The plain loops are vectorized by
- * the compiler for whatever this CPU has (-march=native); hand-written AVX-512 intrinsics
- * measured no faster. All steps of the forward run inside one OpenMP parallel region with
+ * accumulators stay in vector registers (no horizontal sums). The float32 loops are vectorized
+ * by the compiler for whatever this CPU has (-march=native); hand-written AVX-512 intrinsics
+ * measured no faster for them (unlike the quantized formats, below). All steps of the forward run inside one OpenMP parallel region with
  * barriers between dependent phases: no per-op dispatch at all.
  *
- * The weights `w` (packed by engine/kernels/native.py) are a sequence of parts whose order, shapes
- * and byte offsets `layout()` there computes once; they arrive here as `off`: part p of layer l
+ * The weights `w` (packed by engine/kernels/native_pack.py) are a sequence of parts whose order,
+ * shapes and byte offsets `layout()` there computes once; they arrive here as `off`: part p of layer l
  * starts at w + off[l * LAYER_PARTS + p], the final norm and the LM head at
  * w + off[layers * LAYER_PARTS + FINAL_NORM / LM_HEAD]. Norms are float32. Every matrix is stored
  * in BLOCK-row blocks; gate_up interleaves each block of gate with the same block of up, so one
@@ -34,13 +34,13 @@
 #include <string.h>
 
 #ifndef BLOCK
-#define BLOCK 32 /* rows per packed block; engine/native.py passes -DBLOCK */
+#define BLOCK 32 /* rows per packed block; engine/kernels/native.py passes -DBLOCK */
 #endif
 #ifndef MAX_HEAD_DIM
 #define MAX_HEAD_DIM 512 /* largest head_dim rope() holds on its stack; passed as -DMAX_HEAD_DIM */
 #endif
 
-/* Weight formats of a matrix part (engine/kernels/native.py FORMAT_CODES). */
+/* Weight formats of a matrix part (engine/kernels/native_pack.py format_code). */
 enum { F32, Q8, Q4_0, Q4_1 };
 #ifndef MAX_GROUPS
 #define MAX_GROUPS 4096 /* groups per row a quantized gemv sums x over; passed as -DMAX_GROUPS */
@@ -49,7 +49,8 @@ enum { F32, Q8, Q4_0, Q4_1 };
 #define PREFETCH 16384 /* bytes ahead the quantized kernels prefetch (see group_dot) */
 #endif
 
-/* The parts of one layer, in the order of LAYER_PARTS in engine/native.py, then the final ones. */
+/* The parts of one layer, in the order of LAYER_PARTS in engine/kernels/native_pack.py, then the
+ * final ones. */
 enum { IN_NORM, QKV, O, POST_NORM, GATE_UP, DOWN, LAYER_PARTS };
 enum { FINAL_NORM, LM_HEAD };
 
@@ -62,6 +63,21 @@ typedef struct {
 typedef struct {
   int64_t format, group;
 } Fmt;
+
+/* A stored float16 (IEEE binary16) as float, by bit arithmetic: no _Float16 type, which older
+ * compilers lack. The exponent and mantissa move into float32's fields and a multiply by 2^112
+ * rebiases the exponent (15 → 127), which also makes subnormal halves exact; all-ones exponents
+ * (inf / NaN, never stored by the quantizer) keep theirs. Branch-free, so loops vectorize. */
+static inline float half_to_float(uint16_t h) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {(uint32_t)(h & 0x7fffu) << 13};
+  v.f *= 0x1p112f;
+  if ((h & 0x7c00u) == 0x7c00u) v.u |= 0x7f800000u;
+  v.u |= (uint32_t)(h & 0x8000u) << 16;
+  return v.f;
+}
 
 static void split(int64_t n, int t, int T, int64_t* lo, int64_t* hi) {
   *lo = n * t / T;
@@ -204,19 +220,20 @@ static inline void block_dot_q(const uint8_t* restrict p, Fmt f, const float* re
   for (int64_t g = 0; g < K / G; ++g) {
     float a[BLOCK];
     p = group_dot(p, f, x + g * G, G, a);
-    const _Float16* d = (const _Float16*)p;
+    const uint16_t* d = (const uint16_t*)p;
     p += 2 * BLOCK;
     if (f.format == Q4_1) {
-      const _Float16* m = (const _Float16*)p;
+      const uint16_t* m = (const uint16_t*)p;
       p += 2 * BLOCK;
 #pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) total[j] += (float)d[j] * a[j] + (float)m[j] * sx[g];
+      for (int j = 0; j < BLOCK; ++j)
+        total[j] += half_to_float(d[j]) * a[j] + half_to_float(m[j]) * sx[g];
     } else if (f.format == Q4_0) {
 #pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) total[j] += (float)d[j] * (a[j] - 8.0f * sx[g]);
+      for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * (a[j] - 8.0f * sx[g]);
     } else {
 #pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) total[j] += (float)d[j] * a[j];
+      for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * a[j];
     }
   }
   memcpy(acc, total, sizeof(total));
