@@ -31,7 +31,15 @@ from engine.quant.study import (
 from engine.quant.variants import SCOPE
 from engine.timing.disturbance import ADVICE
 from pages.common import BUDGET_NOTE, model_turn, show_chart
-from pages.state import config, current_experiments, keep_experiments, loaded_model, message, plain
+from pages.state import (
+    config,
+    current_experiments,
+    keep_experiments,
+    loaded_model,
+    message,
+    plain,
+    session_model,
+)
 
 # Llama-style shapes from each config.json that assets/kv_models.json links (hidden, FFN,
 # layers, heads, KV heads, head_dim, vocabulary, tied): the parameter count is computed from them
@@ -138,6 +146,13 @@ def _bandwidth(lm: LoadedModel) -> float:
     return found.bandwidth_gb_s
 
 
+def reference_model(lm: LoadedModel) -> LoadedModel:
+    """The float32 model the study quantizes and measures against — never a session's already
+    quantized copy (its spec says float32 too, so the study would measure q4_0 against q4_0)."""
+    chosen = session_model()
+    return chosen.reference().lm if chosen is not None else lm
+
+
 def run_comparison(lm: LoadedModel | None) -> None:
     st.subheader("Run the comparison")
     if lm is None:
@@ -164,6 +179,8 @@ def run_comparison(lm: LoadedModel | None) -> None:
             bar = st.progress(0.0, text="Waiting for the model…")
             with model_turn() as stop:
                 from engine.quant.study import run_study
+
+                lm = reference_model(lm)
 
                 bar.progress(0.0, text="Reading this machine's memory bandwidth…")
                 bandwidth = _bandwidth(lm)

@@ -158,10 +158,17 @@ class SessionModel:
     def dtype(self) -> str:
         return self.entry.lm.spec.dtype
 
+    def reference(self) -> ModelEntry:
+        """This model's float32 entry: what comparisons of kernels, dtypes and weight variants
+        measure from, whichever weights this session decodes with (loaded again if it was
+        evicted: call inside the model turn)."""
+        return self.entry if self.weights == "fp32" else MODELS.get(self.source, "fp32")
+
     def compiled_decoder(self) -> Any:
-        """The model's torch.compile decoder, shared by every session that chose this model."""
+        """The float32 model's torch.compile decoder, shared by every session of this model (the
+        kernel comparison keeps the weights fixed at float32)."""
         from engine.kernels.compiled import CompiledDecoder
-        return MODELS.compiled((self.source, self.weights), CompiledDecoder)
+        return MODELS.compiled((self.source, "fp32"), CompiledDecoder)
 
     def native_decoder(self) -> Any:
         """The native C decoder for these weights, shared by every session that chose them

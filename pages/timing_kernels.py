@@ -22,9 +22,11 @@ DTYPE_PROMPT = 64  # the trace's prompt, cut: the comparison times decode, not p
 
 
 def _native():
-    """(the shared native decoder, "") or (None, why it cannot run: NativeDecoder says)."""
+    """(the float32 model's shared native decoder, "") or (None, why it cannot run). The kernel
+    comparison keeps the weights at float32 whatever this session decodes with: it compares
+    kernels, the Quantization page compares weights."""
     try:
-        return session_model().native_decoder(), ""
+        return session_model().reference().native(), ""
     except EngineError as err:
         return None, str(err)
 
@@ -34,6 +36,7 @@ def _compare(trace, lm, compile: bool) -> None:
     try:
         with model_turn() as stop:
             native, note = _native()
+            lm = session_model().reference().lm
             if native is None and not compile:
                 raise EngineError(f"The native step cannot run here: {note}")
             ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
@@ -124,6 +127,7 @@ def _compare_dtypes(trace, lm) -> None:
     try:
         with model_turn() as stop:
             ids = list(trace.prompt_token_ids)[:DTYPE_PROMPT]
+            lm = session_model().reference().lm  # float32 copies are made from float32 weights
             check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
             result = compare_dtypes(lm, ids, DTYPE_TOKENS, config().limits.kernel_rounds,
                                     say=lambda text, done: bar.progress(done, text=text),

@@ -80,3 +80,19 @@ def test_a_variant_is_built_inside_the_model_turn(monkeypatch, lm):
     assert not at.exception
     assert seen == [("int8", True)]
     assert at.session_state["session_model"].weights == "int8"
+
+
+def test_a_q4_0_session_studies_against_the_float32_model(monkeypatch):
+    """The Quantization study quantizes and measures from float32 even when this session decodes
+    with q4_0 (its copy's spec also says float32: measured against itself, q4_0 had KL 0)."""
+    at = fresh(monkeypatch)
+    at.session_state["weights_variant"] = "q4_0"
+    at.run()
+    at.switch_page("pages/quantization.py").run()
+    at.multiselect[0].set_value(["fp32", "q4_0"])
+    next(b for b in at.button if b.label == "Run the comparison").click()
+    at.run(timeout=900)
+    assert not at.exception
+    study = at.session_state["experiments"].quant_study
+    kl = {v.name: v.kl_mean for v in study.variants}
+    assert kl["fp32"] == 0 and kl["q4_0"] > 0.5  # measured: 1.05 nats on the Gettysburg Address

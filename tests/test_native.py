@@ -151,6 +151,10 @@ def test_unsupported_models_get_one_line_reasons(tiny_lm, monkeypatch):
                                            num_hidden_layers=1, num_attention_heads=6,
                                            num_key_value_heads=4, head_dim=16))
     assert "whole groups" in native_problem(replace(tiny_lm, model=grouped))
+    narrow = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=64,
+                                          num_hidden_layers=1, num_attention_heads=2,
+                                          num_key_value_heads=1, head_dim=8))  # q+k+v = 32
+    assert "query width" in native_problem(replace(tiny_lm, model=narrow))
     monkeypatch.setattr("engine.kernels.native.shutil.which", lambda _name: None)
     assert "C compiler" in native_problem(tiny_lm)
 

@@ -110,7 +110,8 @@ def native_problem(lm: LoadedModel, weights: str = "fp32") -> str | None:
         return f"the native decoder needs fixed rotary frequencies, not {rope_type!r}"
     c = _config(lm, 1)
     sizes = {"hidden size": c.hidden, "intermediate size": c.inter,
-             "q+k+v width": (c.heads + 2 * c.kv_heads) * c.head_dim}
+             "q+k+v width": (c.heads + 2 * c.kv_heads) * c.head_dim,
+             "query width (heads · head_dim)": c.heads * c.head_dim}
     odd = [name for name, size in sizes.items() if size % BLOCK]
     if odd:
         return f"the native decoder needs sizes in multiples of {BLOCK} ({', '.join(odd)})"
