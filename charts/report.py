@@ -162,12 +162,22 @@ def _table(rows: list[tuple[str, object]]) -> str:
                                for k, v in rows) + "</table>"
 
 
+def _decoder_row(trace: Trace) -> list[tuple[str, object]]:
+    """Which weights and decoder ran the decode steps (traces since format 4)."""
+    d = trace.decoder
+    if d is None:
+        return []
+    return [("Decode steps", f"{d.label}; {d.weights} weights, {size(d.weight_bytes)} read "
+                             f"({d.weight_bytes:,} B)")]
+
+
 def _model(trace: Trace) -> str:
     m = trace.model
     return _table([
         ("Model", m.name), ("Architecture", m.model_type),
         ("Parameters", f"{count(m.param_count)} ({m.param_count:,})"),
         ("Weights", f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"),
+        *_decoder_row(trace),
         ("Device", trace.device),
         ("Layers · heads · KV heads · head_dim", f"{m.layers} · {m.heads} · {m.kv_heads} · "
                                                 f"{m.head_dim}"),

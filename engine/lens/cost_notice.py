@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..records.trace import Trace
 from ..spec import ModelSpec
 from ..timing.metrics import summarize
+from ..timing.roofline import native_weight_bytes
 from .wording import size
 
 # ---------------------------------------------------------------- prefill vs decode
@@ -33,8 +34,9 @@ class PhaseNotice:
     params: int
     dtype_bytes: int
     tied: bool
-    weight_bytes: int  # weights_read
+    weight_bytes: int  # weights_read, or the native step's packed weights
     kv_read: int  # KV bytes that step read: bytes per token · its context
+    packed: str | None = None  # "q4_0": the decode steps read the native step's packed weights
 
     @property
     def text(self) -> str:
@@ -45,6 +47,8 @@ class PhaseNotice:
         per_prompt_token = self.prefill_ms_per_token
         formula = (f"{self.params:,} parameters × {self.dtype_bytes} B" if self.tied else
                    f"(parameters − the input embedding's unread rows) × {self.dtype_bytes} B")
+        if self.packed is not None:
+            formula = f"the native step's packed {self.packed} weights, measured"
         return (head + f" Decode then took a median of {self.itl_median_ms:.1f} ms per token (ITL) "
                 f"— {self.itl_median_ms / per_prompt_token:.1f}× the prefill's "
                 f"{per_prompt_token:.2f} ms per prompt token (the prefill step alone, without "
@@ -64,7 +68,8 @@ def phase_notice(trace: Trace) -> PhaseNotice:
                        1000 / rate if rate else 0.0, len(decode),
                        metrics.itl_p50_ms, middle.index if middle else -1,
                        spec.param_count, spec.dtype_bytes, spec.tie_word_embeddings,
-                       weights_read(spec), kv_read)
+                       native_weight_bytes(trace) or weights_read(spec), kv_read,
+                       trace.decoder.weights if native_weight_bytes(trace) else None)
 
 
 # ---------------------------------------------------------------- the KV cache

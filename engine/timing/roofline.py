@@ -39,8 +39,11 @@ def embedding_tables(spec: ModelSpec) -> int:
     return 1 if spec.tie_word_embeddings else 2
 
 
-def forward_work(spec: ModelSpec, new_tokens: int, cached: int, kv_cache: bool = True) -> Work:
-    """A forward over `new_tokens` positions after `cached` positions already in the KV cache."""
+def forward_work(spec: ModelSpec, new_tokens: int, cached: int, kv_cache: bool = True,
+                 streamed: int | None = None) -> Work:
+    """A forward over `new_tokens` positions after `cached` positions already in the KV cache.
+    `streamed`: the bytes of weights the step actually reads when they are not the spec's float
+    tensors — the native step's packed low-bit weights (`DecoderUsed.weight_bytes`)."""
     table = spec.vocab_size * spec.hidden_size  # E: one embedding table's parameters
     body = spec.param_count - embedding_tables(spec) * table  # layers and norms
     matmul = 2 * body * new_tokens + 2 * table  # LM head: one position
@@ -50,8 +53,17 @@ def forward_work(spec: ModelSpec, new_tokens: int, cached: int, kv_cache: bool =
     weights = spec.weight_bytes
     if not spec.tie_word_embeddings:  # the input table is only looked up: one row per token
         weights += (new_tokens - spec.vocab_size) * spec.hidden_size * spec.dtype_bytes
+    if streamed is not None:
+        weights = streamed
     kv_read = spec.kv_bytes_per_token * (cached + new_tokens) if kv_cache else 0
     return Work(flops=float(matmul + attention), bytes=float(weights + kv_read))
+
+
+def native_weight_bytes(trace: Trace) -> int | None:
+    """The bytes of weights a decode step of this trace streamed when the native step ran it
+    (its packed codes and scales: a q4_0 run reads ~1/6 of the float32 bytes), else None."""
+    d = trace.decoder
+    return d.weight_bytes if d is not None and d.name == "native" else None
 
 
 def step_work(trace: Trace, step: Step) -> Work:
@@ -60,7 +72,7 @@ def step_work(trace: Trace, step: Step) -> Work:
     if step.phase == "prefill":
         return forward_work(spec, t, 0, trace.settings.kv_cache)
     if trace.settings.kv_cache:
-        return forward_work(spec, 1, step.context_len - 1)
+        return forward_work(spec, 1, step.context_len - 1, streamed=native_weight_bytes(trace))
     return forward_work(spec, step.context_len, 0, kv_cache=False)
 
 
