@@ -33,6 +33,7 @@ from engine.records.compare import (
     Change,
     MetricRow,
     attention_pair,
+    decoder_note,
     largest_difference,
     metric_rows,
     rerun_settings,
@@ -41,6 +42,7 @@ from engine.records.compare import (
     token_diff,
 )
 from engine.records.examples import examples
+from engine.sharing.models import weights_name
 from engine.timing.disturbance import assess
 from pages.common import BUDGET_NOTE, memo, model_turn, no_trace_notice, show_chart
 from pages.state import (
@@ -195,6 +197,11 @@ def rerun_model(a: Trace, change: Change):
         if lm.spec.dtype != want:
             with st.spinner(f"Loading the model with {want} weights…"):
                 lm = MODELS.get(chosen.source, want).lm
+    weights = a.decoder.weights if a.decoder is not None else None
+    if change != "dtype" and weights is not None and weights != weights_name(chosen.weights):
+        raise EngineError(f"run A decoded with {weights} weights and the sidebar has "
+                          f"{chosen.weights}: choose {weights} in the sidebar, so that only the "
+                          "one change differs")
     if lm.spec.name != a.model.name or lm.spec.dtype != want:
         raise EngineError(f"run A was recorded with {a.model.name} ({a.model.dtype}) and the "
                           f"sidebar's model is {lm.spec.name} ({lm.spec.dtype}): load run A's "
@@ -296,6 +303,8 @@ def _signed(row: MetricRow) -> str:
 
 def numbers_section(a: Trace, b: Trace) -> None:
     st.subheader("Timing and memory")
+    if (note := decoder_note(a, b)) is not None:
+        st.warning(plain(note))
     rows = metric_rows(a, b)
     st.dataframe(pd.DataFrame([{
         "": r.name, "run A": _FORMAT[r.unit](r.a), "run B": _FORMAT[r.unit](r.b),

@@ -192,3 +192,20 @@ def test_the_weights_and_decoder_rows_come_from_the_runs_own_record():
     assert (rows["weights"].a, rows["weights"].b) == (old.model.dtype, "q4_0")
     assert (rows["decode steps by"].a, rows["decode steps by"].b) == ("not recorded", "native C step")
     assert rows["decode steps by"].differs
+
+
+def test_a_rerun_keeps_run_as_decoder_and_the_page_warns_when_they_differ():
+    from engine.records.compare import decoder_note
+    from engine.records.trace import DecoderUsed
+
+    old = load_trace(examples()[0].path)  # decoded by torch, before traces said so
+    native = replace(old, decoder=DecoderUsed("native", None, "fp32", 538_060_032))
+    assert rerun_settings(old, "chat_template", 64, 512).decoder == "torch"
+    assert rerun_settings(native, "chat_template", 64, 512).decoder == "native"
+    torch_b = replace(old, decoder=DecoderUsed("torch", KV_OFF, "fp32", 538_060_032))
+    note = decoder_note(native, torch_b)
+    assert note and "native C step" in note and "torch eager" in note
+    assert decoder_note(native, native) is None and decoder_note(old, native) is None
+
+
+KV_OFF = "the KV cache is off: the native step decodes against its cache"

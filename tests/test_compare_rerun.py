@@ -69,3 +69,20 @@ def test_the_page_reruns_run_a_with_the_cache_off_then_without_the_template(lm, 
     run_b = at.session_state["compare_b"]
     assert not run_b.settings.chat_template
     assert any(e.label.startswith("Prompt tokens: different") for e in at.expander)
+
+
+def test_the_page_refuses_a_rerun_on_other_weights_than_run_as(lm, run_a):
+    """Run A decoded with q4_0 weights, the sidebar has float32: a re-run would change two things."""
+    from dataclasses import replace
+
+    from engine.records.trace import DecoderUsed
+
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.session_state["trace"] = replace(run_a, decoder=DecoderUsed("native", None, "q4_0", 9))
+    at.session_state["session_model"] = SessionModel("default", "float32", ModelEntry(lm))
+    at.run()
+    at.radio(key="compare_b_source").set_value("Run A again with one change").run()
+    at.radio(key="compare_change").set_value("chat_template").run()
+    next(b for b in at.button if b.label == "Run again with this change").click().run()
+    assert not at.exception
+    assert any("run A decoded with q4_0 weights" in e.value.replace("\\", "") for e in at.error)

@@ -226,12 +226,25 @@ MAX_TEMPERATURE = 2.0  # the sidebar's ranges (app.py)
 MAX_TOP_K = 1000
 
 
+def decoder_note(a: Trace, b: Trace) -> str | None:
+    """A warning when the two runs' decode steps ran on different decoders (or weights): their
+    ITL then differs by the kernel too, not only by what the user changed. None when the same
+    (or not recorded in both)."""
+    da, db = a.decoder, b.decoder
+    if da is None or db is None or (da.name, da.weights) == (db.name, db.weights):
+        return None
+    return (f"Run A's decode steps ran on the {da.label} ({da.weights} weights) and run B's on "
+            f"the {db.label} ({db.weights} weights): their step times differ by the decoder too, "
+            "not only by the change.")
+
+
 def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt_tokens: int
                    ) -> GenerationSettings:
     """What a re-run of `trace` with one change asks for: the trace's own settings (its recorded
     seed; its recorded attention layers, so the same layer exists in both — except for another
     prompt, whose length the attention budget must choose layers for), the change, and this
-    app's limits on tokens."""
+    app's limits on tokens; run A's decoder (the native step where A used it and it can run
+    with the change — KV cache off always decodes in torch, and the page says so)."""
     recorded = has_attention(trace)
     own = trace.settings  # may come from an uploaded file: only what a sidebar could set is kept
     sampled = own.temperature > 0
@@ -241,7 +254,11 @@ def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt
         top_k=min(own.top_k, MAX_TOP_K) if sampled else 0,
         top_p=own.top_p if sampled else 1.0,
         seed=own.seed, chat_template=own.chat_template, kv_cache=own.kv_cache,
-        record_attention=recorded, max_prompt_tokens=max_prompt_tokens)
+        record_attention=recorded, max_prompt_tokens=max_prompt_tokens,
+        # the decoder that made run A: its speed is not part of the one change (a trace from
+        # before traces named their decoder was decoded by torch)
+        decoder="native" if trace.decoder is not None and trace.decoder.name == "native"
+        else "torch")
     layers = trace.attention_layers if recorded and change != "prompt" else None
     if layers is not None and len(layers) > 0:
         # the recorded layers only while they fit the default attention budget at this length;
