@@ -97,8 +97,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
         native = settings.decoder == "native" and settings.kv_cache
         built = build_variant(lm, weights, need + settings.max_new_tokens, with_native=native)
         lm = built.lm
-        options.update(native=built.native, native_problem=built.native_problem,
-                       weight_bytes=built.weight_bytes)
+        options.update(native=built.native, native_problem=built.native_problem)
     trace = Run(lm, args.prompt, settings, **options).run_all()
     print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
     print_summary(trace)

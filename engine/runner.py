@@ -139,14 +139,14 @@ class Run:
     `settings.decoder` is "native", the KV cache is on and prompt + new tokens fit its cache.
     Otherwise they run in transformers, and the trace keeps the one-line reason (`native_problem`
     when the caller could not build a decoder). `weights` names the variant `lm` holds (default:
-    its dtype's, fp32 / fp16 / bf16) and `weight_bytes` its stored bytes (default: the loaded
-    tensors'), recorded when torch runs the decode steps; a native decoder reports its own.
+    its dtype's, fp32 / fp16 / bf16); the bytes of weights recorded are what the decode steps
+    read — `lm`'s tensors in torch (a quantized copy holds them dequantized, in float32), the
+    packed codes and scales when the native step ran.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None,
                  stop_event: threading.Event | None = None, native: Any = None,
-                 native_problem: str | None = None, weights: str | None = None,
-                 weight_bytes: int | None = None) -> None:
+                 native_problem: str | None = None, weights: str | None = None) -> None:
         settings = settings or GenerationSettings()
         if not prompt or not prompt.strip():
             raise InputError("the prompt is empty")
@@ -176,7 +176,7 @@ class Run:
         self._last: MachineSample | None = None
         self._native_source = native
         self.weights = weights or FLOAT_WEIGHTS.get(lm.spec.dtype, lm.spec.dtype)
-        self._torch_bytes = lm.spec.weight_bytes if weight_bytes is None else weight_bytes
+        self._torch_bytes = lm.spec.weight_bytes  # what torch reads: the (dequantized) tensors
         self.native: NativeDecoder | None = None
         problem = native_problem or self._static_problem()
         self._decided = problem is not None

@@ -183,7 +183,7 @@ class SessionModel:
     def run_options(self) -> dict[str, Any]:
         """What a live `Run` needs beyond the model: the shared native decoder for these weights
         (a builder, called once the run holds the model turn, with a spinner the first time),
-        and the weights' name and stored bytes for its trace."""
+        and the weights' name for its trace."""
 
         def native() -> Any:
             if "native" in self.entry.extras:
@@ -193,8 +193,7 @@ class SessionModel:
                             "C step: a few seconds)…"):
                 return self.native_decoder()
 
-        return {"native": native, "weights": self.weights,
-                "weight_bytes": self.entry.stored_bytes}
+        return {"native": native, "weights": self.weights}
 
 
 _MODEL, _SETTINGS = "session_model", "generation_settings"

@@ -78,6 +78,9 @@ def test_int4_runs_native_on_q4_0_codes(tmp_path, capsys):
     (["--weights", "fp16"], "fp16", "runs in float16", 134_515_008 * 2),
     (["--decoder", "torch"], "fp32", "the torch decoder was asked for", 134_515_008 * 4),
     (["--weights", "fp32", "--no-kv-cache"], "fp32", "the KV cache is off", 134_515_008 * 4),
+    # torch reads a quantized copy's dequantized float32 tensors, not the stored codes
+    (["--weights", "q4_0", "--decoder", "torch"], "q4_0", "the torch decoder was asked for",
+     134_515_008 * 4),
 ])
 def test_the_torch_path_says_why_and_counts_the_loaded_bytes(tmp_path, capsys, args, weights,
                                                              reason, weight_bytes):

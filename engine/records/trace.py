@@ -88,8 +88,8 @@ class DecoderUsed:
 
     `weights` names the variant (fp32, fp16, bf16, int8, q4_0, … — engine/quant/variants.py);
     `weight_bytes` is measured from the tensors the decode step used: the native decoder's packed
-    buffer (codes, scales and norms, padding included) when it ran, else the variant's stored
-    bytes (`WeightReport.nbytes`, or the loaded tensors' bytes for a float model).
+    buffer (codes, scales and norms, padding included) when it ran, else the bytes of the torch
+    model's tensors (a quantized variant's copy holds them dequantized: float32 bytes).
     """
 
     name: str
