@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from engine.lens.wording import size
 from engine.records.trace import Step
 
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR, topk_chart
@@ -14,6 +15,8 @@ from .tokens import piece_text, visible
 
 ATTENTION_COLOR = DECODE_COLOR
 FFN_COLOR = KV_COLOR
+RUN_COLOR = DECODE_COLOR  # the weights this run's decode steps read
+OTHER_FORMAT_COLOR = "#c7c7c7"  # the formats it did not use
 
 
 def next_token_chart(step: Step) -> go.Figure:
@@ -63,4 +66,28 @@ def residual_norm_chart(norms: Sequence[float]) -> go.Figure:
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
     fig.update_xaxes(title_text="residual stream after … (the prompt's last position)")
     fig.update_yaxes(title_text="length ‖x‖ (L2 norm, hidden-state units)", rangemode="tozero")
+    return fig
+
+
+def weights_step_chart(labels: Sequence[str], step_bytes: Sequence[float], run: int,
+                       measured: float | None = None) -> go.Figure:
+    """Weight bytes one decode step reads in each format (engine.lens.weights_notice.step_bytes),
+    the run's own format (`run`, an index into `labels`) in decode blue and named so; when the
+    native step ran, its measured bytes are written on that bar under the formula's (a marker
+    would sit on the bar's own label: the two differ by a fraction of a percent). Formats counted
+    as 0 (a name the calculator does not know) are left out. MiB, or GiB past 1 GiB a step."""
+    unit, factor = ("GiB", 2**30) if max(step_bytes) >= 2**30 else ("MiB", 2**20)
+    kept = [i for i, b in enumerate(step_bytes) if b > 0]
+    names = [labels[i] + (" — this run" if i == run else "") for i in kept]
+    text = [size(step_bytes[i]) + (f"<br>measured: {size(measured)}" if i == run and measured
+                                   else "") for i in kept]
+    fig = go.Figure(go.Bar(
+        x=names, y=[step_bytes[i] / factor for i in kept], text=text, textposition="outside",
+        cliponaxis=False,
+        marker_color=[RUN_COLOR if i == run else OTHER_FORMAT_COLOR for i in kept],
+        hovertemplate=f"%{{x}}<br>%{{y:.1f}} {unit} per decode step (formula)<extra></extra>"))
+    fig.update_layout(height=340, showlegend=False, bargap=0.35,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10})
+    fig.update_xaxes(title_text="weights stored as … (bits per layer weight, scales included)")
+    fig.update_yaxes(title_text=f"weights read per step ({unit})", range=[0, max(step_bytes) / factor * 1.2])
     return fig

@@ -183,14 +183,15 @@ def _lens(args: argparse.Namespace) -> int:
 
 
 def _story(args: argparse.Namespace) -> int:
-    from .lens import cost_notice, notice
+    from .lens import cost_notice, notice, weights_notice
     from .records.tracefile import load_trace
 
     trace = load_trace(args.file)
     stages = (("Text → tokens", notice.tokens_notice), ("Embeddings + RoPE", notice.embeddings_notice),
               ("Attention", notice.attention_notice), ("FFN and residual", notice.ffn_notice),
               ("Next token and sampling", notice.sampling_notice),
-              ("Prefill vs decode", cost_notice.phase_notice), ("The KV cache", cost_notice.kv_notice))
+              ("Prefill vs decode", cost_notice.phase_notice), ("The KV cache", cost_notice.kv_notice),
+              ("Weights in fewer bits", weights_notice.weights_notice))
     for k, (title, compute) in enumerate(stages, 1):
         print(f"{k}. {title}: {compute(trace).text}")
     return 0

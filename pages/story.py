@@ -1,10 +1,11 @@
 """Inference, step by step: a guided story on the session's own trace.
 
 The explainer's stages in order — text → tokens → embeddings (+RoPE) → attention → FFN and
-residual → next-token distribution and sampling → prefill vs decode → the KV cache — one at a
-time: a short paragraph, one figure from this session's trace, a "what to notice" line computed
-from it (engine/lens/notice.py), and a link to the full page. ← Previous / Next → (and the
-keyboard: → / PageDown, ← / PageUp, what presentation clickers send) move through it.
+residual → next-token distribution and sampling → prefill vs decode → the KV cache → weights in
+fewer bits — one at a time: a short paragraph, one figure from this session's trace, a "what to
+notice" line computed from it (engine/lens/notice.py, cost_notice.py, weights_notice.py), and a
+link to the full page. ← Previous / Next → (and the keyboard: → / PageDown, ← / PageUp, what
+presentation clickers send) move through it.
 
 `page()` at the bottom reads like the page's table of contents.
 """
@@ -22,10 +23,15 @@ from charts.attention import downsample, heatmap, sequence_labels
 from charts.embeddings import rope_angle_chart
 from charts.kvcache import live_memory_chart
 from charts.live import step_chart
-from charts.story import layer_split_chart, next_token_chart, residual_norm_chart
+from charts.story import (
+    layer_split_chart,
+    next_token_chart,
+    residual_norm_chart,
+    weights_step_chart,
+)
 from charts.tokens import token_chips_html
 from engine import Trace
-from engine.lens import cost_notice, notice, wording
+from engine.lens import cost_notice, notice, weights_notice, wording
 from engine.lens.attention_stats import full_attention
 from engine.lens.rope import angles
 from pages.common import memo, require_trace, show_chart
@@ -161,6 +167,25 @@ def kv_figure(trace: Trace, fact: Any) -> None:
     show_chart(live_memory_chart(trace), name="story-kv-cache")
 
 
+def weights_intro(trace: Trace) -> str:
+    return ("Decode is memory-bound: every decode step reads every weight once — all "
+            f"{trace.model.param_count:,} of this model's — to compute a single token, and waits "
+            "on memory far longer than on arithmetic. Store each weight in fewer bits (16 instead "
+            "of 32, or 8, or 4 with a scale per small group) and each step reads fewer bytes, so "
+            "decode gets faster — at some cost in quality, since the weights are rounded. The "
+            "Quantization page measures both on the loaded model.")
+
+
+def weights_figure(trace: Trace, fact: Any) -> None:
+    labels = [weights_notice.bits_label(trace.model, f) for f in fact.formats]
+    show_chart(weights_step_chart(labels, fact.formula_bytes, fact.formats.index(fact.weights),
+                                  fact.measured_bytes), name="story-weights-per-step")
+    untied = ("" if trace.model.tie_word_embeddings else " An untied input embedding is only "
+              "looked up, one row per token, so its other rows are left out.")
+    st.caption("Weight bytes = params × bits / 8, each format's scales included: "
+               f"{plain(weights_notice.formula(trace.model))}.{untied} Blue: this run's weights.")
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     title: str
@@ -189,6 +214,8 @@ STAGES = (
           "Prefill vs decode: TTFT, ITL, FLOPs, bytes and the roofline"),
     Stage("The KV cache", kv_intro, cost_notice.kv_notice, kv_figure, "pages/kvcache.py",
           "KV cache: live memory, cache on vs off, calculator, shrinking it"),
+    Stage("Weights in fewer bits", weights_intro, weights_notice.weights_notice, weights_figure,
+          "pages/quantization.py", "Quantization: bytes, speed and quality of every variant, measured"),
 )
 
 

@@ -20,7 +20,7 @@ def test_story_prints_each_stage_line_of_the_trace(capsys):
     assert main(["story", str(QA)]) == 0
     lines = capsys.readouterr().out.splitlines()
     trace = load_trace(QA)
-    assert len(lines) == 7
+    assert len(lines) == 8
     assert lines[0].endswith(notice.tokens_notice(trace).text)
     assert lines[5].endswith(cost_notice.phase_notice(trace).text)
     assert lines[6].endswith(cost_notice.kv_notice(trace).text)

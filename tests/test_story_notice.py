@@ -12,7 +12,7 @@ import pytest
 
 from charts.live import PREFILL_COLOR
 from charts.story import layer_split_chart, next_token_chart, residual_norm_chart
-from engine.lens import cost_notice, notice, wording
+from engine.lens import cost_notice, notice, weights_notice, wording
 from engine.lens.tokens import piece_bytes
 from engine.records.examples import examples
 from engine.records.tracefile import load_trace
@@ -20,7 +20,8 @@ from engine.records.tracefile import load_trace
 TRACES = {e.name: load_trace(e.path) for e in examples()}
 QA, STORY, MULTI, SAMPLED = (TRACES[n] for n in ("qa", "story", "multilingual", "sampled"))
 NOTICES = [notice.tokens_notice, notice.embeddings_notice, notice.attention_notice,
-           notice.sampling_notice, cost_notice.phase_notice, cost_notice.kv_notice]
+           notice.sampling_notice, cost_notice.phase_notice, cost_notice.kv_notice,
+           weights_notice.weights_notice]
 
 
 @pytest.mark.parametrize("compute", NOTICES, ids=lambda f: f.__name__)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.lens import cost_notice, notice
+from engine.lens import cost_notice, notice, weights_notice
 from engine.records.examples import examples
 from engine.records.tracefile import load_trace
 
@@ -21,9 +21,11 @@ APP = str(Path(__file__).parents[1] / "app.py")
 TRACES = {e.name: load_trace(e.path) for e in examples()}
 TITLES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
           "Attention: Q·Kᵀ/√d, softmax, ·V", "Feed-forward network and the residual stream",
-          "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache"]
+          "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache",
+          "Weights in fewer bits"]
 NOTICES = [notice.tokens_notice, notice.embeddings_notice, notice.attention_notice,
-           notice.ffn_notice, notice.sampling_notice, cost_notice.phase_notice, cost_notice.kv_notice]
+           notice.ffn_notice, notice.sampling_notice, cost_notice.phase_notice, cost_notice.kv_notice,
+           weights_notice.weights_notice]
 
 
 def story(trace) -> AppTest:
@@ -67,7 +69,7 @@ def test_every_stage_on_an_example_trace(name):
         charts.append(len(at.get("plotly_chart")))
         if k < len(TITLES) - 1:
             button(at, "story_next").click().run()
-    assert charts == [0, 1, 1, 1, 1, 1, 1]  # the first stage's figure is the token chips
+    assert charts == [0, 1, 1, 1, 1, 1, 1, 1]  # the first stage's figure is the token chips
     assert not at.error
 
 
@@ -82,7 +84,8 @@ def test_the_two_traces_tell_different_stories():
                 button(at, "story_next").click().run()
         seen[name] = lines
     differ = [a != b for a, b in zip(seen["qa"], seen["sampled"])]
-    assert differ == [True, True, True, False, True, True, True]  # same model: same FFN split
+    # same model: same FFN split; the weights line differs by the run's median ITL
+    assert differ == [True, True, True, False, True, True, True, True]
 
 
 def test_without_attention_the_attention_stage_says_so_and_draws_nothing():

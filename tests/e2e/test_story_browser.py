@@ -14,7 +14,8 @@ from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
 # The stage headings, in order (pages/story.py STAGES; that module draws a page when imported)
 STAGES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
           "Attention: Q·Kᵀ/√d, softmax, ·V", "Feed-forward network and the residual stream",
-          "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache"]
+          "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache",
+          "Weights in fewer bits"]
 
 
 @pytest.fixture(scope="module")
