@@ -95,14 +95,16 @@ def sidebar_model() -> None:
     if config().hosted and weights == "fp32" and MODELS.peek(source, weights) is None:
         loading_in_background(source, weights)  # the page draws now; it reruns when the model is in
         return
-    loaded = MODELS.peek(source, weights) is not None
-    copy = weights not in ("fp32", "fp16", "bf16") and not loaded
+    loaded = MODELS.peek(source, weights)  # held from here: an eviction cannot undo it
+    copy = weights not in ("fp32", "fp16", "bf16") and loaded is None
     label = (f"Building the {weights} weights: quantizing every matrix and packing the native "
              "step (a few seconds)…" if copy else
              "Loading model… (the very first start converts the GGUF: ~30 s)")
     with st.sidebar.status(label, expanded=copy) as status:
         try:
-            if copy:  # quantizing is model work: it takes the shared turn like any other
+            if loaded is not None:
+                entry = loaded
+            elif copy:  # quantizing is model work: it takes the shared turn like any other
                 with model_turn():
                     entry = MODELS.get(source, weights)
             else:

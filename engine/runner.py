@@ -324,7 +324,14 @@ class Run:
             steps=tuple(self.steps), stop_reason=self.stop_reason,
             tokenize_ms=self.tokenize_ms, device=str(self.lm.device),
             attention_layers=self.recorded_layers, created_at=self.created_at,
-            engine_version=__version__, machine=self.machine_load(), decoder=self.decoder)
+            engine_version=__version__, machine=self.machine_load(), decoder=self._used())
+
+    def _used(self) -> DecoderUsed:
+        """The decoder record: a finished run whose only step was the prefill decoded nothing
+        natively, whatever was chosen."""
+        if self.decoder.name == "native" and len(self.steps) <= 1 and self.stop_reason != "running":
+            return self._torch("no decode step ran: the run ended with the prefill's token")
+        return self.decoder
 
     def machine_load(self) -> MachineLoad:
         """The machine around the run so far (see engine/timing/disturbance.py for how it is read)."""

@@ -172,3 +172,10 @@ def test_a_builder_runs_once_the_run_starts(tiny_lm, tiny_decoder):
 def test_bad_decoder_setting():
     with pytest.raises(EngineError, match="decoder must be one of native, torch"):
         GenerationSettings(decoder="cuda")
+
+
+def test_a_run_with_no_decode_step_does_not_claim_the_native_step(tiny_lm, tiny_decoder):
+    settings = GenerationSettings(max_new_tokens=1)
+    trace = Run(tiny_lm, "Hello there", settings, native=tiny_decoder).run_all()
+    assert len(trace.steps) == 1
+    assert trace.decoder.name == "torch" and "no decode step ran" in trace.decoder.reason

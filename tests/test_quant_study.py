@@ -204,6 +204,7 @@ BAD = {
     "prompts not a list": lambda d: d.update(prompts="Hi"),
     "a grid check not an object": lambda d: d.update(grid=[3]),
     "a CPU share above 1": lambda d: d["variants"][1]["speed"].update(others_share=1.5),
+    "no quantized parameter": lambda d: d["variants"][1]["report"].update(quantized_params=0),
 }
 
 

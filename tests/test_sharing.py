@@ -156,3 +156,14 @@ def test_reading_a_record_keeps_it_from_being_the_oldest():
     store.copy("a")  # a reload read "a": "b" is now the least recently used
     store.put("c", "prompt", "z")
     assert store.copy("a") is not None and store.copy("b") is None
+
+
+def test_a_peek_counts_as_a_use_for_eviction():
+    """The sidebar takes a loaded entry with `peek` (so no eviction between a check and a load
+    can make it quantize outside the model turn): that use must keep the entry recent."""
+    store = ModelStore(max_bytes=250 << 20, loader=lambda s, dtype: _Loaded(s, dtype, 100))
+    first = store.get("a", "float32")
+    store.get("b", "float32")
+    assert store.peek("a", "float32") is first  # used now: "b" is the least recently used
+    store.get("c", "float32")
+    assert store.keys == [("a", "fp32"), ("c", "fp32")]

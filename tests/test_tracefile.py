@@ -205,6 +205,8 @@ def test_the_decoder_record_round_trips_and_is_checked(trace):
     for bad in ({"name": "native", "reason": None, "weights": "q4_0", "weight_bytes": -1},
                 {"name": "native", "reason": None, "weights": "", "weight_bytes": 1},
                 {"name": "gpu", "reason": None, "weights": "fp32", "weight_bytes": 1},
+                {"name": "torch", "reason": None, "weights": "fp32", "weight_bytes": 1},
+                {"name": "native", "reason": "why", "weights": "fp32", "weight_bytes": 1},
                 {"name": "torch", "reason": "x", "weights": "fp32", "weight_bytes": 1, "extra": 1}):
         with pytest.raises(TraceFormatError):
             load_trace(_rewrite_meta(trace_to_bytes(trace), lambda m, bad=bad: m.update(decoder=bad)))

@@ -96,6 +96,8 @@ def _report(d: Any) -> WeightReport:
               else _num(v, k) if k == "embedding_bits" else _int(v, k) for k, v in d.items()}
     if values["variant"] not in VARIANT_NAMES:
         raise _bad(f"unknown weights variant {values['variant'][:40]!r}")
+    if values["quantized_params"] < 1:  # bits per weight divides by it
+        raise _bad("a weight report must count at least one quantized parameter")
     return WeightReport(**values)
 
 

@@ -100,6 +100,9 @@ class DecoderUsed:
     def __post_init__(self) -> None:
         if self.name not in DECODER_NAMES:
             raise ValueError(f"unknown decoder {self.name!r}")
+        if (self.name == "torch") != (self.reason is not None):
+            raise ValueError("a torch decoder says why the native step did not run; a native one "
+                             "has no such reason")
 
     @property
     def label(self) -> str:

@@ -202,9 +202,12 @@ class ModelStore:
             return entry
 
     def peek(self, source: str, weights: str) -> ModelEntry | None:
-        """The entry if it is loaded; never loads, never waits."""
+        """The entry if it is loaded (now the most recently used); never loads, never waits."""
+        key = (source, weights_name(weights))
         with self._lock:
-            return self._entries.get((source, weights_name(weights)))
+            if key in self._entries:
+                self._entries.move_to_end(key)
+            return self._entries.get(key)
 
     def load_in_background(self, source: str, weights: str) -> None:
         """Start loading in a thread (once: a load under way is not started again); a failure
