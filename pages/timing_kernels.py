@@ -72,7 +72,8 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
                "autotuned C++ kernels) fuses them. **Native C** is the whole step written out "
                "by hand (engine/kernels/native_decode.c, llama.cpp style): weights packed in 32-row "
                "blocks in 2 MB pages, streamed once, in one parallel region. Same model, same "
-               "prompt, same greedy tokens — checked on every run.")
+               "float32 weights whatever the sidebar's (this compares kernels; the Quantization "
+               "page compares weights), same prompt, same greedy tokens — checked on every run.")
     if (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
         st.info("This comparison runs the loaded model on this trace's prompt: load the model "
                 "(and weights dtype) that made the trace.")
