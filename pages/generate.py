@@ -8,19 +8,17 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from charts.report import report_html
-from charts.tokens import visible
 from engine import EngineError, Run, Trace, TraceFormatError, summarize
-from engine.lens.logit_lens import logit_lens
 from engine.records.tracefile import trace_to_bytes
 from engine.timing.metrics import replay_pace
-from pages.common import disturbance_warning, memo, model_turn, show_chart
+from pages.common import disturbance_warning, model_turn, show_chart
+from pages.lens_section import logit_lens_section
 from pages.links import STEP
 from pages.state import (
     MAX_PROMPT_CHARS,
@@ -292,41 +290,6 @@ def why_this_token(trace: Trace) -> None:
         st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
                    f"(p = {step.chosen_prob:.3f}), not the most probable token.")
     logit_lens_section(trace, step)
-
-
-def _lens_rows(trace: Trace, step_index: int) -> tuple:
-    with st.spinner("Reading every layer's prediction (logit lens)…"), model_turn():
-        return logit_lens(loaded_model(), trace.steps[step_index].hidden,
-                          trace.steps[step_index].token_id)
-
-
-def logit_lens_section(trace: Trace, step) -> None:
-    """What each layer would have predicted at this step, if the model had stopped there."""
-    with st.expander("What each layer would predict (logit lens)"):
-        lm = loaded_model()
-        if step.hidden is None:
-            st.caption("This trace was recorded without hidden states, so there is nothing to "
-                       "read the lens from.")
-            return
-        if lm is None or (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
-            st.caption("The lens runs this trace's model's final norm and LM head: load the model "
-                       "(and weights dtype) that made the trace.")
-            return
-        try:
-            rows = memo("lens_memo", (trace, step.index), lambda: _lens_rows(trace, step.index))
-        except EngineError as err:
-            st.error(message(err))
-            return
-        st.dataframe(pd.DataFrame([{
-            "layer": "embeddings" if r.layer == 0 else f"after layer {r.layer}",
-            "would predict": f"{visible(piece_text(r.top_pieces[0]))} ({r.top_probs[0]:.0%})",
-            "top 5": " · ".join(visible(piece_text(p)) for p in r.top_pieces),
-            f"p({visible(piece_text(step.piece))})": f"{r.chosen_prob:.2%}",
-            "its rank": r.chosen_rank + 1} for r in rows]), hide_index=True, width="stretch")
-        st.caption(f"Row l: softmax(LM head(final norm(h_l))) at the last position, h_l the "
-                   f"recorded hidden state after layer l ({trace.model.layers} layers). The last "
-                   "row is the model's own distribution (transformers hands it over already "
-                   "normed), equal to the chart above.")
 
 
 def trace_file_bytes(trace: Trace) -> bytes:

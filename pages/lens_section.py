@@ -1,0 +1,49 @@
+"""Generate's "Why this token?" expander: the logit lens of the chosen step — what each layer
+would have predicted had the model stopped there (engine/lens/logit_lens.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from charts.tokens import piece_text, visible
+from engine import Trace
+from engine.errors import EngineError
+from engine.lens.logit_lens import logit_lens
+from pages.common import memo, model_turn
+from pages.state import loaded_model, message
+
+
+def _lens_rows(trace: Trace, step_index: int) -> tuple:
+    with st.spinner("Reading every layer's prediction (logit lens)…"), model_turn():
+        return logit_lens(loaded_model(), trace.steps[step_index].hidden,
+                          trace.steps[step_index].token_id)
+
+
+def logit_lens_section(trace: Trace, step) -> None:
+    """What each layer would have predicted at this step, if the model had stopped there."""
+    with st.expander("What each layer would predict (logit lens)"):
+        lm = loaded_model()
+        if step.hidden is None:
+            st.caption("This trace was recorded without hidden states, so there is nothing to "
+                       "read the lens from.")
+            return
+        if lm is None or (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
+            st.caption("The lens runs this trace's model's final norm and LM head: load the model "
+                       "(and weights dtype) that made the trace.")
+            return
+        try:
+            rows = memo("lens_memo", (trace, step.index), lambda: _lens_rows(trace, step.index))
+        except EngineError as err:
+            st.error(message(err))
+            return
+        st.dataframe(pd.DataFrame([{
+            "layer": "embeddings" if r.layer == 0 else f"after layer {r.layer}",
+            "would predict": f"{visible(piece_text(r.top_pieces[0]))} ({r.top_probs[0]:.0%})",
+            "top 5": " · ".join(visible(piece_text(p)) for p in r.top_pieces),
+            f"p({visible(piece_text(step.piece))})": f"{r.chosen_prob:.2%}",
+            "its rank": r.chosen_rank + 1} for r in rows]), hide_index=True, width="stretch")
+        st.caption(f"Row l: softmax(LM head(final norm(h_l))) at the last position, h_l the "
+                   f"recorded hidden state after layer l ({trace.model.layers} layers). The last "
+                   "row is the model's own distribution (transformers hands it over already "
+                   "normed), equal to the chart above.")
