@@ -164,6 +164,10 @@ class SessionModel:
         evicted: call inside the model turn)."""
         return self.entry if self.weights == "fp32" else MODELS.get(self.source, "fp32")
 
+    def reference_native_decoder(self) -> Any:
+        """The native decoder of the float32 weights (this session's own when it chose fp32)."""
+        return self.native_decoder() if self.weights == "fp32" else self.reference().native()
+
     def compiled_decoder(self) -> Any:
         """The float32 model's torch.compile decoder, shared by every session of this model (the
         kernel comparison keeps the weights fixed at float32)."""

@@ -26,7 +26,7 @@ def _native():
     comparison keeps the weights at float32 whatever this session decodes with: it compares
     kernels, the Quantization page compares weights."""
     try:
-        return session_model().reference().native(), ""
+        return session_model().reference_native_decoder(), ""
     except EngineError as err:
         return None, str(err)
 
