@@ -79,7 +79,7 @@ def test_run_b_survives_a_reload(page):
     wait_for_app(page)
     page.get_by_text(f"first differ at answer token {token_diff(TRACES[A], TRACES[B]).answer}"
                      ).wait_for()
-    assert page.get_by_text(f"example “{B}”").count() >= 1
+    page.get_by_text(f"example “{B}”").first.wait_for()
 
 
 def test_a_trace_file_as_run_b_and_one_message_for_a_bad_one(page, tmp_path):

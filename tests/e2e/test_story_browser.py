@@ -48,7 +48,7 @@ def at_stage(page, k: int) -> None:
     expect(page.get_by_text(f"Stage {k + 1} of {len(STAGES)}", exact=True)).to_be_visible()
     wait_for_app(page)
     assert page.locator('[data-testid="stException"]').count() == 0
-    assert page.get_by_text(re.compile("^What to notice")).count() == 1
+    expect(page.get_by_text(re.compile("^What to notice"))).to_have_count(1)  # retries: a later delta
 
 
 def test_keyboard_walks_the_whole_story_with_no_model(url):
