@@ -14,13 +14,17 @@ import sys
 from .errors import EngineError
 from .quant import VARIANT_NAMES
 from .records.trace import Trace
-from .settings import DECODERS, FLOAT_WEIGHTS, MAX_NEW_TOKENS_LIMIT, GenerationSettings
+from .settings import (
+    DECODERS,
+    FLOAT_DTYPES,
+    MAX_NEW_TOKENS_LIMIT,
+    WEIGHT_ALIASES,
+    GenerationSettings,
+)
 
 # --weights: every variant, and the spelling of 4-bit. fp32 / fp16 / bf16 load the model
 # in that dtype; the others are quantized copies of the float32 model.
-WEIGHT_ALIASES = {"int4": "q4_0"}
 WEIGHT_CHOICES = (*VARIANT_NAMES, *WEIGHT_ALIASES)
-FLOAT_DTYPES = {v: k for k, v in FLOAT_WEIGHTS.items()}  # variant → dtype
 
 
 def add_run_parser(sub: argparse._SubParsersAction) -> None:

@@ -9,6 +9,14 @@ from .errors import InputError
 
 MAX_NEW_TOKENS_LIMIT = 4096
 FLOAT_WEIGHTS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # dtype → variant name
+FLOAT_DTYPES = {v: k for k, v in FLOAT_WEIGHTS.items()}  # variant → the dtype it loads in
+WEIGHT_ALIASES = {"int4": "q4_0"}  # what the CLI and the store also accept
+
+
+def weights_name(name: str) -> str:
+    """The weights variant a name stands for: dtype names and "int4" are aliases (float16 →
+    fp16, int4 → q4_0); the one definition the store, the CLI and the native step share."""
+    return FLOAT_WEIGHTS.get(name) or WEIGHT_ALIASES.get(name, name)
 DECODERS = ("native", "torch")  # native: the hand-written C step where it can run, else torch
 
 

@@ -42,7 +42,7 @@ from engine.records.compare import (
     token_diff,
 )
 from engine.records.examples import examples
-from engine.sharing.models import weights_name
+from engine.settings import weights_name
 from engine.timing.disturbance import assess
 from pages.common import BUDGET_NOTE, memo, model_turn, no_trace_notice, show_chart
 from pages.state import (

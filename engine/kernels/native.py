@@ -42,6 +42,7 @@ from ..errors import EngineError, InputError
 from ..loader import LoadedModel, cache_root
 from ..quant.scheme import QuantFormat
 from ..runner import prefill, timed_greedy
+from ..settings import FLOAT_DTYPES
 from .native_pack import (
     BLOCK,
     MAX_GROUPS,
@@ -93,8 +94,10 @@ def native_problem(lm: LoadedModel, weights: str = "fp32") -> str | None:
     """Why the native decoder cannot run this model (with these weights) here: one line, or None."""
     cfg = lm.model.config
     if base_variant(weights) not in NATIVE_WEIGHTS:
-        return (f"the native decoder reads {', '.join(NATIVE_WEIGHTS)} weights, not {weights!r}; "
-                "torch runs this variant on its dequantized float32 weights")
+        torch_runs = (f"torch runs the model in {FLOAT_DTYPES[weights]}" if weights in FLOAT_DTYPES
+                      else "torch runs this variant on its dequantized float32 weights")
+        return (f"the native step reads float32 and integer weights, not {weights} (only "
+                f"{', '.join(NATIVE_WEIGHTS)}); {torch_runs}")
     if lm.device.type != "cpu":
         return "the native decoder is a CPU kernel; this model runs on " + lm.device.type
     if lm.model.dtype != torch.float32:

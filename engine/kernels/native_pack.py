@@ -28,6 +28,7 @@ import torch
 from ..errors import EngineError
 from ..quant.formats import QuantizedTensor, quantize
 from ..quant.scheme import FORMATS, QuantFormat
+from ..settings import weights_name
 from .microbench import huge_page_buffer
 
 BLOCK = 32  # rows per packed block: the fastest of 16, 32 and 64 when it was chosen
@@ -45,12 +46,11 @@ NATIVE_WEIGHTS: dict[str, tuple[QuantFormat | None, QuantFormat | None]] = {
     "q4_0": (FORMATS["q4_0"], FORMATS["q8_0"]),
     "q4_1": (FORMATS["q4_1"], FORMATS["q8_0"]),
 }
-ALIASES = {"int4": "q4_0"}
 
 
 def base_variant(weights: str) -> str:
     """The format a variant name runs as natively: "awq_q4_0" → "q4_0", "int4" → "q4_0"."""
-    name = ALIASES.get(weights, weights)
+    name = weights_name(weights)
     return name.removeprefix("awq_")
 
 

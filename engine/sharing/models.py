@@ -21,16 +21,10 @@ from typing import Any, Callable
 
 from ..errors import EngineError
 from ..loader import LoadedModel, load_model
+from ..settings import FLOAT_DTYPES, weights_name
 
 Key = tuple[str, str]  # (source, weights variant)
-FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}  # loaded in that dtype
-ALIASES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int4": "q4_0"}
 NATIVE_TOKENS = 256  # default size of a shared native decoder's cache (prompt + answer)
-
-
-def weights_name(name: str) -> str:
-    """The variant a name stands for: dtype names and "int4" are aliases (float16 → fp16)."""
-    return ALIASES.get(name, name)
 
 
 @dataclass(eq=False)
@@ -80,9 +74,6 @@ class ModelEntry:
             return str(got)
         if got is not None:
             return None
-        if self.weights in FLOAT_DTYPES and self.weights != "fp32":
-            return (f"the native step reads float32 and integer weights, not {self.weights}; "
-                    f"torch runs the model in {FLOAT_DTYPES[self.weights]}")
         from ..kernels.native import native_problem
 
         return native_problem(self.lm, self.weights)
