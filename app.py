@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import streamlit as st  # noqa: E402
 
 from engine import EngineError, GenerationSettings  # noqa: E402
+from engine.settings import FLOAT_DTYPES  # noqa: E402
 from pages.common import model_turn  # noqa: E402
 from pages.links import open_link, share_view  # noqa: E402
 from pages.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
@@ -96,7 +97,7 @@ def sidebar_model() -> None:
         loading_in_background(source, weights)  # the page draws now; it reruns when the model is in
         return
     loaded = MODELS.peek(source, weights)  # held from here: an eviction cannot undo it
-    copy = weights not in ("fp32", "fp16", "bf16") and loaded is None
+    copy = weights not in FLOAT_DTYPES and loaded is None
     label = (f"Building the {weights} weights: quantizing every matrix and packing the native "
              "step (a few seconds)…" if copy else
              "Loading model… (the very first start converts the GGUF: ~30 s)")
