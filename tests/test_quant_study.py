@@ -9,6 +9,7 @@ import pytest
 
 from engine.errors import InputError, TraceFormatError
 from engine.kernels.native import native_problem
+from engine.lens.cost_notice import weights_read
 from engine.quant.gguf_grid import GridCheck
 from engine.quant.study import (
     Answer,
@@ -16,7 +17,6 @@ from engine.quant.study import (
     Speed,
     StudyPlan,
     VariantResult,
-    _streamed_bytes,
     run_study,
     sample_prompts,
 )
@@ -83,7 +83,7 @@ def test_the_decoder_used_and_the_bytes_it_reads(tiny_study, tiny_lm):
     q3, int8, ref = study.result("q3"), study.result("int8"), study.result("fp32")
     assert q3.speed.decoder == "torch eager" and "q3" in q3.speed.note
     # torch eager reads the float32 copy: as many weight bytes as fp32 holds, not q3's
-    assert q3.speed.bytes_per_step > _streamed_bytes(tiny_lm.model)
+    assert q3.speed.bytes_per_step > weights_read(tiny_lm.spec)  # the float32 weights one forward reads
     assert q3.speed.bytes_per_step > 3 * q3.report.nbytes
     if native_problem(tiny_lm) is None:
         assert int8.speed.decoder == "native" and ref.speed.decoder == "native"

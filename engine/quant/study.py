@@ -34,9 +34,11 @@ from ..errors import EngineError, InputError
 from ..loader import LoadedModel
 from ..records.compare import first_difference
 from ..runner import decode_one_token, eos_token_ids, prefill, prepare_prompt, timed_greedy
+from ..spec import spec_from_model
 from ..timing.clock import MachineSample, clock_ms, others_share
 from ..timing.disturbance import OTHERS_LIMIT
 from ..timing.dtype_compare import cast_copy
+from ..timing.roofline import forward_work
 from . import VARIANT_NAMES
 from .gguf_grid import GridCheck, embedding_grids, linear_grids
 from .quality import kl_per_position, perplexity, read_text, scored_forward, text_ids
@@ -206,26 +208,6 @@ def native_choice(lm: LoadedModel, name: str) -> tuple[bool, str]:
                   else f"the native C step reads the {base} codes and scales themselves")
 
 
-def _streamed_bytes(model: Any) -> int:
-    """Bytes a torch decode step reads: every parameter tensor once (tied ones once); an untied
-    input embedding is only looked up (one row), as engine/timing/roofline.py counts it."""
-    seen = {id(p): p for p in model.parameters()}
-    total = sum(p.nbytes for p in seen.values())
-    table = model.get_input_embeddings().weight
-    head = getattr(model, "lm_head", None)
-    if head is not None and head.weight is not table:
-        total -= table.nbytes - table[0].nbytes
-    return total
-
-
-def _kv_bytes(model: Any, context: float, element_bytes: int) -> int:
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    return round(2 * cfg.num_hidden_layers * kv_heads * head_dim * element_bytes * context)
-
-
 def _stepper(model: Any, native: Any, cache: DynamicCache, n: int,
              device: torch.device) -> Callable[[int, int], torch.Tensor]:
     """Decode step i after an n-token prompt: (token, i) → (V,) logits, native or torch eager."""
@@ -270,14 +252,14 @@ def measure_speed(lm: LoadedModel, name: str, copy: Any, prompts: list[list[int]
             native = NativeDecoder(variant_lm, max(len(p) for p in prompts) + new_tokens, name)
         except EngineError as err:
             use_native, note = False, f"the native step failed to start: {err}"
-    if use_native:
-        run_model, weight_bytes, kv_element = copy, int(native.weight_bytes), 4
-    elif name in FLOAT_VARIANTS:  # the real dtype, so the step reads 2 bytes per weight
+    if name in FLOAT_VARIANTS and not use_native:  # the real dtype: 2 bytes per weight read
         run_model = cast_copy(lm.model, FLOAT_VARIANTS[name])
-        weight_bytes = _streamed_bytes(run_model)
-        kv_element = FLOAT_VARIANTS[name].itemsize
     else:
-        run_model, weight_bytes, kv_element = copy, _streamed_bytes(copy), 4
+        run_model = copy  # torch eager reads its dequantized float32 tensors
+    # what one decode step reads, by the roofline's formula (engine/timing/roofline.py) for the
+    # model that ran — with the native step's packed bytes in place of the float tensors'
+    spec = spec_from_model(run_model, lm.spec.name)
+    streamed = int(native.weight_bytes) if use_native else None
     try:
         before = MachineSample.now(lm.device)
         answers, ttft, steps = _greedy_runs(run_model, prompts, new_tokens, lm.device, native)
@@ -286,9 +268,9 @@ def measure_speed(lm: LoadedModel, name: str, copy: Any, prompts: list[list[int]
         del native, run_model
         gc.collect()
     context = statistics.mean(len(p) + 1 + i for p in prompts for i in range(new_tokens - 1))
+    read = forward_work(spec, 1, round(context) - 1, streamed=streamed).bytes
     speed = Speed("native" if use_native else "torch eager", note, statistics.median(ttft),
-                  statistics.median(steps), len(steps),
-                  weight_bytes + _kv_bytes(copy, context, kv_element), others)
+                  statistics.median(steps), len(steps), int(read), others)
     return answers, speed
 
 
