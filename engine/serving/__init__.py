@@ -1,0 +1,1 @@
+"""Serving many requests on the loaded model: a block pool, a scheduler, batched forwards."""

@@ -1,0 +1,153 @@
+"""One forward over a batch of requests whose K/V live in the block pool.
+
+The model's own modules and weights do the work (embedding, norms, activation, rotary embedding)
+and the projections use its weight tensors (packed for small batches, linear.py) — so whatever
+weights the session loaded run here unchanged; attention is ours, because it reads K/V through
+block tables. Every request's new tokens are laid end to end in one row
+(vLLM's "flattened" batch), so each Linear reads its weights once per step for the whole batch:
+that is why a decode step of 8 requests costs little more than a step of 1. Attention then gathers
+each request's context from the pool by its slots and runs padded with a mask.
+
+Order inside each layer: write the step's new K/V into the pool, do any copy-on-write block copies
+(and write again, so a request's own values win), then gather. A request may therefore attend to a
+shared prefix block that another request in the same step is computing — as in vLLM, blocks are
+shared from the step that fills them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from .linear import Linear
+
+SUPPORTED = ("llama",)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One request's share of a step: `token_ids` at positions start … start + len − 1, their
+    K/V written to `new_slots`; attention reads `context_slots` (all positions 0 … end − 1)."""
+
+    token_ids: list[int]
+    start: int
+    new_slots: list[int]
+    context_slots: list[int]
+
+
+def serving_problem(lm: Any) -> str | None:
+    """Why the batched engine cannot serve this model (None: it can)."""
+    if lm.spec.model_type not in SUPPORTED:
+        return (f"serving runs need a Llama-family model (this one is {lm.spec.model_type!r}); "
+                "its attention is read through block tables by code written for that layout")
+    if lm.spec.sliding_window:
+        return "serving runs do not implement sliding-window attention"
+    return None
+
+
+class PagedModelRunner:
+    """Holds the K and V pools: (layers, num_blocks · block_size slots, kv_heads, head_dim)."""
+
+    def __init__(self, lm: Any, num_blocks: int, block_size: int) -> None:
+        problem = serving_problem(lm)
+        if problem:
+            raise ValueError(problem)
+        self.model = lm.model
+        self.spec = lm.spec
+        self.device = lm.device
+        inner = lm.model.model
+        dtype = inner.embed_tokens.weight.dtype
+        shape = (lm.spec.layers, num_blocks * block_size, lm.spec.kv_heads, lm.spec.head_dim)
+        self.k_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
+        self.v_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
+        self.block_size = block_size
+        self.qkv, self.o, self.gate_up, self.down = [], [], [], []
+        for layer in inner.layers[:lm.spec.layers]:
+            attn, mlp = layer.self_attn, layer.mlp
+            self.qkv.append(_linear(attn.q_proj, attn.k_proj, attn.v_proj))
+            self.o.append(_linear(attn.o_proj))
+            self.gate_up.append(_linear(mlp.gate_proj, mlp.up_proj))
+            self.down.append(_linear(mlp.down_proj))
+        self.lm_head = _linear(lm.model.lm_head)
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.k_pool.nbytes + self.v_pool.nbytes
+
+    def read_kv(self, layer: int, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V stored at `slots` of one layer: (len(slots), kv_heads, head_dim) each."""
+        index = torch.tensor(slots, device=self.device)
+        return self.k_pool[layer, index], self.v_pool[layer, index]
+
+    @torch.inference_mode()
+    def forward(self, chunks: list[Chunk], copies: list[tuple[int, int]] = ()) -> torch.Tensor:
+        """Logits (B, vocab) at the last new position of each chunk."""
+        device, spec, bs = self.device, self.spec, self.block_size
+        inner = self.model.model
+        lengths = [len(c.token_ids) for c in chunks]
+        ids = torch.tensor([t for c in chunks for t in c.token_ids], device=device)  # (T,)
+        positions = torch.tensor([c.start + i for c in chunks for i in range(len(c.token_ids))],
+                                 device=device)  # (T,)
+        new_slots = torch.tensor([s for c in chunks for s in c.new_slots], device=device)  # (T,)
+        q_max = max(lengths)
+        l_max = max(len(c.context_slots) for c in chunks)
+        batch = len(chunks)
+        # where each request's queries sit in the flat row, padded to q_max: (B, Q)
+        flat = torch.zeros(batch, q_max, dtype=torch.long, device=device)
+        ctx = torch.zeros(batch, l_max, dtype=torch.long, device=device)  # context slots (B, L)
+        mask = torch.zeros(batch, 1, q_max, l_max, dtype=torch.bool, device=device)
+        offset = 0
+        for b, c in enumerate(chunks):
+            n, length = lengths[b], len(c.context_slots)
+            flat[b, :n] = torch.arange(offset, offset + n, device=device)
+            ctx[b, :length] = torch.tensor(c.context_slots, device=device)
+            query_pos = torch.arange(c.start, c.start + n, device=device)[:, None]  # (n, 1)
+            mask[b, 0, :n, :length] = torch.arange(length, device=device)[None, :] <= query_pos
+            mask[b, 0, n:, 0] = True  # padded query rows look at one slot: no NaN, never read
+            offset += n
+        valid = torch.zeros(batch, q_max, dtype=torch.bool, device=device)
+        for b, n in enumerate(lengths):
+            valid[b, :n] = True
+        copy_src = torch.tensor([s * bs + i for s, _ in copies for i in range(bs)], device=device)
+        copy_dst = torch.tensor([d * bs + i for _, d in copies for i in range(bs)], device=device)
+
+        hidden = inner.embed_tokens(ids)[None]  # (1, T, hidden)
+        cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])  # (1, T, head_dim)
+        groups = spec.heads // spec.kv_heads
+        for index, layer in enumerate(inner.layers[:spec.layers]):
+            attn = layer.self_attn
+            x = layer.input_layernorm(hidden)
+            q, k, v = self.qkv[index].split(x)
+            q = q.view(1, -1, spec.heads, spec.head_dim).transpose(1, 2)  # (1, H, T, D)
+            k = k.view(1, -1, spec.kv_heads, spec.head_dim).transpose(1, 2)  # (1, KV, T, D)
+            v = v.view(1, -1, spec.kv_heads, spec.head_dim).transpose(1, 2)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            k_new, v_new = k[0].transpose(0, 1), v[0].transpose(0, 1)  # (T, KV, D)
+            self.k_pool[index, new_slots] = k_new
+            self.v_pool[index, new_slots] = v_new
+            if copies:
+                self.k_pool[index, copy_dst] = self.k_pool[index, copy_src]
+                self.v_pool[index, copy_dst] = self.v_pool[index, copy_src]
+                self.k_pool[index, new_slots] = k_new
+                self.v_pool[index, new_slots] = v_new
+            keys = self.k_pool[index, ctx].permute(0, 2, 1, 3)  # (B, KV, L, D)
+            values = self.v_pool[index, ctx].permute(0, 2, 1, 3)
+            keys = keys.repeat_interleave(groups, dim=1)  # (B, H, L, D)
+            values = values.repeat_interleave(groups, dim=1)
+            queries = q[0][:, flat].permute(1, 0, 2, 3)  # (B, H, Q, D)
+            out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
+                                                 scale=attn.scaling)  # (B, H, Q, D)
+            out = out.permute(0, 2, 1, 3)[valid]  # (T, H, D), flat order
+            hidden = hidden + self.o[index](out.reshape(1, -1, spec.heads * spec.head_dim))
+            gate, up = self.gate_up[index].split(layer.post_attention_layernorm(hidden))
+            hidden = hidden + self.down[index](layer.mlp.act_fn(gate) * up)
+        last = torch.tensor([sum(lengths[:b + 1]) - 1 for b in range(batch)], device=device)
+        return self.lm_head(inner.norm(hidden[0, last]))  # (B, vocab)
+
+
+def _linear(*modules: Any) -> Linear:
+    return Linear([m.weight for m in modules], [m.bias for m in modules])
