@@ -1,0 +1,50 @@
+"""`python -m engine batch`: one line and exit 2 for bad arguments; a real run's JSON and record."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.serving.servingfile import load_serving
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True,
+                          env=ENV, timeout=600)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["batch"], "PROMPT"),
+    (["batch", "hi", "--max-batch", "0"], "at least 1"),
+    (["batch", "hi", "--scheduler", "fifo"], "invalid choice"),
+    (["batch", "hi", "--block-size", "5000"], "block size"),
+    (["batch", "  "], "empty"),
+    (["batch", "hi", "--arrival", "poisson", "--rate", "-1"], "rate"),
+    (["batch", "hi", "--out", "/no/such/folder/x.json"], "no such folder"),
+])
+def test_bad_arguments_exit_2_with_one_line(args, says):
+    done = cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr
+
+
+def test_a_real_batch_prints_the_json_shape_and_writes_a_record(lm, tmp_path):
+    out = tmp_path / "stream.json"
+    done = cli("batch", "Hi there", "What is the capital of France?", "--max-new-tokens", "5",
+               "--block-size", "8", "--json", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert set(data) == {"requests", "steps", "throughput_tok_s"}
+    first = data["requests"][0]
+    assert {"prompt", "prompt_token_ids", "output_token_ids", "ttft_ms", "itl_ms",
+            "queue_ms"} <= set(first)
+    assert len(first["output_token_ids"]) <= 5 and len(first["itl_ms"]) == len(first["output_token_ids"]) - 1
+    assert data["steps"][0]["batch_size"] == 2 and data["throughput_tok_s"] > 0
+    assert data["requests"][1]["cached_tokens"] > 0  # the chat template's system turn, shared
+    run = load_serving(out.read_bytes())
+    assert [list(r.token_ids) for r in run.requests] == [r["output_token_ids"] for r in data["requests"]]
