@@ -3,13 +3,14 @@
 A decode step multiplies a few rows (one per request) by every weight matrix. PyTorch's default
 float32 path handles 8 rows at well under the speed its memory traffic allows on a CPU; MKL's
 packed GEMM (the one PyTorch's own compiler uses for frozen Linear layers) does better, so the
-runner packs each weight once, for every batch size alike — batch 1 and batch 8 are measured on
-the same path. q/k/v and gate/up are concatenated into one matrix each (as vLLM's
-QKVParallelLinear / MergedColumnParallelLinear do): one product instead of three or two. Where MKL
-is absent (other CPUs, CUDA, other dtypes) the same concatenated weights go through `F.linear`.
+runner packs each weight once (a second copy of the weights, held while the stream runs) and uses
+it for every batch size alike — batch 1 and batch 8 are measured on the same path. Where MKL is
+absent (other CPUs, CUDA, other dtypes) the module's own weight goes through `F.linear`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,27 +24,16 @@ def mkl_packing_available(weight: torch.Tensor) -> bool:
 
 
 class Linear:
-    """y = x · Wᵀ (+ b) for x (…, in); W (out, in) is the concatenation of `weights`."""
+    """y = x · Wᵀ (+ b) for x (…, in), W (out, in) the module's weight."""
 
-    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None]) -> None:
-        weight = torch.cat(weights).contiguous() if len(weights) > 1 else weights[0]
-        self.bias = None if all(b is None for b in biases) else torch.cat(
-            [b if b is not None else weight.new_zeros(w.shape[0]) for w, b in zip(weights, biases)])
-        self.weight = weight
-        self.splits = [w.shape[0] for w in weights]
+    def __init__(self, module: Any) -> None:
+        self.weight: torch.Tensor = module.weight
+        self.bias: torch.Tensor | None = module.bias
         self.packed = None
-        if mkl_packing_available(weight):
-            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_HINT_ROWS)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the weights this product reads (the packed copy holds the same values)."""
-        return self.weight.nbytes + (0 if self.bias is None else self.bias.nbytes)
+        if mkl_packing_available(self.weight):
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, PACK_HINT_ROWS)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None:
             return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, self.bias, PACK_HINT_ROWS)
         return F.linear(x, self.weight, self.bias)
-
-    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(self(x).split(self.splits, dim=-1))

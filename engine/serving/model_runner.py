@@ -65,14 +65,12 @@ class PagedModelRunner:
         self.k_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
         self.block_size = block_size
-        self.qkv, self.o, self.gate_up, self.down = [], [], [], []
-        for layer in inner.layers[:lm.spec.layers]:
-            attn, mlp = layer.self_attn, layer.mlp
-            self.qkv.append(_linear(attn.q_proj, attn.k_proj, attn.v_proj))
-            self.o.append(_linear(attn.o_proj))
-            self.gate_up.append(_linear(mlp.gate_proj, mlp.up_proj))
-            self.down.append(_linear(mlp.down_proj))
-        self.lm_head = _linear(lm.model.lm_head)
+        self.linears = [{name: Linear(module) for name, module in (
+            ("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj),
+            ("v", layer.self_attn.v_proj), ("o", layer.self_attn.o_proj),
+            ("gate", layer.mlp.gate_proj), ("up", layer.mlp.up_proj), ("down", layer.mlp.down_proj))}
+            for layer in inner.layers[:lm.spec.layers]]
+        self.lm_head = Linear(lm.model.lm_head)
 
     @property
     def pool_bytes(self) -> int:
@@ -121,7 +119,8 @@ class PagedModelRunner:
         for index, layer in enumerate(inner.layers[:spec.layers]):
             attn = layer.self_attn
             x = layer.input_layernorm(hidden)
-            q, k, v = self.qkv[index].split(x)
+            lin = self.linears[index]
+            q, k, v = lin["q"](x), lin["k"](x), lin["v"](x)
             q = q.view(1, -1, spec.heads, spec.head_dim).transpose(1, 2)  # (1, H, T, D)
             k = k.view(1, -1, spec.kv_heads, spec.head_dim).transpose(1, 2)  # (1, KV, T, D)
             v = v.view(1, -1, spec.kv_heads, spec.head_dim).transpose(1, 2)
@@ -142,12 +141,9 @@ class PagedModelRunner:
             out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
                                                  scale=attn.scaling)  # (B, H, Q, D)
             out = out.permute(0, 2, 1, 3)[valid]  # (T, H, D), flat order
-            hidden = hidden + self.o[index](out.reshape(1, -1, spec.heads * spec.head_dim))
-            gate, up = self.gate_up[index].split(layer.post_attention_layernorm(hidden))
-            hidden = hidden + self.down[index](layer.mlp.act_fn(gate) * up)
+            hidden = hidden + lin["o"](out.reshape(1, -1, spec.heads * spec.head_dim))
+            x = layer.post_attention_layernorm(hidden)
+            hidden = hidden + lin["down"](layer.mlp.act_fn(lin["gate"](x)) * lin["up"](x))
         last = torch.tensor([sum(lengths[:b + 1]) - 1 for b in range(batch)], device=device)
         return self.lm_head(inner.norm(hidden[0, last]))  # (B, vocab)
 
-
-def _linear(*modules: Any) -> Linear:
-    return Linear([m.weight for m in modules], [m.bias for m in modules])
