@@ -129,3 +129,30 @@ def test_a_full_pool_preempts_the_newest_request_which_waits_first_in_line():
     assert [s.id for s in scheduler.waiting] == [1, 2]
     assert scheduler.waiting[0].preemptions == 1
     assert len(scheduler.blocks.tables[0].blocks) == 3
+
+
+def test_serving_file_round_trip_and_a_crafted_file_gets_one_sentence():
+    from engine.errors import TraceFormatError
+    from engine.serving.record import BlockTableRow, RequestRecord, ServingRun, StepRecord
+    from engine.serving.servingfile import load_serving, serving_to_bytes
+
+    spec = RequestSpec("hi", (1, 2, 3), 4, 0.0)
+    request = RequestRecord(0, spec, 0.1, (5, 6), (10.0, 20.0), (0, 1), "ab", 0, 0, "length")
+    steps = (StepRecord(0, 0.1, 9.9, "prefill", (0,), (3,), (BlockTableRow(0, (2,), 3),), 3, 0, 0, 0,
+                        cpu_ms=19.0, others_share=0.5),
+             StepRecord(1, 10.0, 10.0, "decode", (0,), (1,), (BlockTableRow(0, (2,), 4),), 3, 0, 0, 0,
+                        cpu_ms=5.0, others_share=0.5))
+    run = ServingRun("m", "fp32", ServingConfig(block_size=4, num_blocks=4), (request,), steps, 2,
+                     "now", cores=2)
+    assert load_serving(serving_to_bytes(run)) == run
+    assert run.delayed_steps() == (1,)  # 5 ms of CPU in 10 ms on 2 threads, others at 50 %
+    assert run.throughput_tok_s == pytest.approx(100.0) and request.itl_ms == (10.0,)
+    good = serving_to_bytes(run).decode()
+    for bad, says in [(good.replace('"num_blocks":4', '"num_blocks":2'), "outside the pool"),
+                      (good.replace('"token_steps":[0,1]', '"token_steps":[0,7]'), "did not run"),
+                      (good.replace('"version":1', '"version":9'), "newer"),
+                      (good.replace('"others_share":0.5', '"others_share":7', 1), "between 0 and 1"),
+                      ("[" * ((1 << 20) + 1), "too many"), ("[" * 100000, "not JSON"),
+                      ("\xff", "not JSON"), ('{"format": "x"}', "format")]:
+        with pytest.raises(TraceFormatError, match=says):
+            load_serving(bad.encode("utf-8", "surrogateescape") if bad != "\xff" else b"\xff")

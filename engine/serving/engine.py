@@ -16,9 +16,9 @@ from typing import Sequence as Seq
 import torch
 
 from ..errors import InputError
-from ..runner import eos_token_ids
+from ..runner import eos_token_ids, usable_cores
 from ..settings import weights_name
-from ..timing.clock import clock_ms
+from ..timing.clock import MachineSample, clock_ms, others_share
 from .block_manager import BlockManager
 from .model_runner import Chunk, PagedModelRunner, serving_problem
 from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, ServingRun, StepRecord
@@ -101,14 +101,16 @@ class ServingEngine:
             chunks.append(Chunk(tokens[cached:], cached, context[cached:], context))
             members.append(seq)
         copies, blocks.copies = blocks.copies, []
-        begin = self._now(start)
+        before = MachineSample.now(self.lm.device)
+        begin = before.wall_ms - start
         for seq, cached in plan.prefills:
             if seq.admitted_ms is None:
                 seq.admitted_ms = begin
                 seq.cached_tokens = cached
         logits = self.runner.forward(chunks, copies)  # (B, vocab)
         chosen = logits.argmax(dim=-1).tolist()
-        end = self._now(start)
+        after = MachineSample.now(self.lm.device)
+        end = after.wall_ms - start
         index = len(self.steps)
         for seq, token in zip(members, chosen):
             seq.output.append(int(token))
@@ -125,7 +127,8 @@ class ServingEngine:
             new_tokens=tuple(len(c.token_ids) for c in chunks),
             tables=self._tables(), free_blocks=blocks.free_blocks,
             shared_blocks=blocks.shared_blocks(), copied_blocks=len(copies),
-            waiting=len(self.scheduler.waiting), preempted=tuple(s.id for s in plan.preempted))
+            waiting=len(self.scheduler.waiting), preempted=tuple(s.id for s in plan.preempted),
+            cpu_ms=after.cpu_ms - before.cpu_ms, others_share=others_share(before, after))
         self.steps.append(step)
         return step
 
@@ -152,7 +155,7 @@ class ServingEngine:
         return ServingRun(model=self.lm.spec.name, weights=self.weights, config=self.config,
                           requests=tuple(self._request_record(s) for s in self.sequences),
                           steps=tuple(self.steps), threads=self.threads, created=self.created,
-                          stopped=self.stop_event.is_set())
+                          stopped=self.stop_event.is_set(), cores=usable_cores())
 
     def refusals(self) -> dict[int, str]:
         """Request id → why it can never run, for the requests refused up front."""

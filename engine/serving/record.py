@@ -128,7 +128,9 @@ class StepRecord:
     decode). After the step: `tables` of the running requests, `free_blocks` of the pool,
     `shared_blocks` physical blocks referenced by more than one request, `copied_blocks` blocks
     copied on write in this step, `waiting` requests that had arrived but were not running,
-    `preempted` requests evicted in this step."""
+    `preempted` requests evicted in this step. `cpu_ms` (this process, all threads) and
+    `others_share` (other processes' share of all CPUs) say whether other work delayed the step
+    (engine/timing/disturbance.py's rule; None where the OS does not say)."""
 
     index: int
     start_ms: float
@@ -142,6 +144,8 @@ class StepRecord:
     copied_blocks: int
     waiting: int
     preempted: tuple[int, ...] = ()
+    cpu_ms: float | None = None
+    others_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
@@ -176,6 +180,19 @@ class ServingRun:
     threads: int
     created: str
     stopped: bool = False
+    cores: int | None = None  # CPU cores this process could use
+
+    def delayed_steps(self) -> tuple[int, ...]:
+        """Steps other work on the machine delayed, by the Trace's rule (disturbance.py): others
+        used ≥ OTHERS_LIMIT of all CPUs and this process got < CPU_SHARE_LIMIT of its threads'
+        possible CPU time."""
+        from ..timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT
+
+        threads = max(1, min(self.threads, self.cores or self.threads))
+        return tuple(s.index for s in self.steps
+                     if s.cpu_ms is not None and s.others_share is not None and s.ms > 0
+                     and s.others_share >= OTHERS_LIMIT
+                     and s.cpu_ms / (threads * s.ms) < CPU_SHARE_LIMIT)
 
     @property
     def output_tokens(self) -> int:

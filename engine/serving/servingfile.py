@@ -28,7 +28,7 @@ def serving_to_dict(run: ServingRun) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "model": run.model,
         "weights": run.weights, "threads": run.threads, "created": run.created,
-        "stopped": run.stopped,
+        "stopped": run.stopped, "cores": run.cores,
         "config": {"scheduler": c.scheduler, "max_batch": c.max_batch, "block_size": c.block_size,
                    "num_blocks": c.num_blocks, "prefix_sharing": c.prefix_sharing},
         "requests": [{
@@ -44,6 +44,7 @@ def serving_to_dict(run: ServingRun) -> dict[str, Any]:
             "tables": [[t.request, list(t.blocks), t.tokens] for t in s.tables],
             "free_blocks": s.free_blocks, "shared_blocks": s.shared_blocks,
             "copied_blocks": s.copied_blocks, "waiting": s.waiting, "preempted": list(s.preempted),
+            "cpu_ms": s.cpu_ms, "others_share": s.others_share,
         } for s in run.steps],
     }
 
@@ -69,6 +70,13 @@ def _num(value: Any, what: str, optional: bool = False) -> float | None:
             or value < 0:
         raise _bad(f"{what} must be a finite number ≥ 0")
     return float(value)
+
+
+def _share(value: Any, what: str) -> float | None:
+    share = _num(value, what, optional=True)
+    if share is not None and share > 1:
+        raise _bad(f"{what} must lie between 0 and 1")
+    return share
 
 
 def _list(value: Any, what: str) -> list[Any]:
@@ -135,7 +143,9 @@ def _step(i: int, d: Any) -> StepRecord:
             _int(d.get("shared_blocks"), f"{what} shared_blocks"),
             _int(d.get("copied_blocks"), f"{what} copied_blocks"),
             _int(d.get("waiting"), f"{what} waiting"),
-            tuple(_int(r, f"{what} preempted") for r in _list(d.get("preempted"), f"{what} preempted")))
+            tuple(_int(r, f"{what} preempted") for r in _list(d.get("preempted"), f"{what} preempted")),
+            _num(d.get("cpu_ms"), f"{what} cpu_ms", optional=True),
+            _share(d.get("others_share"), f"{what} others_share"))
     except ValueError as error:
         if isinstance(error, TraceFormatError):
             raise
@@ -190,7 +200,8 @@ def serving_from_dict(d: Any) -> ServingRun:
         _str(d.get("model"), "model"), _str(d.get("weights"), "weights"), config,
         tuple(_request(i, r) for i, r in enumerate(_list(d.get("requests"), "requests"))),
         tuple(_step(i, s) for i, s in enumerate(_list(d.get("steps"), "steps"))),
-        _int(d.get("threads"), "threads", 1), _str(d.get("created"), "created"), d["stopped"])
+        _int(d.get("threads"), "threads", 1), _str(d.get("created"), "created"), d["stopped"],
+        None if d.get("cores") is None else _int(d.get("cores"), "cores", 1))
     if not run.requests:
         raise _bad("it holds no requests")
     _check(run)
