@@ -8,9 +8,11 @@ import plotly.graph_objects as go
 from engine.kv.kvcache import CacheConfig
 from engine.kv.paging import PagedLayout
 from engine.records.trace import Trace
+from engine.serving.record import ServingRun
 
 from .attention import HEAD_COLORS
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
+from .serving import SHARED_PATTERN, block_owners, request_color
 
 ATTENTION_COLORS = {"MHA": "#d62728", "GQA": "#1f77b4", "MLA": "#2ca02c"}
 # One colour per cache variant, in every figure of the page (the KL chart leaves the full cache
@@ -130,4 +132,45 @@ def blocks_chart(layout: PagedLayout, names: list[str]) -> go.Figure:
                                                "traceorder": "normal"})
     fig.update_xaxes(title_text="physical block id (allocation order)")
     fig.update_yaxes(title_text="token slots", range=[0, layout.block_size * 1.15])
+    return fig
+
+
+def recorded_blocks_chart(run: ServingRun, step: int) -> go.Figure:
+    """The block pool of a recorded serving run after one step, drawn like `blocks_chart`: a bar
+    per physical block in use, in its request's colour (the Serving page's) and as high as the
+    tokens it holds, its unused slots stacked in grey; a block shared by several requests
+    (prefix sharing) is hatched and named in the hover."""
+    chosen = run.steps[step]
+    size = run.config.block_size
+    owners = block_owners(chosen, size)
+    fig = go.Figure()
+    for request in sorted({r for held in owners.values() for r, _, _ in held[:1]}):
+        xs = sorted(b for b, held in owners.items() if held[0][0] == request)
+        fig.add_trace(go.Bar(
+            x=xs, y=[owners[b][0][2] for b in xs], name=f"request {request}",
+            marker={"color": request_color(request), "pattern": {
+                "shape": [SHARED_PATTERN if len(owners[b]) > 1 else "" for b in xs],
+                "fgcolor": "#000000", "size": 6, "fillmode": "overlay"}},
+            hovertext=[f"block {b}: " + (
+                f"shared by requests {', '.join(str(r) for r, _, _ in owners[b])}"
+                if len(owners[b]) > 1 else f"request {request}, logical block {owners[b][0][1]}")
+                + f" · {owners[b][0][2]}/{size} slots used" for b in xs], hoverinfo="text"))
+    xs = sorted(b for b, held in owners.items() if held[0][2] < size)
+    fig.add_trace(go.Bar(x=xs, y=[size - owners[b][0][2] for b in xs],
+                         name="unused slots (wasted)",
+                         marker={"color": UNUSED_COLOR, "line": {"color": "#999999", "width": 1}},
+                         hovertext=[f"block {b}: {size - owners[b][0][2]} slots unused" for b in xs],
+                         hoverinfo="text"))
+    if any(len(held) > 1 for held in owners.values()):
+        fig.add_trace(go.Bar(x=[None], y=[None], name="shared (hatched)", hoverinfo="skip",
+                             marker={"color": "#ffffff", "line": {"color": "#000000", "width": 1},
+                                     "pattern": {"shape": SHARED_PATTERN, "fgcolor": "#000000"}}))
+    fig.add_hline(y=size, line_dash="dot", annotation_text=f"block size ({size} slots)")
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.05,
+                      barmode="stack", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom",
+                                               "x": 0, "title_text": "block of:",
+                                               "traceorder": "normal"})
+    fig.update_xaxes(title_text=f"physical block id (of {run.config.num_blocks}; recorded after "
+                                f"step {chosen.index})")
+    fig.update_yaxes(title_text="token slots", range=[0, size * 1.15])
     return fig

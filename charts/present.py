@@ -60,6 +60,9 @@ PROJECTOR = {
     "#c7c7c7": "#9c9c9c",  # vocabulary sample (background points)
     "#d9d9d9": "#c4c4c4",  # masked (future) cells
     "#e6e6e6": "#d0d0d0",  # unused cache slots
+    "#7b4173": "#5c2a56",  # a request on the Serving page (charts/serving.py REQUEST_COLORS)
+    "#6b6ecf": "#3b3eac",  # batch size (Serving)
+    "#bdbdbd": "#8f8f8f",  # waiting in the queue (Serving's Gantt)
 }
 _NAMED = {"grey": "#808080", "gray": "#808080"}
 

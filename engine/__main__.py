@@ -1,4 +1,4 @@
-"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|examples`: generate
+"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|batch|examples`: generate
 a trace from the shell, inspect one (its story lines, a comparison with another, its HTML report,
 the logit lens), compare dtypes, measure a weights variant's quality or the whole quantization
 study, or record the shipped examples.
@@ -26,9 +26,10 @@ from .errors import EngineError  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
 from .quant import cli as quant_cli  # noqa: E402
 from .records.trace import Trace  # noqa: E402
+from .serving import cli as serving_cli  # noqa: E402
 from .settings import FLOAT_WEIGHTS  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
-from .timing.metrics import summarize  # noqa: E402
+from .timing.metrics import percentile, summarize  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     quality.add_argument("--model", default=None, help="hub id or local folder (default: "
                                                        "SmolLM2-135M)")
     quant_cli.add_parser(sub)
+    serving_cli.add_parser(sub)
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -96,12 +98,44 @@ def _print_summary(trace: Trace) -> None:
           f"(stop: {trace.stop_reason})")
     print(f"TTFT         {_ms(summary.ttft_ms)}")
     print(f"ITL p50/p90  {_ms(summary.itl_p50_ms)} / {_ms(summary.itl_p90_ms)}")
+    for line in _speculation_lines(trace):
+        print(line)
     print(f"decode       {'n/a' if rate is None else f'{rate:.1f}'} tokens/s")
     print(f"KV cache     {trace.kv_bytes:,} bytes")
     warning = assess(trace).warning()
     if warning is not None:
         print(f"timing       {warning}")
     print(f"text         {trace.output_text}")
+
+
+def _speculation_lines(trace: Trace) -> list[str]:
+    """A speculative run's verify steps, and why its ITL percentiles are no per-step cost."""
+    spec = trace.speculation
+    if spec is None:
+        return []
+    rate = "n/a" if spec.acceptance_rate is None else f"{spec.acceptance_rate:.0%}"
+    each = "n/a" if spec.tokens_per_verify_step is None else f"{spec.tokens_per_verify_step:.2f}"
+    median = percentile(spec.step_ms, 50)
+    return [f"speculation  {spec.method}, up to {spec.draft_tokens} drafts: {spec.accepted} of "
+            f"{spec.proposed} accepted ({rate}), {spec.verify_steps} verify steps, {each} tokens "
+            f"each, verify step p50 {_ms(median)}",
+            "note         a verify step's tokens arrive together (its first carries the step's "
+            "time, the others only their own bookkeeping), so ITL percentiles are arrival gaps, "
+            "not a step's cost: compare runs by decode tokens/s"]
+
+
+def speculation_json(trace: Trace) -> dict[str, Any] | None:
+    """show --json's "speculation" block: the issue's five keys, then the detail."""
+    spec = trace.speculation
+    if spec is None:
+        return None
+    return {"method": spec.method, "draft_tokens": spec.draft_tokens, "accepted": spec.accepted,
+            "proposed": spec.proposed, "verify_steps": spec.verify_steps, "ngram": spec.ngram,
+            "acceptance_rate": spec.acceptance_rate,
+            "tokens_per_verify_step": spec.tokens_per_verify_step,
+            "verify_ms": list(spec.step_ms), "step_proposed": list(spec.step_proposed),
+            "step_accepted": list(spec.step_accepted), "step_tokens": list(spec.step_tokens),
+            "drafted": list(spec.drafted(len(trace.steps)))}
 
 
 def show_json(trace: Trace) -> dict[str, Any]:
@@ -114,6 +148,7 @@ def show_json(trace: Trace) -> dict[str, Any]:
                   "weights": used.weights if used else FLOAT_WEIGHTS.get(m.dtype, m.dtype),
                   "weight_bytes": used.weight_bytes if used else m.weight_bytes},
         "decoder": used.to_dict() if used else None,
+        "speculation": speculation_json(trace),
         "device": trace.device,
         "settings": trace.settings.to_dict(),
         "prompt": trace.prompt,
@@ -265,7 +300,7 @@ def _report(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
             "report": _report, "quality": _quality, "story": _story, "compare": _compare,
-            "quantize": quant_cli.run}
+            "quantize": quant_cli.run, "batch": serving_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

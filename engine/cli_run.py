@@ -4,6 +4,8 @@ Kept apart from engine/__main__.py (the other commands) because choosing the wei
 decoder is most of its work: float weights load the model in that dtype; an integer variant is
 `apply_variant`'s copy of the float32 model with a native decoder over it (engine/sharing/models.py
 `build_variant`, the same the app uses), and the run says on stderr which decoder ran and why.
+`--speculate prompt-lookup` runs engine/serving/speculative_trace.py's SpeculativeRun instead
+(greedy, KV cache on, verify forwards in transformers); its trace carries the speculation record.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from .settings import (
     WEIGHT_ALIASES,
     GenerationSettings,
 )
+
+SPECULATE_CHOICES = ("prompt-lookup",)  # engine/serving/speculative.py METHODS
+DEFAULT_DRAFT_TOKENS, DEFAULT_NGRAM = 4, 3
+NOT_RECORDED = ("speculation: attention and hidden states are not recorded on a speculative run "
+                "(a verify forward scores several positions at once)")
 
 # --weights: every variant, and the issue's spelling of 4-bit. fp32 / fp16 / bf16 load the model
 # in that dtype; the others are quantized copies of the float32 model.
@@ -55,6 +62,14 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-attention", action="store_true", help="do not record attention")
     run.add_argument("--no-hidden", action="store_true", help="do not record hidden states")
     run.add_argument("--out", default=None, help="write the trace to this file")
+    run.add_argument("--speculate", default=None, choices=SPECULATE_CHOICES,
+                     help="speculative decoding: prompt-lookup drafts (the context's last n-gram "
+                          "found earlier, the tokens after it) verified k + 1 positions a forward "
+                          "in transformers; greedy, KV cache on, no attention / hidden recorded")
+    run.add_argument("--draft-tokens", type=int, default=None, metavar="K",
+                     help="drafts per verify step with --speculate (default 4)")
+    run.add_argument("--ngram", type=int, default=None, metavar="N",
+                     help="longest n-gram prompt lookup matches with --speculate (default 3)")
 
 
 def chosen_weights(weights: str | None, dtype: str | None) -> tuple[str, str | None]:
@@ -85,6 +100,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
     if not args.prompt.strip():
         raise EngineError("the prompt is empty")
     weights, dtype = chosen_weights(args.weights, args.dtype)
+    speculate = speculation_options(args)
     interactive = sys.stderr.isatty()
     if not interactive:
         from transformers.utils import logging as hf_logging
@@ -92,6 +108,8 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
         hf_logging.disable_progress_bar()
     lm = load_model(args.model, device=args.device, dtype=dtype,
                     progress=(lambda msg: print(msg, file=sys.stderr)) if interactive else None)
+    if speculate is not None:
+        return _speculative_run(args, lm, settings, weights, speculate, print_summary)
     options: dict = {"weights": weights}
     if weights in FLOAT_DTYPES and weights != "fp32" or lm.spec.dtype != "float32":
         options["native_problem"] = (f"the native step reads float32 and integer weights; this "
@@ -116,3 +134,45 @@ def decoder_line(trace: Trace) -> str:
     if used is None:
         return "not recorded (a trace from before format 4)"
     return f"{used.label} ({used.weights} weights, {used.weight_bytes:,} bytes)"
+
+
+def speculation_options(args: argparse.Namespace) -> tuple[int, int] | None:
+    """(draft tokens, n-gram) for `--speculate`, None without it; a combination that means
+    nothing is one line (exit 2) before the model loads."""
+    if args.speculate is None:
+        if args.draft_tokens is not None or args.ngram is not None:
+            raise EngineError("--draft-tokens and --ngram need --speculate prompt-lookup")
+        return None
+    draft = DEFAULT_DRAFT_TOKENS if args.draft_tokens is None else args.draft_tokens
+    ngram = DEFAULT_NGRAM if args.ngram is None else args.ngram
+    if args.temperature != 0:
+        raise EngineError("--speculate decodes greedily (drafts are accepted where they equal the "
+                          "model's argmax): drop --temperature")
+    if args.no_kv_cache:
+        raise EngineError("--speculate verifies drafts against the KV cache: drop --no-kv-cache")
+    from .serving.speculative import check_options
+
+    check_options(draft, ngram)
+    return draft, ngram
+
+
+def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings, weights: str,
+                     options: tuple[int, int], print_summary) -> int:
+    """`run --speculate`: the weights as asked (an integer variant's copy runs in torch, whose
+    forwards verify the drafts), then a SpeculativeRun; its trace carries the speculation."""
+    from .records.tracefile import save_trace
+    from .serving.speculative_trace import SpeculativeRun
+    from .sharing.models import build_variant
+
+    if not (args.no_attention and args.no_hidden):
+        print(NOT_RECORDED, file=sys.stderr)
+    if weights not in FLOAT_DTYPES:
+        lm = build_variant(lm, weights, with_native=False).lm
+    draft, ngram = options
+    trace = SpeculativeRun(lm, args.prompt, settings, draft, ngram, weights=weights).run_all()
+    print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
+    print_summary(trace)
+    if args.out:
+        save_trace(trace, args.out)
+        print(f"trace        {args.out}")
+    return 0

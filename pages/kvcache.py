@@ -7,14 +7,32 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from charts.kvcache import blocks_chart, live_memory_chart, on_off_chart, per_token_bars, variant_chart
+from charts.kvcache import (
+    blocks_chart,
+    live_memory_chart,
+    on_off_chart,
+    per_token_bars,
+    recorded_blocks_chart,
+    variant_chart,
+)
 from engine import EngineError, LoadedModel, Trace
 from engine.kv.cachelab import cache_on_off, compare_caches
 from engine.kv.kvcache import CacheConfig
 from engine.kv.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.kv.paging import paged_layout
+from engine.serving.metrics import peak_step
+from engine.serving.record import ServingRun
 from pages.common import BUDGET_NOTE, model_turn, no_trace_notice, show_chart
-from pages.state import config, current_experiments, current_trace, keep_experiments, loaded_model, message
+from pages.state import (
+    config,
+    current_experiments,
+    current_trace,
+    keep_experiments,
+    last_serving_run,
+    loaded_model,
+    message,
+    plain,
+)
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
 MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
@@ -162,6 +180,52 @@ def other_lengths() -> list[int]:
 
 
 def paged_blocks(trace: Trace | None) -> None:
+    """The real block tables of this session's last serving run when there is one; otherwise a
+    model of the allocator, computed (engine/kv/paging.py) and labelled so."""
+    found = last_serving_run()
+    if found is not None and found[1].steps:
+        recorded_blocks(*found)
+        return
+    st.info("Computed, not recorded: a model of how a paged allocator would place these "
+            "sequences. Run a stream on the Serving page and this tab shows that run's real "
+            "block tables, step by step.", icon=":material/calculate:")
+    st.page_link("pages/serving.py", label="Go to Serving", icon=":material/dns:")
+    modelled_blocks(trace)
+
+
+def recorded_blocks(label: str, run: ServingRun) -> None:
+    """A step of a recorded serving run: its block pool, its block tables and the waste against
+    contiguous preallocation."""
+    st.markdown(f"**Recorded**: the block tables of your last serving run ({plain(label)}, "
+                f"{len(run.requests)} requests, {plain(run.created)}), read from the engine "
+                "after every step.")
+    last = len(run.steps) - 1
+    pick = st.slider("Step of the serving run", 0, last, peak_step(run), key="kv_serving_step",
+                     help="Starts at the step with the most blocks in use.") if last else 0
+    step = run.steps[pick]
+    show_chart(recorded_blocks_chart(run, pick), name="paged blocks recorded")
+    size = run.config.block_size
+    specs = {r.id: r.spec for r in run.requests}
+    reserved = sum(len(specs[row.request].prompt_token_ids) + specs[row.request].max_new_tokens
+                   for row in step.tables)
+    held = sum(row.tokens for row in step.tables)
+    st.markdown(f"After step {step.index}: **{step.blocks_used} blocks** of {size} slots in use "
+                f"({step.free_blocks} free, {step.shared_blocks} shared) for {held} tokens: "
+                f"{step.empty_slots(size)} slots wasted in last blocks (Σ blocks × {size} − "
+                f"tokens), versus {reserved - held} if every running request had reserved "
+                "prompt + max new tokens contiguous slots up front.")
+    st.dataframe(pd.DataFrame({
+        "request": [row.request for row in step.tables],
+        "tokens": [row.tokens for row in step.tables],
+        "block table (logical → physical)": [" ".join(map(str, row.blocks)) for row in step.tables]}),
+        hide_index=True)
+    st.caption("Each bar is one physical block, in its request's colour (the Serving page's) and "
+               "as high as the token slots it holds; grey is the unused rest of a request's last "
+               "block; hatched blocks are shared by several requests (the same prefix, stored "
+               "once).")
+
+
+def modelled_blocks(trace: Trace | None) -> None:
     block = st.select_slider("Block size (tokens)", [8, 16, 32], value=16)
     extra = other_lengths()
     own = len(trace.prompt_token_ids) + len(trace.steps) if trace else 60
@@ -178,9 +242,9 @@ def paged_blocks(trace: Trace | None) -> None:
                                                                     for t in layout.block_tables]}),
                  hide_index=True)
     st.caption("Each bar is one physical block, in its sequence's colour and as high as the token "
-               "slots it holds; grey is the unused rest of a sequence's last block. A view of how "
-               "a paged allocator (vLLM's PagedAttention) would place these caches; this engine "
-               "itself keeps each cache contiguous.")
+               "slots it holds; grey is the unused rest of a sequence's last block. Computed by a "
+               "model of a paged allocator (vLLM's PagedAttention; engine/kv/paging.py: sequences "
+               "grow together, each takes the next free block), not recorded.")
 
 
 st.title("KV cache")

@@ -94,8 +94,9 @@ MODELS = ModelStore(config().model_cache_mb << 20,
 _COMPARE_B, _COMPARE_B_LABEL = "compare_b", "compare_b_label"
 COMPARE_A = "compare_a"
 OPENED_EXAMPLE = "opened_example"
+SERVING = "serving"  # the Serving page's runs (ServingResults)
 KEPT = ("trace", "prompt", "experiments", _COMPARE_B, _COMPARE_B_LABEL, COMPARE_A,
-        OPENED_EXAMPLE)  # what a reload restores
+        OPENED_EXAMPLE, SERVING)  # what a reload restores
 
 
 def _size(value: Any) -> int:
@@ -103,6 +104,10 @@ def _size(value: Any) -> int:
         arrays = sum(a.nbytes for s in value.steps for a in (s.attention, s.hidden, s.top_ids,
                                                               s.top_probs) if a is not None)
         return arrays + 2048 * len(value.steps) + 100 * len(value.prompt_token_ids)
+    if isinstance(value, ServingResults):  # ~100 bytes per token and per block-table row
+        runs = [r for r in (value.run, *value.batching, *value.sharing) if r is not None]
+        return 4096 + sum(100 * (r.output_tokens + sum(len(s.tables) + 1 for s in r.steps))
+                          for r in runs)
     return 4096
 
 
@@ -302,3 +307,45 @@ def keep_compare_a(choice: str) -> None:
     """The run-A selector's choice, kept for a reload (its widget has set it in this session)."""
     keep(COMPARE_A, choice)
 
+
+# The Serving page: its stream runs and comparisons, kept across reloads like the trace.
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ServingResults:
+    """The Serving page's results: the last stream run (`run`, an engine.serving ServingRun) and
+    what it was (`label`: "your stream", "file x.json"); static vs continuous batching on one
+    stream (`batching`: static, continuous); prefix sharing (`sharing`: off, on); speculative
+    decoding per sample (`speculation`: (title, output pieces, SpeculationComparison)); and
+    `others_share`: other programs' share of the CPUs while each of them ran ("run", "batching",
+    "sharing", "speculation"; None: not measured)."""
+
+    run: Any = None
+    label: str = ""
+    batching: tuple[Any, ...] = ()
+    sharing: tuple[Any, ...] = ()
+    speculation: tuple[tuple[str, tuple[str, ...], Any], ...] = ()
+    others_share: tuple[tuple[str, float | None], ...] = ()
+
+    def share(self, name: str) -> float | None:
+        return dict(self.others_share).get(name)
+
+
+def serving_results() -> ServingResults:
+    return st.session_state.get(SERVING) or ServingResults()
+
+
+def keep_serving(others: tuple[str, float | None] | None = None, **changes: Any) -> None:
+    """Replace some of the Serving page's results (and, with `others`, that run's CPU share)."""
+    found = serving_results()
+    if "run" in changes and "batching" not in changes:  # its comparison was of the old stream
+        changes["batching"] = ()
+    if others is not None:
+        changes["others_share"] = tuple((k, v) for k, v in found.others_share
+                                        if k != others[0]) + (others,)
+    keep(SERVING, replace(found, **changes))
+
+
+def last_serving_run() -> tuple[str, Any] | None:
+    """(label, ServingRun) of the session's last stream run, for the KV page's block tables."""
+    found = serving_results()
+    return None if found.run is None else (found.label, found.run)

@@ -152,7 +152,42 @@ def test_serving_file_round_trip_and_a_crafted_file_gets_one_sentence():
                       (good.replace('"token_steps":[0,1]', '"token_steps":[0,7]'), "did not run"),
                       (good.replace('"version":1', '"version":9'), "newer"),
                       (good.replace('"others_share":0.5', '"others_share":7', 1), "between 0 and 1"),
+                      (good.replace('"cached_tokens":0', '"cached_tokens":9223372036854775808'),
+                       "more cached tokens"),
+                      (good.replace('"token_ids":[5,6]', '"token_ids":[5,4294967296]'), "vocabulary"),
+                      (good.replace('"preemptions":0', '"preemptions":3'), "preempted more often"),
+                      (good.replace('"arrival_ms":0.0', '"arrival_ms":1e300'), "beyond a day"),
                       ("[" * ((1 << 20) + 1), "too many"), ("[" * 100000, "not JSON"),
                       ("\xff", "not JSON"), ('{"format": "x"}', "format")]:
         with pytest.raises(TraceFormatError, match=says):
             load_serving(bad.encode("utf-8", "surrogateescape") if bad != "\xff" else b"\xff")
+
+
+def test_the_engine_refuses_what_it_must_not_start(tiny_lm, monkeypatch):
+    from engine.errors import InputError
+    from engine.serving.engine import ServingEngine
+
+    ok = RequestSpec("p", (1, 2, 3), 4)
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        ServingEngine(tiny_lm, [RequestSpec("p", (1, 10**9), 4)], ServingConfig())
+    with pytest.raises(InputError, match="after an hour"):
+        ServingEngine(tiny_lm, [ok, RequestSpec("p", (1,), 4, 1e10)], ServingConfig())
+    with pytest.raises(ValueError, match="at most 262,144 token slots"):
+        ServingConfig(block_size=1024, num_blocks=65536)
+    monkeypatch.setattr("engine.quant.variants.available_memory", lambda: 10_000)
+    with pytest.raises(InputError, match="half of the"):
+        ServingEngine(tiny_lm, [ok], ServingConfig())
+
+
+def test_the_consumers_time_between_steps_is_not_the_streams(tiny_lm):
+    import time
+
+    from engine.serving.engine import ServingEngine
+
+    specs = [RequestSpec("p", (1, 2, 3), 6), RequestSpec("q", (4, 5), 6)]
+    engine = ServingEngine(tiny_lm, specs, ServingConfig(block_size=4, num_blocks=16))
+    for _ in engine:
+        time.sleep(0.05)  # a page drawing its charts
+    run = engine.record()
+    gaps = [g for r in run.requests for g in r.itl_ms]
+    assert gaps and max(gaps) < 40, gaps  # tiny model steps take a few ms; 50 ms sleeps excluded

@@ -193,7 +193,7 @@ def test_older_files_are_upgraded_with_unknown_timing(trace, version):
     assert back.trace.decoder is None and trace.decoder is not None
     assert (back.trace.machine is None) == (version <= 2)
     assert (back.trace.steps[1].cpu_ms is None) == (version <= 2)
-    assert FORMAT_VERSION == 4
+    assert FORMAT_VERSION == 5
 
 
 def test_the_decoder_record_round_trips_and_is_checked(trace):

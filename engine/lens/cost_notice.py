@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..records.trace import Trace
 from ..spec import ModelSpec
-from ..timing.metrics import summarize
+from ..timing.metrics import forward_median_ms, summarize
 from ..timing.roofline import native_weight_bytes
 from .wording import size
 
@@ -37,6 +37,7 @@ class PhaseNotice:
     weight_bytes: int  # weights_read, or the native step's packed weights
     kv_read: int  # KV bytes that step read: bytes per token · its context
     packed: str | None = None  # "q4_0": the decode steps read the native step's packed weights
+    speculative: bool = False  # decode ran as verify forwards: times are per forward, not token
 
     @property
     def text(self) -> str:
@@ -49,7 +50,9 @@ class PhaseNotice:
                    f"(parameters − the input embedding's unread rows) × {self.dtype_bytes} B")
         if self.packed is not None:
             formula = f"the native step's packed {self.packed} weights, measured"
-        return (head + f" Decode then took a median of {self.itl_median_ms:.1f} ms per token (ITL) "
+        unit = "verify forward (speculative decoding: each emitted one or more tokens)" \
+            if self.speculative else "token (ITL)"
+        return (head + f" Decode then took a median of {self.itl_median_ms:.1f} ms per {unit} "
                 f"— {self.itl_median_ms / per_prompt_token:.1f}× the prefill's "
                 f"{per_prompt_token:.2f} ms per prompt token (the prefill step alone, without "
                 f"tokenizing). Decode step {self.step} read "
@@ -59,17 +62,19 @@ class PhaseNotice:
 
 def phase_notice(trace: Trace) -> PhaseNotice:
     spec = trace.model
-    decode = trace.decode_steps
+    decode = trace.decode_forwards  # a speculative run: its verify forwards, not every token
     middle = decode[len(decode) // 2] if decode else None
     metrics = summarize(trace)
+    itl = metrics.itl_p50_ms if trace.speculation is None else forward_median_ms(trace)
     kv_read = spec.kv_bytes_per_token * middle.context_len if middle and trace.settings.kv_cache else 0
     rate = metrics.prefill_tokens_per_s
     return PhaseNotice(len(trace.prompt_token_ids), trace.ttft_ms or 0.0,
                        1000 / rate if rate else 0.0, len(decode),
-                       metrics.itl_p50_ms, middle.index if middle else -1,
+                       itl, middle.index if middle else -1,
                        spec.param_count, spec.dtype_bytes, spec.tie_word_embeddings,
                        native_weight_bytes(trace) or weights_read(spec), kv_read,
-                       trace.decoder.weights if native_weight_bytes(trace) else None)
+                       trace.decoder.weights if native_weight_bytes(trace) else None,
+                       trace.speculation is not None)
 
 
 # ---------------------------------------------------------------- the KV cache

@@ -23,7 +23,7 @@ from ..quant.scheme import FORMATS
 from ..records.trace import Trace
 from ..settings import FLOAT_WEIGHTS
 from ..spec import ModelSpec
-from ..timing.metrics import summarize
+from ..timing.metrics import forward_median_ms, summarize
 from .wording import size
 
 STORY_FORMATS = ("fp32", "fp16", "int8", "q4_0")  # the explainer's four (4-bit as Q4_0)
@@ -169,5 +169,6 @@ def weights_notice(trace: Trace) -> WeightsNotice:
             counted.append(0.0)
     native = record is not None and record.name == "native"
     return WeightsNotice(weights, formats, tuple(counted), record.name if record else None,
-                         record.weight_bytes if native else None, summarize(trace).itl_p50_ms,
-                         len(trace.decode_steps))
+                         record.weight_bytes if native else None,
+                         summarize(trace).itl_p50_ms if trace.speculation is None
+                         else forward_median_ms(trace), len(trace.decode_forwards))

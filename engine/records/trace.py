@@ -114,6 +114,75 @@ class DecoderUsed:
                 "weight_bytes": self.weight_bytes}
 
 
+SPECULATION_METHODS = ("prompt-lookup",)
+
+
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """How a speculative run decoded (engine/serving/speculative.py): the drafter (`method`), at
+    most `draft_tokens` drafts per verify step, matched on n-grams of up to `ngram` tokens, and per
+    verify step — every forward after the prefill, each scoring the last token plus 0 … k drafts —
+    the drafts proposed and accepted, the tokens it emitted (accepted + the model's own next
+    token; only a last step that accepted an end-of-sequence draft emits just its accepted ones)
+    and its ms (the forward, the acceptance and the cache crop; synchronized).
+
+    Kept beside the steps because a verify step's tokens arrive together: the trace still has one
+    Step per output token, but only the first token of a verify step carries the verify's time
+    (see `Trace.itl_ms`), so per-verify-step times and counts live here."""
+
+    method: str
+    draft_tokens: int
+    ngram: int
+    step_proposed: tuple[int, ...]
+    step_accepted: tuple[int, ...]
+    step_tokens: tuple[int, ...]
+    step_ms: tuple[float, ...]
+
+    @property
+    def verify_steps(self) -> int:
+        return len(self.step_ms)
+
+    @property
+    def proposed(self) -> int:
+        return sum(self.step_proposed)
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.step_accepted)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted ÷ proposed drafts; None when nothing was proposed."""
+        return self.accepted / self.proposed if self.proposed else None
+
+    @property
+    def tokens_per_verify_step(self) -> float | None:
+        """Tokens emitted ÷ verify steps (1.0 is plain decoding); None before the first."""
+        return sum(self.step_tokens) / self.verify_steps if self.verify_steps else None
+
+    def drafted(self, output_tokens: int) -> tuple[bool, ...]:
+        """Per output token: did it come from an accepted draft? The prefill's token and each
+        verify step's own (bonus) token did not."""
+        flags = [False] if output_tokens else []
+        for accepted, tokens in zip(self.step_accepted, self.step_tokens):
+            flags += [True] * accepted + [False] * (tokens - accepted)
+        return tuple(flags[:output_tokens])
+
+    def first_of_step(self, output_tokens: int) -> tuple[bool, ...]:
+        """Per output token: is it the first of its forward (the prefill's, or a verify step's
+        first)? Those tokens carry the forward's time; the others arrived with them."""
+        flags = [True] if output_tokens else []
+        for tokens in self.step_tokens:
+            flags += [True] + [False] * (tokens - 1)
+        return tuple(flags[:output_tokens])
+
+    def to_dict(self) -> dict[str, object]:
+        return {"method": self.method, "draft_tokens": self.draft_tokens, "ngram": self.ngram,
+                "step_proposed": list(self.step_proposed),
+                "step_accepted": list(self.step_accepted),
+                "step_tokens": list(self.step_tokens), "step_ms": list(self.step_ms)}
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Trace:
     model: ModelSpec
@@ -131,6 +200,7 @@ class Trace:
     engine_version: str
     machine: MachineLoad | None = None  # None in files from before format 3
     decoder: DecoderUsed | None = None  # None in files from before format 4
+    speculation: Speculation | None = None  # a speculative run's record; None for plain runs
 
     def __post_init__(self) -> None:
         if self.stop_reason not in STOP_REASONS:
@@ -158,8 +228,23 @@ class Trace:
         return self.tokenize_ms + self.steps[0].latency_ms if self.steps else None
 
     @property
+    def decode_forwards(self) -> tuple[Step, ...]:
+        """The decode steps that ran a forward of their own: all of a plain run's; in a
+        speculative run, each verify step's first token (the others came with it, forward 0 ms).
+        What a per-forward view (a roofline point, bytes per forward) should read."""
+        if self.speculation is None:
+            return self.decode_steps
+        first = self.speculation.first_of_step(len(self.steps))
+        return tuple(s for s, f in zip(self.steps, first) if f and s.phase == "decode")
+
+    @property
     def itl_ms(self) -> tuple[float, ...]:
-        """Gap between consecutive output tokens, one per decode step (first token excluded)."""
+        """Gap between consecutive output tokens, one per decode step (first token excluded).
+
+        In a speculative run the tokens of one verify step arrive together: the first carries the
+        verify's time, the others only their own bookkeeping after it (well under a ms), so these
+        gaps are true arrival gaps but their median is no per-step cost — read
+        `speculation.step_ms` for that, and tokens/s or TPOT for the rate."""
         return tuple(s.latency_ms for s in self.decode_steps)
 
     @property

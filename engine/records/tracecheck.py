@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import TraceFormatError
 from ..settings import MAX_NEW_TOKENS_LIMIT
 from ..spec import ModelSpec
-from .trace import Step, Trace
+from .trace import SPECULATION_METHODS, Step, Trace
 
 # Bounds on a spec read from a file: well above any real model (the largest open models have
 # ~128 layers, 128 heads, head_dim 256, hidden 16k, a 256k vocabulary), far below sizes a page
@@ -32,6 +32,7 @@ VIEW_BYTES = 1 << 30  # one layer's full (heads, S, S) float32 attention, as the
 MAX_TILES = 1 << 14  # recorded layers × heads: the model view draws one tile per head
 MAX_TEXT_CHARS = 1 << 20
 MAX_WEIGHT_BYTES = 1 << 44  # 16 TiB: above any model's weights
+MAX_SPECULATION = 64  # draft tokens or n-gram length: far above what pays
 
 
 def _fail(message: str) -> None:
@@ -162,6 +163,45 @@ def _check_decoder(trace: Trace) -> None:
         _fail(f"the decoder's weight bytes must be a whole number from 0 to {MAX_WEIGHT_BYTES:,}")
 
 
+def _check_speculation(trace: Trace) -> None:
+    """A speculative run's record must add up to its steps: the prefill's token, then each
+    verify step's tokens (accepted drafts + the model's own, bare accepted drafts only on a last
+    step that accepted end-of-sequence), each token after the first of its forward carrying no
+    forward time of its own (docs/trace-format.md)."""
+    spec = trace.speculation
+    if spec is None:
+        return
+    if spec.method not in SPECULATION_METHODS:
+        _fail(f"unknown speculation method {str(spec.method)[:40]!r}")
+    for name in ("draft_tokens", "ngram"):
+        if not _is_int(getattr(spec, name)) or not 1 <= getattr(spec, name) <= MAX_SPECULATION:
+            _fail(f"the speculation's {name} must be a whole number from 1 to {MAX_SPECULATION}")
+    lists = (spec.step_proposed, spec.step_accepted, spec.step_tokens, spec.step_ms)
+    if len({len(values) for values in lists}) != 1:
+        _fail("the speculation's per-step lists differ in length")
+    last = spec.verify_steps - 1
+    for j, (proposed, accepted, tokens, ms) in enumerate(zip(*lists)):
+        where = f"verify step {j}"
+        if not all(_is_int(v) for v in (proposed, accepted, tokens)) \
+                or not 0 <= accepted <= proposed <= spec.draft_tokens:
+            _fail(f"{where}: accepted ≤ proposed ≤ {spec.draft_tokens} drafts, whole numbers")
+        if tokens != accepted + 1 and not (j == last and tokens == accepted >= 1):
+            _fail(f"{where}: it must emit its accepted drafts and one token of its own")
+        _duration(ms, f"{where}: time", positive=True)
+    if trace.steps and len(trace.steps) != 1 + sum(spec.step_tokens) \
+            or not trace.steps and spec.verify_steps:
+        _fail("the speculation's tokens (the prefill's and each verify step's) must add up to "
+              "the steps")
+    if not trace.settings.greedy or not trace.settings.kv_cache:
+        _fail("speculative decoding is recorded for greedy runs with the KV cache on only")
+    for step, first in zip(trace.steps, spec.first_of_step(len(trace.steps))):
+        if step.attention is not None or step.hidden is not None:
+            _fail("a speculative run records no attention or hidden states")
+        if not first and step.forward_ms != 0:
+            _fail(f"step {step.index} arrived with its verify step's first token: its own "
+                  "forward time must be 0")
+
+
 def check_trace(trace: Trace) -> Trace:
     """Raise TraceFormatError at the first broken invariant; return the trace if all hold."""
     spec = trace.model
@@ -194,6 +234,7 @@ def check_trace(trace: Trace) -> Trace:
     for name in ("attention", "hidden"):
         if len({getattr(step, name) is None for step in trace.steps}) > 1:
             _fail(f"{name} must be recorded on every step or on none")
+    _check_speculation(trace)
     return trace
 
 

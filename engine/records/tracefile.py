@@ -29,11 +29,11 @@ from ..errors import TraceFormatError
 from ..settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from ..spec import ModelSpec
 from .experiments import Experiments, experiments_from_dict, experiments_to_dict
-from .trace import DecoderUsed, MachineLoad, Step, Trace
+from .trace import DecoderUsed, MachineLoad, Speculation, Step, Trace
 from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
@@ -57,10 +57,17 @@ def _add_decoder(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "version": 4, "decoder": None}
 
 
+def _add_speculation(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 records speculative decoding's verify steps; older files come from plain runs,
+    one forward per token, so there is none (None) — a fact, not an unknown."""
+    return {**meta, "version": 5, "speculation": None}
+
+
 # version n → function turning version-n metadata into version n+1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments,
                                                                    2: _add_machine,
-                                                                   3: _add_decoder}
+                                                                   3: _add_decoder,
+                                                                   4: _add_speculation}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -96,6 +103,7 @@ def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> byte
         "engine_version": trace.engine_version,
         "machine": trace.machine.to_dict() if trace.machine is not None else None,
         "decoder": trace.decoder.to_dict() if trace.decoder is not None else None,
+        "speculation": trace.speculation.to_dict() if trace.speculation is not None else None,
         "experiments": None if experiments is None or experiments.empty
         else experiments_to_dict(experiments),
         "steps": [],
@@ -292,6 +300,7 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         engine_version=str(meta["engine_version"]),
         machine=_machine(meta["machine"]),
         decoder=_decoder(meta["decoder"]),
+        speculation=_speculation(meta["speculation"]),
     )
 
 
@@ -309,3 +318,20 @@ def _decoder(value: Any) -> DecoderUsed | None:
     if not isinstance(value, dict) or set(value) != set(DecoderUsed.__slots__):
         raise TraceFormatError("not a valid trace: the decoder record has other fields")
     return DecoderUsed(**value)
+
+
+_SPECULATION_LISTS = ("step_proposed", "step_accepted", "step_tokens", "step_ms")
+
+
+def _speculation(value: Any) -> Speculation | None:
+    """The speculation record as written; its numbers are checked by tracecheck."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != set(Speculation.__slots__):
+        raise TraceFormatError("not a valid trace: the speculation record has other fields")
+    if any(not isinstance(value[name], list) or len(value[name]) > MAX_NEW_TOKENS_LIMIT
+           for name in _SPECULATION_LISTS):
+        raise TraceFormatError(f"not a valid trace: the speculation record's per-step entries "
+                               f"must be lists of at most {MAX_NEW_TOKENS_LIMIT} values")
+    return Speculation(**{name: tuple(value[name]) if name in _SPECULATION_LISTS else value[name]
+                          for name in Speculation.__slots__})

@@ -4,13 +4,17 @@ model runner does one forward for all of it, and every step is recorded.
 `ServingEngine` is a generator like `Run`: iterate it and each :class:`StepRecord` comes the moment
 its step is done; `record()` hands out the (partial) :class:`ServingRun` any time, and a set
 `stop_event` ends the stream between steps with everything so far kept. Decoding is greedy.
+
+The stream's clock pauses while the consumer holds a yielded step (a page drawing its charts):
+arrivals, token times and step starts are engine time, so TTFT and ITL measure the engine, not
+the page, and a run driven by a page reads like one run to the end by `serve()`.
 """
 
 from __future__ import annotations
 
 import threading
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from typing import Sequence as Seq
 
 import torch
@@ -25,6 +29,8 @@ from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, Se
 from .scheduler import Plan, Scheduler, Sequence
 
 MAX_REQUESTS = 512
+MAX_ARRIVAL_MS = 3_600_000.0  # an hour: later arrivals are a mistake, not a stream
+IDLE_POLL_S = 0.25
 
 
 def refusal(spec: RequestSpec, config: ServingConfig, max_context: int) -> str | None:
@@ -41,7 +47,10 @@ def refusal(spec: RequestSpec, config: ServingConfig, max_context: int) -> str |
 
 class ServingEngine:
     def __init__(self, lm: Any, requests: Seq[RequestSpec], config: ServingConfig,
-                 stop_event: threading.Event | None = None, weights: str | None = None) -> None:
+                 stop_event: threading.Event | None = None, weights: str | None = None,
+                 on_idle: Callable[[float], None] | None = None) -> None:
+        """`on_idle(ms)` is called about every IDLE_POLL_S while nothing has arrived yet (ms:
+        until the next arrival) — a page uses it to stay responsive (its Stop lands there)."""
         if not requests:
             raise InputError("a stream needs at least one request")
         if len(requests) > MAX_REQUESTS:
@@ -49,10 +58,17 @@ class ServingEngine:
         problem = serving_problem(lm)
         if problem:
             raise InputError(problem)
+        vocab = lm.spec.vocab_size
+        for i, spec in enumerate(requests):
+            if spec.arrival_ms > MAX_ARRIVAL_MS:
+                raise InputError(f"request {i} arrives after an hour; streams are shorter")
+            if any(not 0 <= t < vocab for t in spec.prompt_token_ids):
+                raise InputError(f"request {i} has a token id outside the vocabulary ({vocab:,})")
         self.lm = lm
         self.config = config
         self.weights = weights or weights_name(lm.spec.dtype)
         self.stop_event = stop_event or threading.Event()
+        self.on_idle = on_idle
         self.blocks = BlockManager(config.num_blocks, config.block_size, config.prefix_sharing)
         self.scheduler = Scheduler(config, self.blocks)
         self.runner = PagedModelRunner(lm, config.num_blocks, config.block_size)
@@ -83,11 +99,17 @@ class ServingEngine:
             if plan.empty and not plan.preempted:
                 if not pending:  # nothing can ever be admitted (cannot happen: refused up front)
                     break
-                self.stop_event.wait(max(0.0, pending[0].spec.arrival_ms - now) / 1000)
+                wait_ms = max(0.0, pending[0].spec.arrival_ms - now)
+                if self.on_idle is not None:
+                    self.on_idle(wait_ms)
+                self.stop_event.wait(min(wait_ms / 1000, IDLE_POLL_S))
                 continue
             if plan.empty:
                 continue
-            yield self._step(plan, start)
+            step = self._step(plan, start)
+            paused = clock_ms(self.lm.device)
+            yield step
+            start += clock_ms(self.lm.device) - paused  # the consumer's time is not the stream's
 
     def _step(self, plan: Plan, start: float) -> StepRecord:
         blocks = self.blocks

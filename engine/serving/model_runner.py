@@ -49,6 +49,20 @@ def serving_problem(lm: Any) -> str | None:
     return None
 
 
+def check_pool_memory(lm: Any, slots: int) -> None:
+    """Refuse, before allocating, a pool plus packed weights over half the free memory."""
+    from ..errors import InputError
+    from ..quant.variants import available_memory
+
+    pool = slots * lm.spec.kv_bytes_per_token
+    need = pool + lm.spec.weight_bytes  # the pool and the packed copy of the weights
+    free = available_memory()
+    if need > free / 2:
+        raise InputError(f"a pool of {slots:,} token slots ({pool / 1e9:.1f} GB of K/V) plus a "
+                         f"packed copy of the weights needs {need / 1e9:.1f} GB, more than half "
+                         f"of the {free / 1e9:.1f} GB of free memory: not started")
+
+
 class PagedModelRunner:
     """Holds the K and V pools: (layers, num_blocks · block_size slots, kv_heads, head_dim)."""
 
@@ -56,6 +70,7 @@ class PagedModelRunner:
         problem = serving_problem(lm)
         if problem:
             raise ValueError(problem)
+        check_pool_memory(lm, num_blocks * block_size)
         self.model = lm.model
         self.spec = lm.spec
         self.device = lm.device

@@ -17,6 +17,7 @@ import numpy as np
 SCHEDULERS = ("continuous", "static")
 FINISH_REASONS = ("eos", "length", "stopped", "running", "waiting", "refused")
 STEP_KINDS = ("prefill", "decode", "mixed")
+MAX_POOL_SLOTS = 1 << 18  # token slots: 12 GB of K/V for the default model in float32
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,9 @@ class ServingConfig:
             raise ValueError("block size must be between 1 and 1024 token slots")
         if not 1 <= self.num_blocks <= 1 << 16:
             raise ValueError("the block pool must hold between 1 and 65,536 blocks")
+        if self.num_blocks * self.block_size > MAX_POOL_SLOTS:
+            raise ValueError(f"the block pool may hold at most {MAX_POOL_SLOTS:,} token slots "
+                             f"(blocks × block size)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,15 @@ from typing import Any
 
 from ..errors import TraceFormatError
 from ..records.tracefile import _JSON_STRING
+from ..settings import MAX_NEW_TOKENS_LIMIT
 from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, ServingRun, StepRecord
 
 FORMAT_NAME = "inference-explorer-serving"
 FORMAT_VERSION = 1
 MAX_SERVING_BYTES = 64 << 20
+MAX_TOKEN_ID = 1 << 31
+MAX_IDS = 1 << 20
+MAX_MS = 86_400_000.0  # a day
 MAX_JSON_CONTAINERS = 1 << 20  # a step holds ~2 per running request; streams are capped
 
 
@@ -168,6 +172,20 @@ def _check(run: ServingRun) -> None:
     for r in run.requests:
         if len(r.token_ids) > r.spec.max_new_tokens:
             raise _bad(f"request {r.id} has more tokens than it was allowed")
+        if r.spec.max_new_tokens > MAX_NEW_TOKENS_LIMIT or len(r.spec.prompt_token_ids) > MAX_IDS:
+            raise _bad(f"request {r.id} is longer than any stream this app runs")
+        if any(t >= MAX_TOKEN_ID for t in (*r.spec.prompt_token_ids, *r.token_ids)):
+            raise _bad(f"request {r.id} has a token id beyond any vocabulary")
+        if r.cached_tokens >= max(1, len(r.spec.prompt_token_ids) + len(r.token_ids)):
+            raise _bad(f"request {r.id} claims more cached tokens than it has")
+        if r.preemptions > len(run.steps):
+            raise _bad(f"request {r.id} was preempted more often than steps ran")
+        if r.spec.arrival_ms > MAX_MS or any(t > MAX_MS for t in r.token_ms):
+            raise _bad(f"request {r.id} has times beyond a day")
+    for step in run.steps:
+        if step.start_ms > MAX_MS or step.ms > MAX_MS or step.waiting > n \
+                or step.free_blocks > c.num_blocks:
+            raise _bad(f"step {step.index} has numbers no stream can have")
         for token_step in r.token_steps:
             if token_step >= len(run.steps) or r.id not in run.steps[token_step].requests:
                 raise _bad(f"request {r.id} names a step that did not run it")

@@ -68,3 +68,10 @@ def replay_pace(trace: Trace, max_total_s: float = 20.0, max_step_s: float = 2.0
     total = sum(waits)
     scale = max_total_s / total if total > max_total_s else 1.0
     return [w * scale for w in waits]
+
+
+def forward_median_ms(trace: Trace) -> float | None:
+    """Median time of the decode forwards (`Trace.decode_forwards`): for a plain run its ITL
+    median; for a speculative run the median verify forward, whose tokens arrived together."""
+    times = [s.latency_ms for s in trace.decode_forwards]
+    return percentile(times, 50) if times else None

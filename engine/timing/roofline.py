@@ -66,13 +66,25 @@ def native_weight_bytes(trace: Trace) -> int | None:
     return d.weight_bytes if d is not None and d.name == "native" else None
 
 
+def verify_positions(trace: Trace, step: Step) -> int:
+    """Positions a decode step's forward scored: 1, or in a speculative run 1 + the drafts its
+    verify step proposed (for the first token of the verify step; the others had no forward)."""
+    spec = trace.speculation
+    if spec is None:
+        return 1
+    verify = sum(spec.first_of_step(step.index + 1)) - 2  # forwards before this one, less prefill
+    return 1 + spec.step_proposed[verify] if 0 <= verify < len(spec.step_proposed) else 1
+
+
 def step_work(trace: Trace, step: Step) -> Work:
     """The work the engine did for one recorded step (cache off: the whole sequence again)."""
     spec, t = trace.model, len(trace.prompt_token_ids)
     if step.phase == "prefill":
         return forward_work(spec, t, 0, trace.settings.kv_cache)
     if trace.settings.kv_cache:
-        return forward_work(spec, 1, step.context_len - 1, streamed=native_weight_bytes(trace))
+        positions = verify_positions(trace, step)
+        return forward_work(spec, positions, step.context_len - 1,
+                            streamed=native_weight_bytes(trace))
     return forward_work(spec, step.context_len, 0, kv_cache=False)
 
 
@@ -103,7 +115,7 @@ def trace_points(trace: Trace) -> dict[str, tuple[Work, float]]:
     if not steps:
         return {}
     points = {"prefill": (step_work(trace, steps[0]), step_ms(steps[0], by))}
-    decode = trace.decode_steps
+    decode = trace.decode_forwards  # a speculative run: its verify forwards
     if decode:
         middle = decode[len(decode) // 2]
         points["decode (median step)"] = (step_work(trace, middle),

@@ -1,0 +1,351 @@
+"""Serving: many requests on the loaded model at once — continuous batching, paged KV blocks
+with prefix sharing, speculative decoding — each measured (engine/serving/)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from charts.formatting import duration, rate
+from charts.serving import (
+    block_grid_chart,
+    gantt_chart,
+    throughput_chart,
+)
+from engine import EngineError
+from engine.serving.metrics import peak_step, run_prefix, summarize_stream
+from engine.serving.record import ServingConfig, ServingRun
+from engine.timing.clock import MachineSample, others_share
+from pages.common import BUDGET_NOTE, model_turn, show_chart
+from pages.serving_sections import (
+    STREAMS,
+    YOUR_STREAM,
+    batching_section,
+    busy_warning,
+    files_section,
+    serving_caps,
+    sharing_section,
+    speculation_section,
+    stream_specs,
+)
+from pages.state import (
+    config,
+    generation_settings,
+    keep_serving,
+    loaded_model,
+    message,
+    plain,
+    serving_results,
+    session_model,
+)
+
+REDRAW_S = 1.0  # the live charts redraw at most this often (a redraw shares the cores with the model)
+REPLAY_S, REPLAY_FRAMES = 20.0, 40  # a replay lasts at most this long, in at most this many frames
+OWN = "My own prompts"
+BLOCK_SIZES = (4, 8, 16, 32)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamForm:
+    """What the form asks for: the prompts (shared prefix prepended), their output lengths, the
+    arrival pattern and the engine's configuration."""
+
+    prompts: tuple[str, ...]
+    lengths: tuple[int, ...]
+    arrival: str
+    rate_per_s: float
+    config: ServingConfig
+
+
+def use_stream() -> None:
+    """A sample stream picked: fill the form with its prompts, prefix and output lengths."""
+    stream = STREAMS.get(st.session_state.get("serving_stream"))
+    if stream is None:
+        return
+    st.session_state["serving_prompts"] = "\n".join(r["prompt"] for r in stream["requests"])
+    st.session_state["serving_prefix"] = stream.get("shared_prefix", "")
+    st.session_state["serving_lengths"] = ", ".join(str(r["max_new_tokens"])
+                                                    for r in stream["requests"])
+    st.session_state["serving_count"] = len(stream["requests"])
+    st.session_state["serving_batch"] = stream.get("max_batch", 8)
+
+
+def header() -> None:
+    st.title("Serving")
+    st.caption("Many requests at once on the loaded model, measured: a scheduler batches them "
+               "step by step (continuous batching), their KV caches live in fixed-size blocks "
+               "that requests with the same prefix share (paged attention), and prompt-lookup "
+               "drafts let one forward emit several tokens (speculative decoding). Decoding is "
+               "greedy.")
+
+
+def stream_form() -> StreamForm | None:
+    """The request stream and the engine's settings; None until submitted (or on bad input,
+    with one sentence saying what is wrong)."""
+    caps = serving_caps()
+    st.subheader("A stream of requests")
+    if "serving_prompts" not in st.session_state:
+        st.session_state["serving_stream"] = next(iter(STREAMS))
+        use_stream()
+    st.selectbox("Sample stream", [*STREAMS, OWN], key="serving_stream", on_change=use_stream,
+                 help="Fills the form below; edit anything before running.")
+    about = STREAMS.get(st.session_state.get("serving_stream"), {}).get("about")
+    if about:
+        st.caption(about)
+    with st.form("serving_form", border=False, enter_to_submit=True):
+        prompts = st.text_area("Prompts, one per line", key="serving_prompts", height=150,
+                               max_chars=20_000, help="Cycled when you ask for more requests "
+                                                      "than lines.")
+        prefix = st.text_area("Shared prefix (prepended to every prompt)", key="serving_prefix",
+                              height=80, max_chars=5_000, help="A system prompt every request "
+                              "starts with: what prefix sharing saves.")
+        c1, c2, c3 = st.columns(3)
+        count = c1.number_input("Requests", 1, caps.requests, key="serving_count",
+                                help=f"At most {caps.requests} here.")
+        lengths = c2.text_input("Max new tokens per request", key="serving_lengths",
+                                help=f"Comma-separated, cycled over the requests; each at most "
+                                     f"{caps.new_tokens}.")
+        arrival = c3.radio("Arrival", ["all at once", "Poisson"], horizontal=True,
+                           key="serving_arrival", help="Poisson: random gaps with the rate below "
+                                                       "on average (seed 0, reproducible).")
+        c4, c5, c6, c7 = st.columns(4)
+        rate_per_s = c4.number_input("Rate (requests/s)", 0.1, 100.0, 4.0, step=0.5,
+                                     key="serving_rate", help="For Poisson arrivals.")
+        max_batch = c5.number_input("Max batch", 1, 32, key="serving_batch",
+                                    help="Requests decoded together in one forward.")
+        block = c6.selectbox("Block size (tokens)", BLOCK_SIZES, index=2, key="serving_block")
+        pool = c7.number_input("Block pool (blocks)", 1, caps.pool_slots, 128,
+                               key="serving_pool", help=f"KV memory for all requests together: "
+                               f"at most {caps.pool_slots:,} token slots here. Too small a pool "
+                               "makes requests wait (or be preempted), never crash.")
+        c8, c9 = st.columns(2)
+        scheduler = c8.radio("Scheduler", ["continuous", "static"], horizontal=True,
+                             key="serving_scheduler")
+        sharing = c9.toggle("Prefix sharing", True, key="serving_sharing")
+        submitted = st.form_submit_button("Run the stream", type="primary",
+                                          icon=":material/play_arrow:")
+    st.caption(caps.describe())
+    if not submitted:
+        return None
+    try:
+        lines = [line.strip() for line in prompts.splitlines() if line.strip()]
+        if not lines:
+            raise ValueError("Write at least one prompt (one per line).")
+        wanted = [int(x) for x in lengths.replace(" ", "").split(",") if x]
+        if not wanted or any(not 1 <= n <= caps.new_tokens for n in wanted):
+            raise ValueError(f"Max new tokens must be whole numbers from 1 to {caps.new_tokens}, "
+                             "separated by commas.")
+        if int(block) * int(pool) > caps.pool_slots:
+            raise ValueError(f"The pool holds at most {caps.pool_slots:,} token slots here: "
+                             f"{int(pool)} blocks × {int(block)} tokens is more.")
+        n = int(count)
+        return StreamForm(tuple(prefix + lines[i % len(lines)] for i in range(n)),
+                          tuple(wanted[i % len(wanted)] for i in range(n)),
+                          "poisson" if arrival == "Poisson" else "all", float(rate_per_s),
+                          ServingConfig(scheduler, int(max_batch), int(block), int(pool), sharing))
+    except ValueError as err:
+        st.error(str(err) if str(err).endswith(".") else "Max new tokens must be whole numbers, "
+                 "separated by commas.")
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSlots:
+    """Where a (partial) run is drawn, live and when done."""
+
+    status: st.delta_generator.DeltaGenerator
+    gantt: st.delta_generator.DeltaGenerator
+    grid: st.delta_generator.DeltaGenerator
+    rate: st.delta_generator.DeltaGenerator
+
+
+def draw_live(run: ServingRun, slots: LiveSlots, tag: str, grid: bool = True) -> None:
+    """The Gantt, the block pool after the last step (unless `grid` is False: a finished run's
+    pool is drawn with its step slider instead) and tokens/s; `tag` keeps each drawing's chart
+    keys unique within a page run (a live run redraws the same slots)."""
+    tag = f"{tag}-{len(run.steps)}"
+    show_chart(gantt_chart(run), where=slots.gantt, key=f"serving-gantt-{tag}", name="requests")
+    if grid:
+        show_chart(block_grid_chart(run), where=slots.grid, key=f"serving-grid-{tag}",
+                   name="blocks")
+    else:
+        slots.grid.empty()
+    show_chart(throughput_chart(run), where=slots.rate, key=f"serving-rate-{tag}",
+               name="tokens per second")
+
+
+def run_stream(form: StreamForm, slots: LiveSlots) -> None:
+    """Run the stream under the model turn, drawing it every REDRAW_S; Stop (or leaving the
+    page) keeps the partial run."""
+    lm = loaded_model()
+    if lm is None:
+        st.error("No model is loaded yet — see the sidebar (it may still be loading). A serving "
+                 "file can still be opened below.")
+        return
+    from engine.serving.engine import ServingEngine
+
+    budget = threading.Event()
+    try:
+        specs = stream_specs(lm, form.prompts, form.lengths, form.arrival, form.rate_per_s,
+                             generation_settings().chat_template)
+    except (EngineError, ValueError) as err:
+        st.error(message(err))
+        return
+    total = sum(s.max_new_tokens for s in specs)
+    bar = slots.status.progress(0.0, text="Waiting for the model…")
+    done, engine, finished, before = 0, None, False, None
+
+    def idle(ms: float) -> None:  # a Streamlit call while the stream waits: Stop lands here
+        bar.progress(min(done / total, 1.0), text=f"{done} tokens so far; the next request "
+                     f"arrives in {ms / 1000:.1f} s")
+
+    try:
+        with model_turn(budget):  # the engine packs weights and allocates its pool: in the turn
+            engine = ServingEngine(lm, specs, form.config, stop_event=budget,
+                                   weights=session_model().weights, on_idle=idle)
+            before, drawn = MachineSample.now(lm.device), time.monotonic()
+            for step in engine:  # the stream's clock pauses while this loop draws
+                done += step.batch_size  # one token per request in the step
+                bar.progress(min(done / total, 1.0), text=f"step {step.index + 1}: {done} of at "
+                             f"most {total} tokens, batch {step.batch_size}, {step.waiting} waiting")
+                if time.monotonic() - drawn >= REDRAW_S:
+                    draw_live(engine.record(), slots, "live")
+                    drawn = time.monotonic()
+            finished = True
+    except (EngineError, ValueError) as err:
+        st.error(message(err))
+    finally:  # Stop (a rerun) lands here too: keep what ran, marked stopped
+        if engine is not None:
+            if not finished:
+                budget.set()
+            share = None if before is None else others_share(before, MachineSample.now(lm.device))
+            keep_serving(("run", share), run=engine.record(), label=YOUR_STREAM)
+    bar.empty()
+    if engine is None:
+        return
+    if budget.is_set():  # the loop ended by itself: the hosted per-click budget was spent
+        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
+    refused = engine.refusals()
+    if refused:
+        st.warning("Refused (they can never fit): " + "; ".join(
+            f"request {i}: {plain(why)}" for i, why in refused.items()) + ".")
+
+
+def replay(run: ServingRun, slots: LiveSlots) -> None:
+    """Draw a recorded run again at its recorded pace (faster when it lasted over REPLAY_S), in
+    at most REPLAY_FRAMES frames; no model runs."""
+    slots.status.info(f"**Replay** of a recorded run ({plain(run.created)}, {plain(run.model)}): "
+                      "the model is not running; every time shown is the recorded one.",
+                      icon=":material/replay:")
+    end = max(s.start_ms + s.ms for s in run.steps)
+    pace = max(end / 1000 / REPLAY_S, 1.0)  # recorded seconds per replayed second
+    frames = sorted({max(1, math.ceil(i * len(run.steps) / REPLAY_FRAMES))
+                     for i in range(1, REPLAY_FRAMES + 1)})
+    shown = 0.0
+    for n in frames:
+        at = run.steps[n - 1].start_ms + run.steps[n - 1].ms
+        time.sleep(max(at - shown, 0.0) / 1000 / pace)
+        shown = at
+        draw_live(run_prefix(run, n), slots, "replay")
+
+
+def run_summary(run: ServingRun, label: str) -> None:
+    s = summarize_stream(run)
+    st.caption(f"Showing **{plain(label)}**: {len(run.requests)} requests on "
+               f"{plain(run.model)} ({plain(run.weights)}), {run.config.scheduler} batching, max "
+               f"batch {run.config.max_batch}, {run.config.num_blocks} blocks of "
+               f"{run.config.block_size} tokens, prefix sharing "
+               f"{'on' if run.config.prefix_sharing else 'off'}, {run.threads} threads, "
+               f"{plain(run.created)}" + (" — stopped before the end: the partial run."
+                                          if run.stopped else "."))
+    cols = st.columns(5)
+    cols[0].metric("Throughput", rate(s.throughput_tok_s), help="Output tokens ÷ (last token − "
+                   "first arrival).")
+    cols[1].metric("TTFT p50", duration(s.ttft_p50), help="Time to first token = first token − "
+                   f"arrival, median over requests (p90: {duration(s.ttft_p90)}).")
+    cols[2].metric("ITL p50", duration(s.itl_p50), help="Every gap between a request's "
+                   f"consecutive tokens, median over all of them (p90: {duration(s.itl_p90)}).")
+    cols[3].metric("Steps", f"{len(run.steps):,}", help="Forwards the engine ran, each over "
+                   "every request in the batch.")
+    cols[4].metric("Peak blocks", f"{s.peak_blocks:,}", help="Physical blocks in use at the "
+                   f"busiest step, of {run.config.num_blocks}.")
+
+
+def block_tables(run: ServingRun) -> None:
+    """The block grid at any recorded step, and that step's block tables."""
+    st.subheader("Block tables, step by step")
+    if not run.steps:
+        st.info("No step was recorded.")
+        return
+    last = len(run.steps) - 1
+    pick = st.slider("Step", 0, last, peak_step(run), key="serving_step",
+                     help="Starts at the step with the most blocks in use.") if last else 0
+    show_chart(block_grid_chart(run, pick), name="block pool")
+    step = run.steps[pick]
+    if not step.tables:
+        st.caption(f"After step {step.index} no request is running: every block is free.")
+        return
+    rows = [{"request": row.request, "tokens": row.tokens,
+             "block table (logical → physical)": " ".join(map(str, row.blocks)),
+             "empty slots in its last block": len(row.blocks) * run.config.block_size - row.tokens}
+            for row in step.tables]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption(f"Step {step.index} ({step.kind}, {step.ms:.1f} ms): requests "
+               f"{', '.join(map(str, step.requests))} computed {sum(step.new_tokens)} positions; "
+               f"{step.shared_blocks} blocks shared, {step.copied_blocks} copied on write, "
+               f"{step.waiting} requests waiting"
+               + (f", {', '.join(map(str, step.preempted))} preempted" if step.preempted else "")
+               + f". Waste: {step.empty_slots(run.config.block_size)} empty slots, at most "
+                 "block size − 1 per request (contiguous preallocation would reserve every "
+                 "request's maximum length up front).")
+
+
+def requests_table(run: ServingRun) -> None:
+    with st.expander("Every request: prompt, answer, times"):
+        st.dataframe(pd.DataFrame([{
+            "request": r.id, "arrival (ms)": r.spec.arrival_ms, "queue (ms)": r.queue_ms,
+            "TTFT (ms)": r.ttft_ms, "TPOT (ms)": r.tpot_ms, "prompt tokens": len(r.spec.prompt_token_ids),
+            "from shared blocks": r.cached_tokens, "output tokens": len(r.token_ids),
+            "preempted": r.preemptions, "finish": r.finish, "answer": r.text,
+            "prompt": r.spec.prompt} for r in run.requests]).round(1), hide_index=True,
+            width="stretch")
+
+
+def shown_run(slots: LiveSlots) -> None:
+    found = serving_results()
+    if found.run is None:
+        st.info("Run a stream above, or open a serving file at the bottom of the page (no model "
+                "needed).")
+        return
+    run = found.run
+    draw_live(run, slots, "final", grid=False)
+    busy_warning(found.share("run"), runs=(run,))
+    run_summary(run, found.label)
+    st.caption("Gantt: grey = waiting in the queue (arrived, no batch slot or blocks free), red "
+               "= prefill (the prompt's forward, which yields the first token), blue = decode, "
+               "| = done; the square is the request's colour in the block pool. Tokens/s: each "
+               "step's output tokens ÷ its time.")
+    block_tables(run)
+    requests_table(run)
+
+
+header()
+FORM = stream_form()
+if st.button("Stop", icon=":material/stop:", help="Stop the running stream; what ran is kept."):
+    pass  # the click's rerun ends the running stream (its `finally` keeps the partial run)
+SLOTS = LiveSlots(st.empty(), st.empty(), st.empty(), st.empty())
+if FORM is not None:
+    run_stream(FORM, SLOTS)
+elif st.session_state.pop("serving_replay", False) and serving_results().run is not None \
+        and serving_results().run.steps:
+    replay(serving_results().run, SLOTS)
+shown_run(SLOTS)
+batching_section(loaded_model())
+sharing_section(loaded_model())
+speculation_section(loaded_model())
+files_section()

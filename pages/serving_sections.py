@@ -1,0 +1,377 @@
+"""The Serving page's comparison sections (static vs continuous, prefix sharing, speculative
+decoding) and its file section; not a page itself (app.py lists the pages)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import streamlit as st
+
+from charts.serving import (
+    SCHEDULER_COLORS,
+    batching_chart,
+    drafted_chips_html,
+    per_request_chart,
+    sharing_chart,
+    speculation_chart,
+)
+from engine import EngineError, LoadedModel
+from engine.errors import InputError
+from engine.serving.metrics import summarize_stream
+from engine.serving.record import RequestSpec, ServingConfig, ServingRun
+from engine.timing.clock import MachineSample, others_share
+from engine.timing.disturbance import ADVICE, OTHERS_LIMIT, RULE
+from engine.timing.metrics import percentile
+from pages.common import BUDGET_NOTE, model_turn, show_chart
+from pages.state import (
+    config,
+    generation_settings,
+    keep_serving,
+    message,
+    plain,
+    serving_results,
+    session_model,
+)
+
+SAMPLES = json.loads((Path(__file__).parents[1] / "assets" / "serving_streams.json").read_text())
+STREAMS: dict[str, dict[str, Any]] = {s["title"]: s for s in SAMPLES["streams"]}
+SPECULATION: list[dict[str, Any]] = SAMPLES["speculation"]
+SHARED_STREAM = "Same system prompt"
+YOUR_STREAM = "your stream"  # the label of a stream run on this page (a file's is "file …")
+FILE_MB = 20  # a serving file: JSON of token ids, times and block tables
+
+
+@dataclass(frozen=True, slots=True)
+class ServingCaps:
+    """What one click may ask of the shared model on this page (hosted: less)."""
+
+    requests: int
+    new_tokens: int
+    prompt_tokens: int
+    pool_slots: int  # blocks × block size: the K/V pool's memory
+    click_s: float | None
+
+    def describe(self) -> str:
+        budget = (f", and at most {self.click_s:.0f} s of model time per click (a longer stream "
+                  "stops and keeps what ran)" if self.click_s else "")
+        return (f"Limits here: at most {self.requests} requests, {self.prompt_tokens} prompt "
+                f"tokens and {self.new_tokens} new tokens each, and a block pool of at most "
+                f"{self.pool_slots:,} token slots (blocks × block size){budget}.")
+
+
+def serving_caps() -> ServingCaps:
+    """Hosted: 8 requests and a 2,048-slot pool (~90 MB of float32 K/V on the default model)
+    within the usual per-click budget; locally 32 requests and 8,192 slots (~360 MB)."""
+    cfg = config()
+    limits = cfg.limits
+    return ServingCaps(8 if cfg.hosted else 32, limits.new_tokens, limits.prompt_tokens,
+                       2048 if cfg.hosted else 8192, limits.click_s)
+
+
+def stream_specs(lm: LoadedModel, prompts: tuple[str, ...], lengths: tuple[int, ...],
+                 arrival: str, rate_per_s: float, chat_template: bool) -> tuple[RequestSpec, ...]:
+    """The requests, checked against this page's caps (one sentence when one is over)."""
+    from engine.serving.requests import make_requests
+
+    caps = serving_caps()
+    if len(prompts) > caps.requests:
+        raise InputError(f"At most {caps.requests} requests here.")
+    specs = make_requests(lm.tokenizer, list(prompts), [min(n, caps.new_tokens) for n in lengths],
+                          arrival=arrival, rate_per_s=rate_per_s, seed=0,
+                          chat_template=chat_template)
+    for i, spec in enumerate(specs):
+        if len(spec.prompt_token_ids) > caps.prompt_tokens:
+            raise InputError(f"Request {i}'s prompt is {len(spec.prompt_token_ids)} tokens; at "
+                             f"most {caps.prompt_tokens} here.")
+    return specs
+
+
+def busy_warning(share: float | None, what: str = "this run", runs: tuple[ServingRun, ...] = ()
+                 ) -> None:
+    """The machine was busy with other programs while it ran: its times show the machine too.
+    Steps the Trace's rule marks (recorded per step, so a replayed file says it too) come first;
+    else other programs' share over the whole run."""
+    delayed = sum(len(run.delayed_steps()) for run in runs)
+    if delayed:
+        steps = sum(len(run.steps) for run in runs)
+        st.warning(f"{delayed} of {steps} steps of {what} were delayed by other work on this "
+                   f"machine: its times are slower than this machine's best. {RULE} {ADVICE}",
+                   icon=":material/speed:")
+    elif share is not None and share >= OTHERS_LIMIT:
+        st.warning(f"Other programs used {share:.0%} of all CPUs' time while {what} ran (the "
+                   f"rule marks ≥ {OTHERS_LIMIT:.0%}): its times are slower than this machine's "
+                   f"best. {ADVICE}", icon=":material/speed:")
+
+
+def serve_all(lm: LoadedModel, runs: list[tuple[tuple[RequestSpec, ...], ServingConfig]],
+              say: Callable[[str, float], None]) -> tuple[list[ServingRun], float | None, bool]:
+    """Run several streams one after another under one model turn: the runs, other programs'
+    CPU share meanwhile, and whether the per-click budget cut them short."""
+    from engine.serving.engine import ServingEngine
+
+    budget = threading.Event()
+    done: list[ServingRun] = []
+    with model_turn(budget):
+        before = MachineSample.now(lm.device)
+        for i, (specs, cfg) in enumerate(runs):
+            engine = ServingEngine(lm, specs, cfg, stop_event=budget,
+                                   weights=session_model().weights)
+            for step in engine:
+                say(f"{cfg.scheduler} batching, prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
+                    f": step {step.index + 1}", (i + 0.5) / len(runs))
+            done.append(engine.record())
+        share = others_share(before, MachineSample.now(lm.device))
+    return done, share, budget.is_set()
+
+
+def _run_with_bar(lm: LoadedModel, runs: list[tuple[tuple[RequestSpec, ...], ServingConfig]],
+                  label: str) -> tuple[list[ServingRun], float | None] | None:
+    bar = st.progress(0.0, text=f"{label}: waiting for the model…")
+    try:
+        done, share, cut = serve_all(lm, runs, lambda text, x: bar.progress(min(x, 1.0), text=text))
+    except EngineError as err:
+        st.error(message(err))
+        return None
+    finally:
+        bar.empty()
+    if cut:
+        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
+    return done, share
+
+
+def batching_section(lm: LoadedModel | None) -> None:
+    st.subheader("Static vs continuous batching, same stream")
+    found = serving_results()
+    base = found.run if found.label == YOUR_STREAM else None  # a file's stream is never re-run
+    if lm is not None and base is not None and st.button(
+            "Run this stream both ways", icon=":material/compare_arrows:",
+            help="The stream shown above (its prompts, lengths and arrivals), once with each "
+                 "scheduler, the same blocks and batch size."):
+        specs = tuple(r.spec for r in base.requests)
+        runs = [(specs, replace(base.config, scheduler=s)) for s in ("static", "continuous")]
+        measured = _run_with_bar(lm, runs, "Static vs continuous")
+        if measured is not None:
+            keep_serving(("batching", measured[1]), batching=tuple(measured[0]))
+            found = serving_results()
+    if not found.batching:
+        st.caption("Run a stream above, then run it with both schedulers here." if base is None
+                   else "Runs the stream above once with each scheduler.")
+        return
+    static, continuous = found.batching
+    if static.stopped or continuous.stopped:
+        st.warning("The comparison was cut short (the per-click time budget or Stop): "
+                   f"{'static' if static.stopped else 'continuous'} batching did not finish the "
+                   "stream, so no ratio is shown. Run a shorter stream.")
+        return
+    busy_warning(found.share("batching"), "these runs", found.batching)
+    show_chart(batching_chart(static, continuous), name="static vs continuous")
+    a, b = summarize_stream(static), summarize_stream(continuous)
+    gain = b.throughput_tok_s / a.throughput_tok_s if a.throughput_tok_s else None
+    st.markdown(f"Continuous batching: **{b.throughput_tok_s:,.1f} tokens/s** vs static "
+                f"**{a.throughput_tok_s:,.1f}**" + (f" (**{gain:.2f}×**)" if gain else "") +
+                ". Static batching admits a new batch only when its longest request has finished, "
+                "so the slots of the short ones sit empty; continuous batching refills a slot at "
+                "the next step.")
+    if all(r.queue_ms == 0 for r in static.requests if r.queue_ms is not None) and \
+            len(static.requests) <= static.config.max_batch:
+        st.info("Every request of this stream fits one batch and none waited, so both schedulers "
+                "ran the same batches: the difference shows when requests outnumber the max "
+                "batch or arrive over time (the “Mixed output lengths” sample, max batch 4).")
+    show_chart(per_request_chart({"static": static, "continuous": continuous}, SCHEDULER_COLORS),
+               name="per request latency")
+    why_batching(continuous)
+
+
+def why_batching(run: ServingRun) -> None:
+    """Why a batch is cheap: decode steps' measured time by batch size, with the formula."""
+    by_size: dict[int, list[float]] = {}
+    for step in run.steps:
+        if step.kind == "decode":
+            by_size.setdefault(step.batch_size, []).append(step.ms)
+    if not by_size:
+        return
+    one = percentile(by_size.get(1, []), 50)
+    rows = [{"batch size": b, "decode steps": len(ms), "median step (ms)": percentile(ms, 50),
+             "tokens/s = batch ÷ step": 1000 * b / percentile(ms, 50),
+             "step vs batch 1": (percentile(ms, 50) / one) if one else float("nan")}
+            for b, ms in sorted(by_size.items())]
+    st.markdown("**Why:** a decode step is memory-bound. Every Linear's weights are read from "
+                "memory once per step *for the whole batch*: bytes per step ≈ weight bytes + "
+                "the batch's KV bytes, FLOPs per step ≈ 2 × parameters × batch. With few "
+                "requests the reads dominate, so a step of 8 costs little more than a step of "
+                "1, and tokens/s grow almost with the batch. Measured on the continuous run:")
+    st.dataframe(pd.DataFrame(rows).round(2), hide_index=True, width="stretch")
+    st.caption("Tokens/s here = batch size ÷ median decode step time (each request in a "
+               "decode step gets one token).")
+
+
+def shared_stream_specs(lm: LoadedModel) -> tuple[RequestSpec, ...]:
+    stream = STREAMS[SHARED_STREAM]
+    prompts = tuple(stream.get("shared_prefix", "") + r["prompt"] for r in stream["requests"])
+    return stream_specs(lm, prompts, tuple(r["max_new_tokens"] for r in stream["requests"]),
+                        "all", 1.0, generation_settings().chat_template)
+
+
+def sharing_section(lm: LoadedModel | None) -> None:
+    st.subheader("Prefix sharing on vs off")
+    st.caption(f"The “{SHARED_STREAM}” sample: {len(STREAMS[SHARED_STREAM]['requests'])} "
+               "questions behind one long instruction, all arriving at once, run with prefix "
+               "sharing off and on (continuous batching, 16-token blocks).")
+    found = serving_results()
+    if lm is not None and st.button("Run it with and without sharing", icon=":material/share:"):
+        try:
+            specs = shared_stream_specs(lm)
+        except EngineError as err:
+            st.error(message(err))
+            return
+        need = sum(-(-(len(s.prompt_token_ids) + s.max_new_tokens) // 16) for s in specs)
+        runs = [(specs, ServingConfig("continuous", 8, 16, need + 8, on)) for on in (False, True)]
+        measured = _run_with_bar(lm, runs, "Prefix sharing")
+        if measured is not None:
+            keep_serving(("sharing", measured[1]), sharing=tuple(measured[0]))
+            found = serving_results()
+    if not found.sharing:
+        return
+    off, on = found.sharing
+    if off.stopped or on.stopped:
+        st.warning("The comparison was cut short (the per-click time budget or Stop), so no "
+                   "saving is shown.")
+        return
+    busy_warning(found.share("sharing"), "these runs", found.sharing)
+    show_chart(sharing_chart(off, on), name="prefix sharing")
+    a, b = summarize_stream(off), summarize_stream(on)
+    cached = a.computed_prompt_tokens - b.computed_prompt_tokens
+    st.markdown(f"Sharing on: **{b.peak_blocks} blocks** at the peak instead of "
+                f"**{a.peak_blocks}**; prefill computed **{b.computed_prompt_tokens:,}** prompt "
+                f"tokens instead of {a.computed_prompt_tokens:,} ({cached:,} found in shared "
+                f"blocks); prefill steps took **{b.prefill_ms:,.0f} ms** instead of "
+                f"{a.prefill_ms:,.0f} ms (measured). A block is shared only when it is full and "
+                "every token in it and before it is equal, so the saving is the shared prefix "
+                "rounded down to whole blocks; a request that writes into a shared block gets "
+                "its own copy first (copy on write).")
+
+
+def speculation_section(lm: LoadedModel | None) -> None:
+    st.subheader("Speculative decoding")
+    st.caption("Prompt lookup: the next tokens are guessed by finding the last few tokens "
+               "earlier in the context and copying what followed them (no second model); one "
+               "forward then scores the last token plus the k drafts, and every draft the "
+               "model itself would have chosen is kept. The output is exactly plain greedy's.")
+    found = serving_results()
+    rounds = 1 if config().hosted else 3
+    if lm is not None and st.button("Measure it on two samples", icon=":material/bolt:",
+                                    help=f"Each sample decoded plain and speculatively, {rounds} "
+                                         "paired round(s), after a warm-up."):
+        measured = _measure_speculation(lm, rounds)
+        if measured is not None:
+            keep_serving(("speculation", measured[1]), speculation=measured[0])
+            found = serving_results()
+    if not found.speculation:
+        return
+    busy_warning(found.share("speculation"), "these runs")
+    rows = []
+    for title, pieces, cmp in found.speculation:
+        spec = cmp.result
+        if spec is None or not cmp.plain_tokens_per_s:
+            continue
+        accept = spec.speculation.acceptance_rate or 0.0
+        rows.append((title, cmp.plain_tokens_per_s, cmp.speculative_tokens_per_s, accept,
+                     cmp.speedup))
+        st.markdown(f"**{plain(title)}** — {cmp.speedup:.2f}× plain greedy "
+                    f"({cmp.speculative_tokens_per_s:,.1f} vs {cmp.plain_tokens_per_s:,.1f} "
+                    f"tokens/s, median of {cmp.rounds} round(s)); {spec.speculation.accepted} of "
+                    f"{spec.speculation.proposed} drafts accepted ({accept:.0%}), "
+                    f"{spec.speculation.tokens_per_verify_step or 0:.2f} tokens per verify step; "
+                    + ("output identical to plain greedy." if cmp.equal else
+                       f"output differs from plain greedy at token {cmp.first_difference}."))
+        st.markdown(drafted_chips_html(list(pieces), list(spec.drafted)), unsafe_allow_html=True)
+    if rows:
+        show_chart(speculation_chart(rows), name="speculative decoding")
+    st.caption("Highlighted (green): tokens that came from an accepted draft — they cost no "
+               "forward of their own. Tokens/s = output tokens ÷ whole-run time, prefill "
+               "included; speedup = median over rounds of speculative ÷ plain within a round.")
+
+
+def _measure_speculation(lm: LoadedModel, rounds: int) -> tuple[tuple, float | None] | None:
+    from engine.runner import prepare_prompt
+    from engine.serving.speculative import compare_speculation
+
+    caps = serving_caps()
+    bar = st.progress(0.0, text="Speculative decoding: waiting for the model…")
+    results = []
+    budget = threading.Event()
+    try:
+        with model_turn(budget):
+            before = MachineSample.now(lm.device)
+            for i, sample in enumerate(SPECULATION):
+                ids = prepare_prompt(lm.tokenizer, sample["prompt"],
+                                     generation_settings().chat_template)
+                if len(ids) > caps.prompt_tokens:
+                    raise InputError(f"The {sample['title']} sample is {len(ids)} tokens; at "
+                                     f"most {caps.prompt_tokens} here.")
+
+                def progress(done: int, total: int, i: int = i) -> None:
+                    bar.progress((i + done / total) / len(SPECULATION),
+                                 text=f"{SPECULATION[i]['title']}: run {done} of {total}")
+
+                cmp = compare_speculation(lm, ids, min(sample["max_new_tokens"], caps.new_tokens),
+                                          rounds=rounds, stop_event=budget, progress=progress)
+                tokens = cmp.result.token_ids if cmp.result is not None else ()
+                results.append((sample["title"],
+                                tuple(lm.tokenizer.convert_ids_to_tokens(list(tokens))), cmp))
+            share = others_share(before, MachineSample.now(lm.device))
+    except EngineError as err:
+        st.error(message(err))
+        return None
+    finally:
+        bar.empty()
+    if budget.is_set():
+        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
+    return tuple(results), share
+
+
+def files_section() -> None:
+    """Download the shown run; open a serving file (no model needed) and replay it."""
+    from engine.serving.servingfile import load_serving, serving_to_bytes
+
+    st.subheader("Serving files")
+    found = serving_results()
+    row = st.container(horizontal=True)
+    if found.run is not None:
+        row.download_button("Download this run", data=_file_bytes(found.run, serving_to_bytes),
+                            on_click="ignore", file_name="inference-explorer.serving.json",
+                            mime="application/json", help="The stream's requests, tokens, "
+                            "times and every step's block tables as JSON: opened again here, "
+                            "it shows without a model.")
+        if found.run.steps and row.button("Replay it", icon=":material/replay:",
+                                          help="Draw the run again at its recorded pace "
+                                               "(at most 20 s)."):
+            st.session_state["serving_replay"] = True
+            st.rerun()
+    upload = st.file_uploader("Open a serving file (.json)", type=["json"], key="serving_upload",
+                              max_upload_size=FILE_MB)
+    if upload is not None and st.session_state.get("serving_opened") != upload.file_id:
+        st.session_state["serving_opened"] = upload.file_id
+        try:
+            if upload.size > FILE_MB << 20:
+                raise InputError(f"the file is over {FILE_MB} MB")
+            run = load_serving(upload.getvalue())
+        except EngineError as err:
+            st.error(f"Not opened: {message(err)}")
+            return
+        keep_serving(run=run, label=f"file {upload.name[:120]}")
+        st.session_state["serving_replay"] = True
+        st.rerun()
+
+
+def _file_bytes(run: ServingRun, to_bytes: Callable[[ServingRun], bytes]) -> bytes:
+    """The file's bytes, made once per run (bytes, not a callable: see pages/generate.py)."""
+    memo = st.session_state.get("_serving_file")
+    if memo is None or memo[0] is not run:
+        memo = st.session_state["_serving_file"] = (run, to_bytes(run))
+    return memo[1]

@@ -1,0 +1,89 @@
+"""The Serving page in real Chromium: a small stream runs on the default model, its Gantt and
+block pool are drawn (one colour per request in both), the run survives a reload, the KV page
+shows its block tables, and presentation mode draws it. SERVING_SHOTS=folder saves screenshots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from charts.serving import request_color
+
+from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
+
+SHOTS = os.environ.get("SERVING_SHOTS")
+PLOTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(g => ({
+  title: (g._fullLayout.title.text || '').replace(/<[^>]+>/g, ''),
+  names: g.data.map(d => d.name), xtitle: g._fullLayout.xaxis.title.text,
+  colors: g.data.map(d => d.marker && d.marker.color),
+  width: g.getBoundingClientRect().width}))"""
+
+
+def shot(page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url, \
+            sync_playwright() as pw:
+        chromium = launch_chromium(pw)
+        page = chromium.new_page(viewport={"width": 1440, "height": 900})
+        page.goto(url)
+        wait_for_app(page)
+        go_to(page, "Serving")
+        yield page
+        chromium.close()
+
+
+def test_a_stream_runs_and_is_drawn(page):
+    page.get_by_role("combobox", name="Sample stream").click()
+    page.get_by_role("option", name="Short questions").click()
+    wait_for_app(page)
+    lengths = page.get_by_role("textbox", name="Max new tokens per request")
+    lengths.fill("6")
+    lengths.press("Enter")  # the form submits from the keyboard
+    expect(page.get_by_text("Showing your stream")).to_be_visible(timeout=180_000)
+    wait_for_app(page)
+    expect(page.locator('[data-testid="stException"]')).to_have_count(0)
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                           ".some(g => (g._fullLayout.title.text || '').replace(/<[^>]+>/g, '')"
+                           ".startsWith('Block pool'))")
+    plots = {p["title"].split(" (")[0].split(":")[0]: p for p in page.evaluate(PLOTS)}
+    gantt = plots["Every request over time"]
+    assert gantt["xtitle"] == "time since the stream started (ms)"
+    assert gantt["colors"][-1] == [request_color(i) for i in range(4)]  # the arrival marks
+    pool = next(p for t, p in plots.items() if t.startswith("Block pool after step"))
+    for i, name in enumerate(pool["names"]):
+        if name.startswith("request "):
+            assert pool["colors"][i] == request_color(int(name.split()[1]))
+    assert "Tokens per second and batch size" in plots
+    assert gantt["width"] > 900
+    shot(page, "serving-1440")
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    shot(page, "serving-1920")
+
+
+def test_the_run_survives_a_reload_and_feeds_the_kv_page(page):
+    page.reload()
+    wait_for_app(page)
+    expect(page.get_by_text("Showing your stream")).to_be_visible(timeout=60_000)
+    go_to(page, "KV cache")
+    page.get_by_role("tab", name="Paged blocks").click()
+    expect(page.get_by_text("Recorded", exact=True)).to_be_visible(timeout=30_000)
+    shot(page, "kv-recorded-1920")
+
+
+def test_presentation_mode_draws_the_page(page):
+    go_to(page, "Serving")
+    page.goto(page.url + ("&" if "?" in page.url else "?") + "present=1")  # same session token
+    wait_for_app(page)
+    expect(page.get_by_role("heading", name="Serving", exact=True).first).to_be_visible(timeout=60_000)
+    expect(page.locator('[data-testid="stException"]')).to_have_count(0)
+    expect(page.get_by_text("Showing your stream")).to_be_visible(timeout=60_000)
+    shot(page, "serving-present-1920")
