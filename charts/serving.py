@@ -34,6 +34,7 @@ DRAFTED_STYLE = "background: #d9f2d0; border-color: #2ca02c; font-weight: 600"
 GRID_COLUMNS = 32
 MAX_GRID_BLOCKS = 1024  # cells drawn; a larger pool shows its first blocks (the caption says so)
 TIME_AXIS = "time since the stream started (ms)"
+WINDOW_MS = 1000.0  # the throughput line: tokens made in the last second of the stream
 
 
 def _top_legend(fig: go.Figure, entries: int, per_row: int = 6) -> None:
@@ -214,18 +215,27 @@ def _cells(fig: go.Figure, cells: tuple[list, list, list, list], name: str, colo
 
 
 def throughput_chart(run: ServingRun) -> go.Figure:
-    """Output tokens per second of each step (its tokens ÷ its time) and the batch size, at each
-    step's end: a full batch makes many tokens in a step that costs about what one token does."""
+    """Output tokens per second over the last second of the stream (WINDOW_MS), each step's own
+    rate (its tokens ÷ its time) as faint points, and the batch size, at each step's end: a full
+    batch makes many tokens in a step that costs about what one token does."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     ends = [s.start_ms + s.ms for s in run.steps]
     made = tokens_per_step(run)
     rate = [1000.0 * n / s.ms if s.ms > 0 else None for n, s in zip(made, run.steps)]
+    start = min((r.spec.arrival_ms for r in run.requests), default=0.0)
+    window = [1000.0 * sum(n for e, n in zip(ends, made) if t - WINDOW_MS < e <= t)
+              / max(min(WINDOW_MS, t - start), 1e-9) for t in ends]
     fig.add_trace(go.Scatter(
-        x=ends, y=rate, mode="lines+markers", name="tokens/s (step's tokens ÷ its time)",
-        line={"color": DECODE_COLOR}, marker={"size": 5},
+        x=ends, y=rate, mode="markers", name="one step: its tokens ÷ its time",
+        marker={"color": DECODE_COLOR, "size": 5, "opacity": 0.35},
         customdata=[[s.index, n, s.ms, s.kind] for s, n in zip(run.steps, made)],
         hovertemplate="step %{customdata[0]} (%{customdata[3]})<br>%{customdata[1]} tokens in "
                       "%{customdata[2]:.1f} ms<br>%{y:.0f} tokens/s<extra></extra>"),
+        secondary_y=False)
+    fig.add_trace(go.Scatter(
+        x=ends, y=window, mode="lines", name="tokens/s over the last second",
+        line={"color": DECODE_COLOR, "width": 3},
+        hovertemplate="%{y:.1f} tokens/s over the second before %{x:.0f} ms<extra></extra>"),
         secondary_y=False)
     fig.add_trace(go.Scatter(
         x=ends, y=[s.batch_size for s in run.steps], mode="lines", line={"color": BATCH_COLOR,
@@ -234,7 +244,7 @@ def throughput_chart(run: ServingRun) -> go.Figure:
         hovertemplate="%{y} requests in the step<extra></extra>"), secondary_y=True)
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "b": 10},
                       title_text="Tokens per second and batch size")
-    _top_legend(fig, 2)
+    _top_legend(fig, 3)
     fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="batch size (requests)", secondary_y=True, showgrid=False,

@@ -40,7 +40,14 @@ from pages.state import (
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "assets" / "serving_streams.json").read_text())
 STREAMS: dict[str, dict[str, Any]] = {s["title"]: s for s in SAMPLES["streams"]}
-SPECULATION: list[dict[str, Any]] = SAMPLES["speculation"]
+SPECULATION: list[dict[str, Any]] = SAMPLES["speculation"]  # prompts: engine/serving/speculative.py
+SPECULATION_PROMPTS = {"rewrite": "REWRITE_PROMPT", "free": "FREE_PROMPT"}  # the bench's samples
+
+
+def speculation_prompt(sample: dict[str, Any]) -> str:
+    from engine.serving import speculative
+
+    return getattr(speculative, SPECULATION_PROMPTS[sample["sample"]])
 SHARED_STREAM = "Same system prompt"
 YOUR_STREAM = "your stream"  # the label of a stream run on this page (a file's is "file …")
 FILE_MB = 20  # a serving file: JSON of token ids, times and block tables
@@ -309,7 +316,7 @@ def _measure_speculation(lm: LoadedModel, rounds: int) -> tuple[tuple, float | N
         with model_turn(budget):
             before = MachineSample.now(lm.device)
             for i, sample in enumerate(SPECULATION):
-                ids = prepare_prompt(lm.tokenizer, sample["prompt"],
+                ids = prepare_prompt(lm.tokenizer, speculation_prompt(sample),
                                      generation_settings().chat_template)
                 if len(ids) > caps.prompt_tokens:
                     raise InputError(f"The {sample['title']} sample is {len(ids)} tokens; at "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from charts.live import DECODE_COLOR, PREFILL_COLOR
@@ -126,9 +128,13 @@ def test_throughput_and_batch_size_over_time():
     run = _run()
     assert tokens_per_step(run) == [2, 2, 2, 2]
     fig = throughput_chart(run)
-    rate, batch = fig.data
+    rate, window, batch = fig.data
     assert list(rate.x) == [10.0, 20.0, 30.0, 40.0]
     assert list(rate.y) == [200.0, 200.0, 200.0, 200.0]  # 2 tokens in 10 ms
+    assert list(window.y) == pytest.approx([200.0] * 4)  # the stream so far: under a second
+    run = _run(step_ms=600.0)  # steps of 600 ms, one after another: the last second holds two
+    slow = replace(run, steps=tuple(replace(st, start_ms=600.0 * st.index) for st in run.steps))
+    assert list(throughput_chart(slow).data[1].y) == pytest.approx([2 / 0.6, 4.0, 4.0, 4.0])
     assert list(batch.y) == [2, 2, 2, 2] and batch.line.shape == "hv"
     assert fig.layout.xaxis.title.text == TIME_AXIS
     assert fig.layout.yaxis.title.text == "output tokens/s"

@@ -158,7 +158,7 @@ def test_speculation_highlights_the_drafted_tokens(monkeypatch):
     at.run(timeout=600)
     assert not at.exception
     found = at.session_state["serving"].speculation
-    assert [title for title, _, _ in found] == ["Rewrite (pays)", "Poem (does not pay)"]
+    assert [title for title, _, _ in found] == ["Rewrite (pays)", "Free writing (does not pay)"]
     title, pieces, cmp = found[0]
     assert cmp.equal and len(pieces) == len(cmp.result.token_ids)
     chips = next(m.value for m in at.markdown if "ie-chips" in m.value)
