@@ -73,6 +73,8 @@ $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION):
 bench: model
 	$(BIN)/python -m bench.engine_bench
 	$(BIN)/python -m bench.lowbit_bench
+	$(BIN)/python -m bench.serving_bench --transformers-cb
+	$(BIN)/python -m bench.spec_bench
 	$(BIN)/python -m bench.browser_bench
 
 # Record the example traces in assets/examples/ again (after a trace-format change; tests say so).
