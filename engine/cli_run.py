@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 from .errors import EngineError
 from .quant import VARIANT_NAMES
@@ -87,7 +88,6 @@ def chosen_weights(weights: str | None, dtype: str | None) -> tuple[str, str | N
 
 def run_command(args: argparse.Namespace, print_summary) -> int:
     from .loader import load_model
-    from .records.tracefile import save_trace
     from .runner import Run, prepare_prompt
     from .sharing.models import build_variant
 
@@ -121,12 +121,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
         lm = built.lm
         options.update(native=built.native, native_problem=built.native_problem)
     trace = Run(lm, args.prompt, settings, **options).run_all()
-    print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
-    print_summary(trace)
-    if args.out:
-        save_trace(trace, args.out)
-        print(f"trace        {args.out}")
-    return 0
+    return _report(trace, args.out, print_summary)
 
 
 def decoder_line(trace: Trace) -> str:
@@ -160,7 +155,6 @@ def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings,
                      options: tuple[int, int], print_summary) -> int:
     """`run --speculate`: the weights as asked (an integer variant's copy runs in torch, whose
     forwards verify the drafts), then a SpeculativeRun; its trace carries the speculation."""
-    from .records.tracefile import save_trace
     from .serving.speculative_trace import SpeculativeRun
     from .sharing.models import build_variant
 
@@ -170,9 +164,16 @@ def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings,
         lm = build_variant(lm, weights, with_native=False).lm
     draft, ngram = options
     trace = SpeculativeRun(lm, args.prompt, settings, draft, ngram, weights=weights).run_all()
+    return _report(trace, args.out, print_summary)
+
+
+def _report(trace: Trace, out: str | None, print_summary: Callable[[Trace], None]) -> int:
+    """What every run prints: which decoder ran (stderr), the summary, where the trace went."""
+    from .records.tracefile import save_trace
+
     print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
     print_summary(trace)
-    if args.out:
-        save_trace(trace, args.out)
-        print(f"trace        {args.out}")
+    if out:
+        save_trace(trace, out)
+        print(f"trace        {out}")
     return 0
