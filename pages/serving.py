@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import streamlit as st
@@ -213,8 +213,10 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
                 done += step.batch_size  # one token per request in the step
                 bar.progress(min(done / total, 1.0), text=f"step {step.index + 1}: {done} of at "
                              f"most {total} tokens, batch {step.batch_size}, {step.waiting} waiting")
+                partial = engine.record()
+                keep_serving(run=partial, label=YOUR_STREAM)  # what a Stop click keeps
                 if time.monotonic() - drawn >= REDRAW_S:
-                    draw_live(engine.record(), slots, "live")
+                    draw_live(partial, slots, "live")
                     drawn = time.monotonic()
             finished = True
     except (EngineError, ValueError) as err:
@@ -234,6 +236,19 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
     if refused:
         st.warning("Refused (they can never fit): " + "; ".join(
             f"request {i}: {plain(why)}" for i, why in refused.items()) + ".")
+
+
+def mark_stopped() -> None:
+    """The stream a Stop click interrupted: its partial run (kept at the last redraw, or by the
+    run's own `finally` when Streamlit let it finish) is marked stopped, its running requests too."""
+    found = serving_results()
+    run = found.run
+    if run is None or run.stopped or found.label != YOUR_STREAM \
+            or not any(r.finish in ("running", "waiting") for r in run.requests):
+        return
+    requests = tuple(replace(r, finish="stopped") if r.finish == "running" else r
+                     for r in run.requests)
+    keep_serving(run=replace(run, requests=requests, stopped=True), label=YOUR_STREAM)
 
 
 def replay(run: ServingRun, slots: LiveSlots) -> None:
@@ -337,7 +352,7 @@ def shown_run(slots: LiveSlots) -> None:
 header()
 FORM = stream_form()
 if st.button("Stop", icon=":material/stop:", help="Stop the running stream; what ran is kept."):
-    pass  # the click's rerun ends the running stream (its `finally` keeps the partial run)
+    mark_stopped()  # the click's rerun ended the running stream; its last kept state stays
 SLOTS = LiveSlots(st.empty(), st.empty(), st.empty(), st.empty())
 if FORM is not None:
     run_stream(FORM, SLOTS)

@@ -186,7 +186,7 @@ def test_the_weights_and_decoder_rows_come_from_the_runs_own_record():
     from engine.records.compare import setting_rows
     from engine.records.trace import DecoderUsed
 
-    old = load_trace(examples()[0].path)  # recorded before traces said their decoder
+    old = replace(load_trace(examples()[0].path), decoder=None)  # as before traces said it
     native = replace(old, decoder=DecoderUsed("native", None, "q4_0", 89_941_248))
     rows = {r.name: r for r in setting_rows(old, native)}
     assert (rows["weights"].a, rows["weights"].b) == (old.model.dtype, "q4_0")
@@ -198,7 +198,7 @@ def test_a_rerun_keeps_run_as_decoder_and_the_page_warns_when_they_differ():
     from engine.records.compare import decoder_note
     from engine.records.trace import DecoderUsed
 
-    old = load_trace(examples()[0].path)  # decoded by torch, before traces said so
+    old = replace(load_trace(examples()[0].path), decoder=None)  # as before traces said it
     native = replace(old, decoder=DecoderUsed("native", None, "fp32", 538_060_032))
     assert rerun_settings(old, "chat_template", 64, 512).decoder == "torch"
     assert rerun_settings(native, "chat_template", 64, 512).decoder == "native"

@@ -16,7 +16,7 @@ Q4 = DecoderUsed("native", None, "q4_0", 89_941_248)
 
 
 def test_native_decode_steps_read_the_packed_weights():
-    old = load_trace(examples()[0].path)  # recorded before traces named their decoder
+    old = replace(load_trace(examples()[0].path), decoder=None)  # as before traces named it
     q4 = replace(old, decoder=Q4)
     torch_run = replace(old, decoder=DecoderUsed("torch", "asked for", "q4_0", 538_060_032))
     step = old.decode_steps[2]
@@ -28,7 +28,7 @@ def test_native_decode_steps_read_the_packed_weights():
 
 
 def test_the_story_and_the_report_name_the_packed_weights():
-    old = load_trace(examples()[0].path)
+    old = replace(load_trace(examples()[0].path), decoder=None)  # as before traces named it
     q4 = replace(old, decoder=Q4)
     assert "85.8 MiB of weights (the native step's packed q4_0 weights" in phase_notice(q4).text
     assert "× 4 B" in phase_notice(old).text

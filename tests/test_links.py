@@ -115,7 +115,8 @@ def test_a_run_of_its_own_shares_its_prompt_and_settings_not_the_sidebars(tmp_pa
     assert "example" not in params
     assert params["prompt"] == own.prompt and params["temperature"] == "0"
     assert params["new_tokens"] == str(own.settings.max_new_tokens)
-    assert params["model"] == own.model.name and params["dtype"] == own.model.dtype
+    weights = own.decoder.weights if own.decoder is not None else own.model.dtype
+    assert params["model"] == own.model.name and params["dtype"] == weights
     assert any("greedy decoding" in c.value for c in at.sidebar.caption)
 
 

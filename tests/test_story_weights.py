@@ -74,7 +74,7 @@ def test_another_model_spec_changes_the_numbers_and_an_untied_embedding_is_looke
 
 
 def test_an_older_float16_trace_is_counted_in_its_dtype():
-    half = replace(QA, model=replace(QA.model, dtype="float16"))
+    half = replace(QA, model=replace(QA.model, dtype="float16"), decoder=None)  # no record
     fact = wn.weights_notice(half)
     assert fact.weights == "fp16" and fact.read_bytes == QA.model.param_count * 2
     assert "257 MiB of weights (fp16)" in fact.text and "3.0× less" in fact.text

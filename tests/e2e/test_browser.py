@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from playwright.sync_api import expect
+
 from engine.records.tracefile import read_trace_file
 
 from .browser import (
@@ -181,9 +183,10 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
     wait_for_app(page)
     assert page.get_by_role("heading", name="Steps").count() >= 1
     assert page.get_by_text("No trace yet").count() == 0
-    go_to(page, "Generate")
-    assert page.locator(GEN).count() == generated
-    assert page.get_by_role("textbox", name="Prompt", exact=True).input_value() == "Name three colours."
+    go_to(page, "Generate")  # restored widgets may fill in after the page reads idle: retry
+    expect(page.locator(GEN)).to_have_count(generated, timeout=30_000)
+    expect(page.get_by_role("textbox", name="Prompt", exact=True)).to_have_value(
+        "Name three colours.", timeout=30_000)
     no_exception(page)
     page.close()
 

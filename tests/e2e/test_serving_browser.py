@@ -5,6 +5,7 @@ shows its block tables, and presentation mode draws it. SERVING_SHOTS=folder sav
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,57 @@ def test_presentation_mode_draws_the_page(page):
     expect(page.locator('[data-testid="stException"]')).to_have_count(0)
     expect(page.get_by_text("Showing your stream")).to_be_visible(timeout=60_000)
     shot(page, "serving-present-1920")
+
+
+def fresh(page) -> None:
+    """A new session on the Serving page (the test before left presentation mode on)."""
+    page.goto(page.url.split("?")[0])
+    wait_for_app(page)
+    go_to(page, "Serving")
+
+
+def test_a_serving_file_opens_and_replays_without_the_model_and_a_crafted_one_is_refused(
+        page, tmp_path):
+    from engine.serving.record import (
+        BlockTableRow,
+        RequestRecord,
+        RequestSpec,
+        ServingConfig,
+        ServingRun,
+        StepRecord,
+    )
+    from engine.serving.servingfile import serving_to_bytes
+
+    fresh(page)
+    spec = RequestSpec("hi", (1, 2, 3), 4, 0.0)
+    request = RequestRecord(0, spec, 0.1, (5, 6), (10.0, 20.0), (0, 1), "ab", 0, 0, "length")
+    steps = (StepRecord(0, 0.1, 9.9, "prefill", (0,), (3,), (BlockTableRow(0, (2,), 3),), 11, 0, 0, 0),
+             StepRecord(1, 10.0, 10.0, "decode", (0,), (1,), (BlockTableRow(0, (2,), 4),), 11, 0, 0, 0))
+    recorded = ServingRun("tiny", "fp32", ServingConfig(block_size=4, num_blocks=12), (request,),
+                          steps, 2, "2026-12-03T00:00:00+00:00", cores=2)
+    good = tmp_path / "three.serving.json"
+    good.write_bytes(serving_to_bytes(recorded))
+    page.locator('[data-testid="stFileUploader"] input[type=file]').set_input_files(str(good))
+    expect(page.get_by_text("Showing file three.serving.json")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("Every request over time").first).to_be_visible()
+    expect(page.locator('[data-testid="stException"]')).to_have_count(0)
+    bad = tmp_path / "crafted.json"
+    bad.write_text(good.read_text().replace('"num_blocks":12', '"num_blocks":2'))
+    page.locator('[data-testid="stFileUploader"] input[type=file]').set_input_files(str(bad))
+    expect(page.get_by_text("outside the pool")).to_be_visible(timeout=60_000)
+    expect(page.locator('[data-testid="stException"]')).to_have_count(0)
+    expect(page.get_by_text("Showing file three.serving.json")).to_be_visible()  # still kept
+
+
+def test_stop_keeps_the_partial_stream(page):
+    fresh(page)
+    page.get_by_role("combobox", name="Sample stream").click()
+    page.get_by_role("option", name="Mixed output lengths").click()
+    wait_for_app(page)
+    page.get_by_role("button", name="Run the stream").click()
+    progress = re.compile(r"step \d+: \d+ of at most \d+ tokens")
+    expect(page.get_by_text(progress)).to_be_visible(timeout=120_000)  # the stream is running
+    page.get_by_role("button", name="Stop").click()
+    expect(page.get_by_text("stopped before the end: the partial run")).to_be_visible(
+        timeout=120_000)
+    expect(page.locator('[data-testid="stException"]')).to_have_count(0)
