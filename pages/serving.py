@@ -18,7 +18,7 @@ from charts.serving import (
     throughput_chart,
 )
 from engine import EngineError
-from engine.serving.metrics import peak_step, run_prefix, summarize_stream
+from engine.serving.metrics import passed_over, peak_step, run_prefix, summarize_stream
 from engine.serving.record import ServingConfig, ServingRun
 from engine.timing.clock import MachineSample, others_share
 from pages.common import BUDGET_NOTE, model_turn, show_chart
@@ -289,6 +289,15 @@ def run_summary(run: ServingRun, label: str) -> None:
                    "every request in the batch.")
     cols[4].metric("Peak blocks", f"{s.peak_blocks:,}", help="Physical blocks in use at the "
                    f"busiest step, of {run.config.num_blocks}.")
+    waited = [r.queue_ms for r in passed_over(run) if r.queue_ms is not None]
+    preempted = sum(r.preemptions for r in run.requests)
+    if waited or preempted:
+        st.caption((f"{len(waited)} request(s) waited in the queue (longest "
+                    f"{duration(max(waited))}): every batch slot was taken or the pool had too "
+                    "few free blocks; they were admitted as others finished, never dropped."
+                    if waited else "")
+                   + (f" {preempted} time(s) a request was preempted to free blocks and "
+                      "recomputed later." if preempted else ""))
 
 
 def block_tables(run: ServingRun) -> None:

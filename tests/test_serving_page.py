@@ -80,6 +80,8 @@ def test_a_stream_runs_is_drawn_kept_and_its_file_round_trips():
     assert all(r.finish in ("eos", "length") for r in run.requests)
     assert max(s.batch_size for s in run.steps) == 2  # max batch 2: the third request waited
     assert run.requests[2].queue_ms > 0
+    assert any("1 request(s) waited in the queue" in c.value and "never dropped" in c.value
+               for c in at.caption)
     titles = _titles(at)
     assert "Every request over time" in titles and "Tokens per second and batch size" in titles
     peak = peak_step(run)

@@ -69,3 +69,12 @@ def run_prefix(run: ServingRun, steps: int) -> ServingRun:
                                       r.token_steps[:n], "", r.cached_tokens, r.preemptions, finish))
     return ServingRun(run.model, run.weights, run.config, tuple(requests), kept, run.threads,
                       run.created, run.stopped, run.cores)
+
+
+def passed_over(run: ServingRun) -> list[RequestRecord]:
+    """Requests that had arrived but were left out of at least one step (no batch slot, or too
+    few free blocks) — a queue wait of a fraction of a ms before the first step is not one."""
+    def waited(r: RequestRecord) -> bool:
+        admitted = r.admitted_ms if r.admitted_ms is not None else float("inf")
+        return any(r.spec.arrival_ms <= s.start_ms < admitted for s in run.steps)
+    return [r for r in run.requests if r.finish != "refused" and waited(r)]
