@@ -213,9 +213,9 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
                 done += step.batch_size  # one token per request in the step
                 bar.progress(min(done / total, 1.0), text=f"step {step.index + 1}: {done} of at "
                              f"most {total} tokens, batch {step.batch_size}, {step.waiting} waiting")
-                partial = engine.record()
-                keep_serving(run=partial, label=YOUR_STREAM)  # what a Stop click keeps
-                if time.monotonic() - drawn >= REDRAW_S:
+                if step.index == 0 or time.monotonic() - drawn >= REDRAW_S:
+                    partial = engine.record()  # detokenizes every answer: not every step
+                    keep_serving(run=partial, label=YOUR_STREAM)  # what a Stop click keeps
                     draw_live(partial, slots, "live")
                     drawn = time.monotonic()
             finished = True
