@@ -1,4 +1,4 @@
-"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|batch|examples`: generate
+"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|batch|loadtest|examples`: generate
 a trace from the shell, inspect one (its story lines, a comparison with another, its HTML report,
 the logit lens), compare dtypes, measure a weights variant's quality or the whole quantization
 study, or record the shipped examples.
@@ -26,6 +26,7 @@ from .errors import EngineError  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
 from .quant import cli as quant_cli  # noqa: E402
 from .records.trace import Trace  # noqa: E402
+from .remote import cli as remote_cli  # noqa: E402
 from .serving import cli as serving_cli  # noqa: E402
 from .settings import FLOAT_WEIGHTS  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
@@ -74,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                                                        "SmolLM2-135M)")
     quant_cli.add_parser(sub)
     serving_cli.add_parser(sub)
+    remote_cli.add_parser(sub)
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -300,7 +302,8 @@ def _report(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
             "report": _report, "quality": _quality, "story": _story, "compare": _compare,
-            "quantize": quant_cli.run, "batch": serving_cli.run}
+            "quantize": quant_cli.run, "batch": serving_cli.run,
+            "loadtest": remote_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

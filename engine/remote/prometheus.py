@@ -1,0 +1,110 @@
+"""A serving engine's Prometheus /metrics, read with prometheus_client's own parser (never by
+hand), into the few numbers the explorer shows; and histogram arithmetic (the change over a load,
+its mean and quantiles, as Prometheus's histogram_quantile computes them).
+
+The names are vLLM's (docs: "Production Metrics"); a server that lacks one gets None for it.
+Counters are summed over label sets (one per model and engine), gauges too, except KV usage,
+which is a fraction per engine and is averaged.
+"""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from .record import Histogram, MetricsSample
+
+GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
+          "kv_usage": "vllm:kv_cache_usage_perc"}
+COUNTERS = {"preemptions": "vllm:num_preemptions", "prefix_queries": "vllm:prefix_cache_queries",
+            "prefix_hits": "vllm:prefix_cache_hits",
+            "spec_drafts": "vllm:spec_decode_num_draft_tokens",
+            "spec_accepted": "vllm:spec_decode_num_accepted_tokens",
+            "generation_tokens": "vllm:generation_tokens"}
+HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds",
+              "itl": "vllm:inter_token_latency_seconds"}
+
+
+class MetricsFormatError(ValueError):
+    """The text is not Prometheus exposition format."""
+
+
+def parse_metrics(text: str, t_ms: float) -> MetricsSample:
+    """One sample from a /metrics body; MetricsFormatError if it is not Prometheus text."""
+    values: dict[str, list[float]] = {}
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    wanted_hist = set(HISTOGRAMS.values())
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if family.name in wanted_hist:
+                    if name.endswith("_bucket"):
+                        bound = float(sample.labels.get("le", "nan"))
+                        per = buckets.setdefault(family.name, {})
+                        per[bound] = per.get(bound, 0.0) + sample.value
+                    elif name.endswith("_sum"):
+                        sums[family.name] = sums.get(family.name, 0.0) + sample.value
+                    elif name.endswith("_count"):
+                        counts[family.name] = counts.get(family.name, 0.0) + sample.value
+                elif family.type == "counter" and name == family.name + "_total":
+                    values.setdefault(family.name, []).append(sample.value)
+                elif family.type == "gauge" and name == family.name:
+                    values.setdefault(family.name, []).append(sample.value)
+    except (ValueError, TypeError, IndexError, KeyError) as error:
+        raise MetricsFormatError(f"not Prometheus text ({str(error)[:120]})") from None
+
+    def total(name: str) -> float | None:
+        found = values.get(name)
+        return float(sum(found)) if found else None
+
+    kv = values.get(GAUGES["kv_usage"])
+    hists: dict[str, Histogram | None] = {}
+    for key, name in HISTOGRAMS.items():
+        if name in buckets and name in counts:
+            bounds = tuple(sorted(b for b in buckets[name] if not math.isnan(b)))
+            hists[key] = Histogram(bounds, tuple(buckets[name][b] for b in bounds),
+                                   sums.get(name, 0.0), counts[name])
+        else:
+            hists[key] = None
+    return MetricsSample(
+        t_ms, total(GAUGES["running"]), total(GAUGES["waiting"]),
+        float(sum(kv) / len(kv)) if kv else None,
+        *(total(COUNTERS[k]) for k in ("preemptions", "prefix_queries", "prefix_hits",
+                                        "spec_drafts", "spec_accepted", "generation_tokens")),
+        hists["ttft"], hists["itl"])
+
+
+def histogram_delta(before: Histogram | None, after: Histogram | None) -> Histogram | None:
+    """What was observed between two scrapes (None if either lacks it or the buckets differ)."""
+    if before is None or after is None or before.bounds != after.bounds:
+        return None
+    return Histogram(after.bounds, tuple(b - a for a, b in zip(before.counts, after.counts)),
+                     after.sum - before.sum, after.count - before.count)
+
+
+def histogram_mean_ms(h: Histogram | None) -> float | None:
+    if h is None or h.count <= 0:
+        return None
+    return 1000.0 * h.sum / h.count
+
+
+def histogram_quantile_ms(q: float, h: Histogram | None) -> float | None:
+    """Prometheus's histogram_quantile: find the bucket holding rank q·count and interpolate
+    linearly inside it (the lowest bucket from 0). Resolution is the bucket width — coarse."""
+    if h is None or h.count <= 0 or not h.bounds:
+        return None
+    rank = q * h.count
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in zip(h.bounds, h.counts):
+        if count >= rank:
+            if math.isinf(bound):
+                return 1000.0 * lower_bound
+            width = count - lower_count
+            fraction = (rank - lower_count) / width if width > 0 else 1.0
+            return 1000.0 * (lower_bound + (bound - lower_bound) * fraction)
+        lower_bound, lower_count = bound, count
+    return 1000.0 * lower_bound

