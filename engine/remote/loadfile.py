@@ -34,7 +34,8 @@ def load_to_dict(run: LoadRun) -> dict[str, Any]:
     return {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "server": run.server,
         "created": run.created, "stopped": run.stopped, "error": run.error,
-        "metrics_error": run.metrics_error, "config": config,
+        "metrics_error": run.metrics_error, "kv_block_size": run.kv_block_size,
+        "kv_blocks": run.kv_blocks, "config": config,
         "requests": [{"prompt": r.prompt, "sent_ms": r.sent_ms, "chunk_ms": list(r.chunk_ms),
                       "chunk_tokens": list(r.chunk_tokens), "token_ids": list(r.token_ids),
                       "text": r.text, "prompt_tokens": r.prompt_tokens, "finish": r.finish,
@@ -170,7 +171,9 @@ def load_from_dict(d: Any) -> LoadRun:
                    _expect(d.get("created"), str, "created"),
                    _expect(d.get("stopped"), bool, "stopped"),
                    _expect(d.get("error"), str, "error", optional=True),
-                   _expect(d.get("metrics_error"), str, "metrics_error", optional=True))
+                   _expect(d.get("metrics_error"), str, "metrics_error", optional=True),
+                   _count(d.get("kv_block_size"), "kv_block_size", 1, optional=True),
+                   _count(d.get("kv_blocks"), "kv_blocks", 1, optional=True))
 
 
 def load_loadtest(data: bytes, max_bytes: int = MAX_LOAD_BYTES) -> LoadRun:

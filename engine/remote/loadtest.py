@@ -23,7 +23,7 @@ from .client import (
     normalize_base_url,
     stream_completion,
 )
-from .prometheus import MetricsFormatError, parse_metrics
+from .prometheus import MetricsFormatError, kv_cache_config, parse_metrics
 from .record import LoadConfig, LoadRun, MetricsSample, RemoteRequest
 
 POLL_S = 0.5
@@ -71,6 +71,7 @@ class LoadTest:
                        for i in range(config.requests)]
         self._samples: list[MetricsSample] = []
         self._metrics_error: str | None = None
+        self._kv: tuple[int | None, int | None] = (None, None)
         self._t0 = 0.0
         self._created = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -129,7 +130,10 @@ class LoadTest:
     def _sample(self) -> None:
         now_ms = 1000.0 * (time.perf_counter() - self._t0) if self._t0 else 0.0
         try:
-            sample = parse_metrics(fetch_metrics_text(self.base_url), now_ms)
+            text = fetch_metrics_text(self.base_url)
+            sample = parse_metrics(text, now_ms)
+            if not self._samples:
+                self._kv = kv_cache_config(text)
         except (RemoteError, MetricsFormatError) as error:
             if self._metrics_error is None:
                 self._metrics_error = f"no server metrics: {error}"
@@ -155,4 +159,4 @@ class LoadTest:
             r.chunk_ms for r in requests) else None
         return LoadRun(self.config, getattr(self, "_model", self.config.model), tuple(requests),
                        tuple(self._samples), self._created, self._stop.is_set(), fatal,
-                       self._metrics_error)
+                       self._metrics_error, *self._kv)

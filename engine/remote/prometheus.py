@@ -78,6 +78,23 @@ def parse_metrics(text: str, t_ms: float) -> MetricsSample:
         hists["ttft"], hists["itl"])
 
 
+def kv_cache_config(text: str) -> tuple[int | None, int | None]:
+    """(tokens per KV block, blocks in the pool) from vLLM's `cache_config_info` labels (None where
+    the server does not say): what its KV-cache usage % is a fraction of."""
+    def whole(value: str | None) -> int | None:
+        return int(value) if value is not None and value.isdigit() else None
+
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.name == "vllm:cache_config_info":
+                for sample in family.samples:
+                    labels = sample.labels
+                    return whole(labels.get("block_size")), whole(labels.get("num_gpu_blocks"))
+    except (ValueError, TypeError, IndexError, KeyError):
+        pass
+    return None, None
+
+
 def histogram_delta(before: Histogram | None, after: Histogram | None) -> Histogram | None:
     """What was observed between two scrapes (None if either lacks it or the buckets differ)."""
     if before is None or after is None or before.bounds != after.bounds:

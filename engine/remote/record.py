@@ -135,7 +135,8 @@ class MetricsSample:
 class LoadRun:
     """A whole load: the config, the served model's name as the server lists it, every request,
     the /metrics samples (the first taken before any request was sent, the last after every
-    request ended), whether the user stopped it, and any error that ended it early."""
+    request ended), whether the user stopped it, any error that ended it early, and the server's KV
+    block size and pool (vLLM's cache_config_info; None elsewhere)."""
 
     config: LoadConfig
     server: str
@@ -145,6 +146,8 @@ class LoadRun:
     stopped: bool = False
     error: str | None = None
     metrics_error: str | None = None
+    kv_block_size: int | None = None  # tokens per KV block, as the server reports it
+    kv_blocks: int | None = None  # blocks in its KV pool
 
     @property
     def output_tokens(self) -> int:
