@@ -27,6 +27,7 @@ from .prometheus import MetricsFormatError, kv_cache_config, parse_metrics
 from .record import LoadConfig, LoadRun, MetricsSample, RemoteRequest
 
 POLL_S = 0.5
+STOP_GRACE_S = 2.0
 
 
 def arrival_times_s(config: LoadConfig) -> list[float]:
@@ -91,9 +92,13 @@ class LoadTest:
             time.sleep(max(0.0, next_poll - time.perf_counter()))
             self._sample()
             yield self.snapshot()
-        dispatcher.join()
-        for thread in self._threads():
-            thread.join()
+            if self._stop.is_set():
+                break
+        # A stopped stream ends at its next chunk; one still waiting for the server's first byte
+        # is left to its (daemon) thread after STOP_GRACE_S and recorded as stopped.
+        deadline = time.perf_counter() + (STOP_GRACE_S if self._stop.is_set() else 1e9)
+        for thread in [dispatcher, *self._threads()]:
+            thread.join(max(0.0, deadline - time.perf_counter()))
         time.sleep(0.3)  # the server's histograms are updated as each request is freed
         self._sample()
         yield self.snapshot()
@@ -147,8 +152,9 @@ class LoadTest:
             chunks = list(r.chunk_s)
             tokens = list(r.chunk_tokens[:len(chunks)])
             sent = None if r.sent_s is None else 1000.0 * (r.sent_s - self._t0)
-            finish = r.finish if r.sent_s is not None else (
-                "stopped" if self._stop.is_set() else "waiting")
+            finish = r.finish if r.sent_s is not None else "waiting"
+            if self._stop.is_set() and finish in ("running", "waiting"):
+                finish = "stopped"
             requests.append(RemoteRequest(
                 i, self._texts[i], sent, tuple(1000.0 * (c - self._t0) for c in chunks),
                 tuple(tokens), tuple(r.token_ids), "".join(r.text), r.prompt_tokens, finish,
