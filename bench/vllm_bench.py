@@ -6,7 +6,9 @@ in flight together (concurrency 8 = the local engine's max batch), greedy. vLLM 
 float32 weights (engine/remote/server.py) on the same two cores; the local engine runs in this
 process with no HTTP in the way, so vLLM's numbers include its API server and the trip over
 loopback — that is what a user of a serving engine gets. No target: the number is the lesson.
-Greedy tokens are compared each round (agreement or a near-tie, else the bench fails).
+Greedy tokens are compared each round (agreement or a near-tie, else the bench fails). Then
+vLLM's prompt-lookup speculation on the Serving page's two samples: acceptance and tokens/s
+against the same eager server without it (bench.spec_bench measures this app's).
 
 The server is started here (torch.compile on unless --eager; the first compiled start takes
 minutes, later ones reuse vLLM's compile cache) unless --base-url names a running one. Skipped,
@@ -40,7 +42,8 @@ from engine.remote.summary import server_stats  # noqa: E402
 
 
 def run(rounds: int = 3, tokens: int = 32, eager: bool = False, base_url: str | None = None,
-        out: str | None = "bench/out/vllm.json") -> dict[str, Any] | None:
+        out: str | None = "bench/out/vllm.json",
+        speculation: bool = True) -> dict[str, Any] | None:
     if base_url is None and not is_installed():
         print("vllm_bench: skipped (vLLM is not installed: `make vllm`)")
         return None
@@ -72,11 +75,41 @@ def run(rounds: int = 3, tokens: int = 32, eager: bool = False, base_url: str | 
     finally:
         if server is not None:
             server.stop()
-    print(json.dumps(report["summary"], indent=1))
+    if speculation:
+        report["speculation"] = _speculation(lm)
+    print(json.dumps({k: report[k] for k in ("summary", "speculation") if k in report}, indent=1))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(report, indent=1))
     return report
+
+
+def _speculation(lm: Any) -> dict[str, Any]:
+    """vLLM's prompt-lookup speculation (eager, this app's settings) on the Serving page's two
+    samples, 96 tokens, one request at a time: its acceptance counters and tokens/s, beside an
+    eager server without speculation on the same samples."""
+    from engine.remote.server import DEFAULT_PORT as PORT
+    from engine.serving.speculative import FREE_PROMPT, REWRITE_PROMPT
+
+    render = lambda p: chat_text(lm.tokenizer, p)  # noqa: E731
+    out: dict[str, Any] = {}
+    for speculative in (False, True):
+        with start_server(PORT + 2, eager=True, speculative=speculative) as server:
+            for name, prompt in (("rewrite", REWRITE_PROMPT), ("free", FREE_PROMPT)):
+                config = LoadConfig(server.base_url, "", (prompt,), 1, 96, 1)
+                LoadTest(config, render).run_all()  # warm-up
+                load = LoadTest(config, render).run_all()
+                stats = server_stats(load)
+                row = out.setdefault(name, {})
+                key = "speculative" if speculative else "plain"
+                row[f"{key}_tok_s"] = load.throughput_tok_s
+                if speculative and stats is not None:
+                    row["acceptance"] = stats.acceptance
+                    row["tokens"] = load.output_tokens
+                    row["chunks"] = len(load.requests[0].chunk_ms)
+    for row in out.values():
+        row["speedup"] = row["speculative_tok_s"] / row["plain_tok_s"]
+    return out
 
 
 def _report(rows: dict[str, list[Any]], eager: bool | None, start_s: float | None,
@@ -114,5 +147,6 @@ if __name__ == "__main__":
     parser.add_argument("--eager", action="store_true")
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--out", default="bench/out/vllm.json")
+    parser.add_argument("--no-speculation", action="store_true")
     a = parser.parse_args()
-    run(a.rounds, a.tokens, a.eager, a.base_url, a.out)
+    run(a.rounds, a.tokens, a.eager, a.base_url, a.out, not a.no_speculation)

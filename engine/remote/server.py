@@ -33,6 +33,10 @@ SERVED_NAME = "smollm2-135m"
 DEFAULT_PORT = 8011
 MAX_MODEL_LEN = 2048
 KV_CACHE_GB = 1  # VLLM_CPU_KVCACHE_SPACE: 1 GiB holds ~23k token slots of this model in float32
+# vLLM's n-gram (prompt lookup) speculation with this app's defaults (engine/serving/speculative.py):
+# 4 draft tokens from a match of the last 3 down to 1 tokens in the context.
+SPECULATIVE_CONFIG = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+                      "prompt_lookup_min": 1}
 
 
 def vllm_home() -> Path:
@@ -97,15 +101,17 @@ def prepare_model_folder(out: Path | None = None) -> Path:
     return out
 
 
-def server_command(port: int, eager: bool) -> list[str]:
+def server_command(port: int, eager: bool, speculative: bool = False) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server` (the `vllm` console script looks up package
     metadata named `vllm`, but the CPU build is named vllm-cpu). float32 like the app, so greedy
     tokens can be compared; `eager` skips torch.compile (a start of about a minute instead of
-    several on two cores, and slower steps)."""
+    several on two cores, and slower steps); `speculative` turns on prompt-lookup speculation."""
     command = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(model_folder()), "--served-model-name", SERVED_NAME,
                "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
                "--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
+    if speculative:
+        command += ["--speculative-config", json.dumps(SPECULATIVE_CONFIG)]
     return command + (["--enforce-eager"] if eager else [])
 
 
@@ -144,7 +150,7 @@ def healthy(base_url: str, timeout: float = 1.0) -> bool:
 
 
 def start_server(port: int = DEFAULT_PORT, eager: bool = True, timeout_s: float = 900.0,
-                 log: Path | None = None) -> ServerProcess:
+                 log: Path | None = None, speculative: bool = False) -> ServerProcess:
     """Start vLLM on 127.0.0.1:`port` and wait until /health answers; on failure, stop it and
     raise EngineError with the end of its log."""
     if not is_installed():
@@ -158,7 +164,7 @@ def start_server(port: int = DEFAULT_PORT, eager: bool = True, timeout_s: float 
                VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     started = time.perf_counter()
     with open(log, "wb") as sink:
-        process = subprocess.Popen(server_command(port, eager), stdout=sink,
+        process = subprocess.Popen(server_command(port, eager, speculative), stdout=sink,
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = ServerProcess(process, base_url, log, 0.0)
     while not healthy(base_url):
@@ -181,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     start.add_argument("--port", type=int, default=DEFAULT_PORT)
     start.add_argument("--compile", action="store_true",
                        help="let vLLM torch.compile (minutes at the first start on two cores)")
+    start.add_argument("--speculate", action="store_true",
+                       help="prompt-lookup speculative decoding (4 drafts, n-gram 3 down to 1)")
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
@@ -188,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "where":
             print(vllm_python() if is_installed() else "")
         else:
-            server = start_server(args.port, eager=not args.compile)
+            server = start_server(args.port, eager=not args.compile,
+                                  speculative=args.speculate)
             print(f"{server.base_url}  (healthy after {server.start_s:.0f} s; log {server.log})",
                   flush=True)
             try:
