@@ -8,18 +8,28 @@ sentence; a stream cut short keeps the chunks that arrived.
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+import urllib3
 
 from ..errors import EngineError
 
 MAX_METRICS_BYTES = 8 << 20
 MAX_EVENT_BYTES = 1 << 20
+MAX_BODY_BYTES = 1 << 20  # a model list or an error answer
+MAX_ID = 1 << 31  # token ids and counts beyond any vocabulary or context
+
+
+# What reading a body straight from the socket can raise when the server misbehaves
+READ_ERRORS = (requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException,
+               OSError)
 
 
 class RemoteError(EngineError):
@@ -42,7 +52,7 @@ def metrics_url(base_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
 
 
-def _explain(error: requests.RequestException, url: str) -> str:
+def _explain(error: Exception, url: str) -> str:
     if isinstance(error, requests.ConnectTimeout):
         return f"no answer from {url} (connection timed out)"
     if isinstance(error, requests.ConnectionError) and not isinstance(
@@ -50,53 +60,130 @@ def _explain(error: requests.RequestException, url: str) -> str:
         return f"cannot reach {url}: nothing answers there (is the server running?)"
     if isinstance(error, requests.Timeout):
         return f"{url} stopped answering (read timed out)"
-    return f"{url} failed: {type(error).__name__}"
+    return f"{url} broke off its answer ({type(error).__name__})"
+
+
+def _read_capped(response: requests.Response, limit: int, deadline_s: float) -> bytes:
+    """At most `limit` + 1 bytes of a streamed body, within `deadline_s` overall (a server that
+    trickles a byte at a time cannot hold the client): RemoteError past the deadline."""
+    deadline = time.perf_counter() + deadline_s
+    body = bytearray()
+    while len(body) <= limit:
+        if time.perf_counter() > deadline:
+            raise RemoteError(f"{response.url} took more than {deadline_s:g} s to answer")
+        piece = response.raw.read1(min(65536, limit + 1 - len(body)), decode_content=True) \
+            if hasattr(response.raw, "read1") else response.raw.read(65536, decode_content=True)
+        if not piece:
+            break
+        body += piece
+    return bytes(body)
+
+
+def _body(response: requests.Response, limit: int = MAX_BODY_BYTES) -> bytes | None:
+    """The body, read up to `limit` within 10 s; None if longer, slower or cut."""
+    try:
+        body = _read_capped(response, limit, 10.0)
+    except (RemoteError, *READ_ERRORS):
+        return None
+    return body if len(body) <= limit else None
+
+
+def _json(body: bytes | None) -> object:
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _kind(response: requests.Response) -> str:
+    return response.headers.get("content-type", "no content type").split(";")[0].strip()[:60]
 
 
 def _error_message(response: requests.Response) -> str:
-    """The server's own words for an HTTP error (OpenAI's {"error": {"message": ...}})."""
-    try:
-        body = response.json()
-        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-        if isinstance(body, dict) and message is None and isinstance(body.get("message"), str):
+    """The server's own words for an HTTP error: OpenAI's {"error": {"message": ...}}, or
+    {"error": "..."} (vLLM with an API key, TGI), or {"message": ...}; else its status, kind and
+    the start of its text with any markup taken out."""
+    raw = _body(response)
+    body = _json(raw)
+    message = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            message = error["message"]
+        elif isinstance(error, str):
+            message = error
+        elif isinstance(body.get("message"), str):
             message = body["message"]
-    except ValueError:
-        message = None
-    text = message if isinstance(message, str) else response.text[:200]
-    return f"HTTP {response.status_code}: {' '.join(text.split())[:300]}"
+    if message is None:
+        text = " ".join(re.sub(r"<[^>]*>", " ", (raw or b"").decode("utf-8", "replace")).split())
+        return f"HTTP {response.status_code} ({_kind(response)})" + (
+            f": {text[:120]}" if text else "")
+    return f"HTTP {response.status_code}: {' '.join(message.split())[:300]}"
 
 
 def list_models(base_url: str, timeout: float = 5.0) -> list[str]:
     """The model ids the server serves (GET /v1/models)."""
     url = f"{base_url}/models"
     try:
-        response = requests.get(url, timeout=timeout)
-    except requests.RequestException as error:
+        with requests.get(url, timeout=timeout, stream=True) as response:
+            if response.status_code != 200:
+                if "json" not in _kind(response):
+                    raise RemoteError(f"{base_url} does not look like an OpenAI-compatible server "
+                                      f"(GET /models answered HTTP {response.status_code} "
+                                      f"{_kind(response)})")
+                raise RemoteError(f"{url} is not an OpenAI-compatible model list "
+                                  f"({_error_message(response)})")
+            body = _json(_body(response))
+            kind = _kind(response)
+    except READ_ERRORS as error:
         raise RemoteError(_explain(error, base_url)) from None
-    if response.status_code != 200:
-        raise RemoteError(f"{url} is not an OpenAI-compatible model list ({_error_message(response)})")
     try:
-        data = response.json()["data"]
-        return [str(m["id"]) for m in data]
-    except (ValueError, KeyError, TypeError):
-        kind = response.headers.get("content-type", "unknown content").split(";")[0]
+        return [str(m["id"])[:200] for m in body["data"]][:1000]  # type: ignore[index]
+    except (KeyError, TypeError, IndexError):
         raise RemoteError(f"{base_url} does not look like an OpenAI-compatible server "
-                          f"(GET /models answered {kind[:60]}, not a model list)") from None
+                          f"(GET /models answered {kind}, not a model list)") from None
 
 
 def fetch_metrics_text(base_url: str, timeout: float = 2.0) -> str:
-    """The body of /metrics (RemoteError if absent or larger than MAX_METRICS_BYTES)."""
+    """The body of /metrics (RemoteError if absent, larger than MAX_METRICS_BYTES or slower
+    than `timeout` overall)."""
     url = metrics_url(base_url)
     try:
         with requests.get(url, timeout=timeout, stream=True) as response:
             if response.status_code != 200:
                 raise RemoteError(f"{url}: {_error_message(response)}")
-            body = response.raw.read(MAX_METRICS_BYTES + 1, decode_content=True)
-    except requests.RequestException as error:
+            body = _read_capped(response, MAX_METRICS_BYTES, timeout)
+    except READ_ERRORS as error:
         raise RemoteError(_explain(error, url)) from None
     if len(body) > MAX_METRICS_BYTES:
         raise RemoteError(f"{url} sent more than {MAX_METRICS_BYTES >> 20} MB")
     return body.decode("utf-8", errors="replace")
+
+
+def _lines(response: requests.Response, should_stop: Callable[[], bool]) -> Iterator[bytes]:
+    """The body's lines as they arrive, chunked or not (a body ended by closing the connection is
+    read as it comes, not to its end); OversizedEvent once a line passes MAX_EVENT_BYTES."""
+    pending = bytearray()
+    while not should_stop():
+        piece = response.raw.read1(65536, decode_content=True)
+        if not piece:
+            break
+        pending += piece
+        while (end := pending.find(b"\n")) >= 0:
+            if end > MAX_EVENT_BYTES:
+                raise OversizedEvent
+            yield bytes(pending[:end]).rstrip(b"\r")
+            del pending[:end + 1]
+        if len(pending) > MAX_EVENT_BYTES:
+            raise OversizedEvent
+    if pending and not should_stop():
+        yield bytes(pending)
+
+
+class OversizedEvent(Exception):
+    """A streamed line longer than MAX_EVENT_BYTES."""
 
 
 @dataclass
@@ -130,75 +217,93 @@ def stream_completion(base_url: str, model: str, prompt: str, max_tokens: int,
             if response.status_code != 200:
                 result.finish, result.error = "error", _error_message(response)
                 return
-            kind = response.headers.get("content-type", "")
-            if "text/event-stream" not in kind:
+            if "text/event-stream" not in _kind(response):
                 result.finish = "error"
                 result.error = (f"not an OpenAI-compatible stream: POST /completions answered "
-                                f"{kind.split(';')[0][:60] or 'no content type'}")
+                                f"{_kind(response)}")
                 return
-            for line in response.iter_lines(chunk_size=None):
-                if should_stop():
-                    result.finish = "stopped"
-                    return
-                if len(line) > MAX_EVENT_BYTES:
-                    result.finish, result.error = "error", "the server sent an oversized event"
-                    return
+            for line in _lines(response, should_stop):
                 if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     break
-                if not _take_event(data, result):
+                if not _take_event(data, result, max_tokens):
                     return
-    except requests.RequestException as error:
+            if should_stop() and result.finish == "running":
+                result.finish = "stopped"
+                return
+    except OversizedEvent:
+        result.finish, result.error = "error", "the server sent an oversized event"
+        return
+    except READ_ERRORS as error:
         result.finish = "error"
-        result.error = (f"the server closed the stream after {sum(result.chunk_tokens)} tokens"
-                        if result.chunk_s or isinstance(
+        result.error = (_explain(error, base_url) if isinstance(error, requests.RequestException)
+                        and not result.chunk_s and not isinstance(
                             error, requests.exceptions.ChunkedEncodingError)
-                        else _explain(error, base_url))
+                        else f"the server closed the stream after {sum(result.chunk_tokens)} "
+                             "tokens")
         return
     if result.finish == "running":
         result.finish = "error"
         result.error = f"the stream ended without a finish reason after {sum(result.chunk_tokens)} tokens"
 
 
-def _take_event(data: bytes, result: StreamResult) -> bool:
-    """Apply one SSE event to `result`; False (with result.error set) if the stream must end."""
+def _ids(value: object) -> list[int] | None:
+    """A list of token ids, or None if it is not one (ids must lie in 0..2³¹)."""
+    if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_ID for i in value):
+        return None
+    return list(value)
+
+
+def _take_event(data: bytes, result: StreamResult, max_tokens: int) -> bool:
+    """Apply one SSE event to `result`; False (with result.error set) if the stream must end.
+    What a hostile server could send that no record may hold (more tokens than asked for, ids
+    beyond any vocabulary) ends the request with an error; the tokens before it are kept."""
     now = time.perf_counter()
+
+    def fail(why: str) -> bool:
+        result.finish, result.error = "error", why
+        return False
+
     try:
         event = json.loads(data)
-    except ValueError:
-        result.finish = "error"
-        result.error = "the server sent something that is not an OpenAI stream event"
-        return False
+    except (ValueError, RecursionError):
+        return fail("the server sent something that is not an OpenAI stream event")
     if not isinstance(event, dict):
-        result.finish, result.error = "error", "the server sent an event that is not a JSON object"
-        return False
+        return fail("the server sent an event that is not a JSON object")
     if "error" in event:
         error = event["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        result.finish, result.error = "error", f"the server reported: {str(message)[:300]}"
-        return False
+        return fail(f"the server reported: {' '.join(str(message).split())[:300]}")
     usage = event.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-        result.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage, dict):
+        prompt_tokens = usage.get("prompt_tokens")
+        if isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool) \
+                and 0 <= prompt_tokens < MAX_ID:
+            result.prompt_tokens = prompt_tokens
     choices = event.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return True
     choice = choices[0]
-    prompt_ids = choice.get("prompt_token_ids")
-    if isinstance(prompt_ids, list) and not result.prompt_token_ids:
-        result.prompt_token_ids = [int(i) for i in prompt_ids if isinstance(i, int)]
-    text = choice.get("text") or ""
-    ids = choice.get("token_ids")
-    ids = [int(i) for i in ids if isinstance(i, int)] if isinstance(ids, list) else None
+    prompt_ids = _ids(choice.get("prompt_token_ids"))
+    if prompt_ids and not result.prompt_token_ids:
+        result.prompt_token_ids = prompt_ids[:MAX_ID]
+    text = choice.get("text")
+    text = text if isinstance(text, str) else ""
+    raw_ids = choice.get("token_ids")
+    ids = _ids(raw_ids)
+    if raw_ids is not None and ids is None:
+        return fail("the server sent token ids that are not ids")
     tokens = len(ids) if ids is not None else (1 if text else 0)
+    if sum(result.chunk_tokens) + tokens > max_tokens:
+        return fail(f"the server sent more than the {max_tokens} tokens asked for")
     if tokens:
-        result.chunk_s.append(now)
-        result.chunk_tokens.append(tokens)
         result.token_ids.extend(ids or ())
-    if isinstance(text, str):
-        result.text.append(text)
+        result.chunk_tokens.append(tokens)  # before the time: a snapshot reads counts first
+        result.chunk_s.append(now)
+    result.text.append(text)
     reason = choice.get("finish_reason")
     if reason in ("length", "stop"):
         result.finish = reason

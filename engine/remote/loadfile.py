@@ -24,6 +24,7 @@ MAX_LOAD_BYTES = 64 << 20
 MAX_JSON_CONTAINERS = 1 << 20
 MAX_MS = 86_400_000.0
 MAX_TOKEN_ID = 1 << 31
+MAX_COUNTER = float(1 << 53)
 SAMPLE_FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prefix_queries", "prefix_hits",
                  "spec_drafts", "spec_accepted", "generation_tokens")
 
@@ -55,7 +56,8 @@ def _hist_to_list(h: Histogram | None) -> Any:
 
 
 def load_to_bytes(run: LoadRun) -> bytes:
-    return json.dumps(load_to_dict(run), ensure_ascii=False, separators=(",", ":")).encode()
+    # ASCII escapes: a lone surrogate a server sent in its text still writes, and reads back
+    return json.dumps(load_to_dict(run), ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def _bad(what: str) -> TraceFormatError:
@@ -77,11 +79,29 @@ def _count(value: Any, what: str, low: int = 0, optional: bool = False) -> int |
     return value
 
 
-def _ms(value: Any, what: str, optional: bool = False, low: float = 0.0) -> float | None:
+def _number(value: Any, what: str, optional: bool, low: float, high: float,
+            say: str = "is out of range") -> float | None:
     value = _expect(value, (int, float), what, optional)
-    if value is not None and not (math.isfinite(value) and low <= value <= MAX_MS):
-        raise _bad(f"{what} must be a time within a day")
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        raise _bad(f"{what} {say}") from None
+    if not (math.isfinite(value) and low <= value <= high):
+        raise _bad(f"{what} {say}")
+    return value
+
+
+def _ms(value: Any, what: str, optional: bool = False, low: float = 0.0) -> float | None:
+    """A time in ms: within a day."""
+    return _number(value, what, optional, low, MAX_MS, "must be a time within a day")
+
+
+def _counter(value: Any, what: str, optional: bool = False) -> float | None:
+    """A server counter, gauge or histogram count: finite, not negative, below 2⁵³ (a server
+    that ran for months counts far past a day's worth of ms)."""
+    return _number(value, what, optional, 0.0, MAX_COUNTER)
 
 
 def _hist(d: Any, what: str) -> Histogram | None:
@@ -90,11 +110,12 @@ def _hist(d: Any, what: str) -> Histogram | None:
     d = _expect(d, dict, what)
     bounds = [math.inf if b == "+Inf" else _ms(b, f"{what} bound") for b in
               _expect(d.get("bounds"), list, f"{what} bounds")]
-    counts = [_ms(c, f"{what} count") for c in _expect(d.get("counts"), list, f"{what} counts")]
+    counts = [_counter(c, f"{what} count") for c in
+              _expect(d.get("counts"), list, f"{what} counts")]
     if len(bounds) != len(counts) or bounds != sorted(bounds) or counts != sorted(counts):
         raise _bad(f"{what} is not a cumulative histogram")
-    return Histogram(tuple(bounds), tuple(counts), _ms(d.get("sum"), f"{what} sum"),
-                     _ms(d.get("count"), f"{what} count"))
+    return Histogram(tuple(bounds), tuple(counts), _counter(d.get("sum"), f"{what} sum"),
+                     _counter(d.get("count"), f"{what} count"))
 
 
 def _request(i: int, d: Any, config: LoadConfig) -> RemoteRequest:
@@ -129,7 +150,7 @@ def _request(i: int, d: Any, config: LoadConfig) -> RemoteRequest:
 def _sample(i: int, d: Any) -> MetricsSample:
     what = f"metrics sample {i}"
     d = _expect(d, dict, what)
-    values = {k: _ms(d.get(k), f"{what} {k}", optional=True) for k in SAMPLE_FIELDS}
+    values = {k: _counter(d.get(k), f"{what} {k}", optional=True) for k in SAMPLE_FIELDS}
     if values["kv_usage"] is not None and values["kv_usage"] > 1:
         raise _bad(f"{what}: KV usage is a fraction between 0 and 1")
     return MetricsSample(_ms(d.get("t_ms"), f"{what} t_ms", low=-MAX_MS), **values,
@@ -185,6 +206,6 @@ def load_loadtest(data: bytes, max_bytes: int = MAX_LOAD_BYTES) -> LoadRun:
         raise _bad("it holds too many objects and lists")
     try:
         parsed = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # also over 4,300 digits
         raise TraceFormatError("not an Inference Explorer load-test file (not JSON)") from None
     return load_from_dict(parsed)

@@ -66,6 +66,7 @@ class LoadTest:
         self.render = render or (lambda p: p)
         self.poll_s = poll_s
         self._stop = threading.Event()
+        self._done = threading.Event()  # every stream has ended (or was left after a stop)
         self._lock = threading.Lock()
         self._results = [StreamResult() for _ in range(config.requests)]
         self._texts = [self.render(config.prompts[i % len(config.prompts)])
@@ -85,12 +86,13 @@ class LoadTest:
         self._sample()  # the baseline, before any request
         self._t0 = time.perf_counter()
         dispatcher = threading.Thread(target=self._dispatch, daemon=True)
+        sampler = threading.Thread(target=self._sample_while_running, daemon=True)
         dispatcher.start()
-        next_poll = time.perf_counter()
-        while dispatcher.is_alive() or any(t.is_alive() for t in self._threads()):
-            next_poll += self.poll_s
-            time.sleep(max(0.0, next_poll - time.perf_counter()))
-            self._sample()
+        sampler.start()
+        next_yield = time.perf_counter()
+        while self._running(dispatcher):
+            next_yield += self.poll_s
+            time.sleep(max(0.0, next_yield - time.perf_counter()))
             yield self.snapshot()
             if self._stop.is_set():
                 break
@@ -99,9 +101,24 @@ class LoadTest:
         deadline = time.perf_counter() + (STOP_GRACE_S if self._stop.is_set() else 1e9)
         for thread in [dispatcher, *self._threads()]:
             thread.join(max(0.0, deadline - time.perf_counter()))
+        self._done.set()
+        sampler.join()
         time.sleep(0.3)  # the server's histograms are updated as each request is freed
         self._sample()
         yield self.snapshot()
+
+    def _running(self, dispatcher: threading.Thread) -> bool:
+        return dispatcher.is_alive() or any(t.is_alive() for t in self._threads())
+
+    def _sample_while_running(self) -> None:
+        """/metrics every poll_s on its own thread, whatever the consumer of the snapshots does
+        (a page's redraw can take longer than a poll interval)."""
+        next_poll = time.perf_counter()
+        while not self._done.is_set():
+            next_poll += self.poll_s
+            if self._done.wait(max(0.0, next_poll - time.perf_counter())):
+                return
+            self._sample()
 
     def run_all(self) -> LoadRun:
         return deque(self, maxlen=1)[0]
@@ -143,14 +160,20 @@ class LoadTest:
             if self._metrics_error is None:
                 self._metrics_error = f"no server metrics: {error}"
             return
-        self._samples.append(sample)
+        with self._lock:
+            self._samples.append(sample)
+
+    def _samples_now(self) -> tuple[MetricsSample, ...]:
+        with self._lock:
+            return tuple(self._samples)
 
     def snapshot(self) -> LoadRun:
         """The load as it stands: unsent requests are "waiting", streams in flight "running"."""
         requests = []
         for i, r in enumerate(self._results):
-            chunks = list(r.chunk_s)
-            tokens = list(r.chunk_tokens[:len(chunks)])
+            tokens, chunks = list(r.chunk_tokens), list(r.chunk_s)  # a chunk in mid-append:
+            n = min(len(tokens), len(chunks))  # leave it to the next snapshot
+            tokens, chunks = tokens[:n], chunks[:n]
             sent = None if r.sent_s is None else 1000.0 * (r.sent_s - self._t0)
             finish = r.finish if r.sent_s is not None else "waiting"
             if self._stop.is_set() and finish in ("running", "waiting"):
@@ -164,5 +187,5 @@ class LoadTest:
                                             for r in requests) and not any(
             r.chunk_ms for r in requests) else None
         return LoadRun(self.config, getattr(self, "_model", self.config.model), tuple(requests),
-                       tuple(self._samples), self._created, self._stop.is_set(), fatal,
+                       self._samples_now(), self._created, self._stop.is_set(), fatal,
                        self._metrics_error, *self._kv)

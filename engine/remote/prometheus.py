@@ -26,6 +26,9 @@ HISTOGRAMS = {"ttft": "vllm:time_to_first_token_seconds",
               "itl": "vllm:inter_token_latency_seconds"}
 
 
+MAX_VALUE = float(1 << 53)
+
+
 class MetricsFormatError(ValueError):
     """The text is not Prometheus exposition format."""
 
@@ -59,15 +62,16 @@ def parse_metrics(text: str, t_ms: float) -> MetricsSample:
 
     def total(name: str) -> float | None:
         found = values.get(name)
-        return float(sum(found)) if found else None
+        return _sane(float(sum(found))) if found else None
 
-    kv = values.get(GAUGES["kv_usage"])
+    kv = [v for v in values.get(GAUGES["kv_usage"], ()) if _sane(v) is not None and v <= 1]
     hists: dict[str, Histogram | None] = {}
     for key, name in HISTOGRAMS.items():
         if name in buckets and name in counts:
             bounds = tuple(sorted(b for b in buckets[name] if not math.isnan(b)))
-            hists[key] = Histogram(bounds, tuple(buckets[name][b] for b in bounds),
-                                   sums.get(name, 0.0), counts[name])
+            hists[key] = _sane_histogram(Histogram(
+                bounds, tuple(buckets[name][b] for b in bounds), sums.get(name, 0.0),
+                counts[name]))
         else:
             hists[key] = None
     return MetricsSample(
@@ -78,11 +82,31 @@ def parse_metrics(text: str, t_ms: float) -> MetricsSample:
         hists["ttft"], hists["itl"])
 
 
+def _sane(value: float) -> float | None:
+    """A gauge or counter as a record may hold it: finite, not negative, below 2⁵³ (else None:
+    the server said something no engine state can be)."""
+    return value if math.isfinite(value) and 0 <= value < MAX_VALUE else None
+
+
+def _sane_histogram(h: Histogram) -> Histogram | None:
+    """None unless bounds are ≥ 0 (+inf last allowed, finite ones below a day) and the counts
+    cumulative, with sane numbers throughout."""
+    finite = [b for b in h.bounds if not math.isinf(b)]
+    if any(not 0 <= b < 86_400 for b in finite) or any(b < 0 for b in h.bounds):
+        return None
+    numbers = (*h.counts, h.sum, h.count)
+    if any(_sane(v) is None for v in numbers) or list(h.counts) != sorted(h.counts):
+        return None
+    return h
+
+
 def kv_cache_config(text: str) -> tuple[int | None, int | None]:
     """(tokens per KV block, blocks in the pool) from vLLM's `cache_config_info` labels (None where
     the server does not say): what its KV-cache usage % is a fraction of."""
     def whole(value: str | None) -> int | None:
-        return int(value) if value is not None and value.isdigit() else None
+        if value is None or not value.isdigit() or len(value) > 10:
+            return None
+        return int(value) if 1 <= int(value) < 1 << 31 else None
 
     try:
         for family in text_string_to_metric_families(text):

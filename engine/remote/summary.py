@@ -98,6 +98,19 @@ def server_stats(run: LoadRun) -> ServerStats | None:
         _peak(run.samples, "kv_usage"))
 
 
+CLIENT_DELAY_LIMIT = 0.10  # the client's mean ITL this much above the server's: flagged
+
+
+def client_delay(client: ClientStats, server: ServerStats | None) -> float | None:
+    """How much longer the client's mean inter-token gap is than the server's own histogram's,
+    as a fraction (None if either is missing). The two measure the same gaps — the server's as
+    its engine emits tokens, the client's as they arrive — so a client far above the server means
+    the client's own process was held up (a busy machine, a page drawing), not the engine."""
+    if server is None or not server.itl["mean"] or client.itl["mean"] is None:
+        return None
+    return client.itl["mean"] / server.itl["mean"] - 1.0
+
+
 def tokens_per_second_window(run: LoadRun, window_ms: float = 1000.0,
                              step_ms: float = 250.0) -> list[tuple[float, float]]:
     """(t_ms, output tokens/s over the window ending at t) across the load: the live throughput
