@@ -179,6 +179,7 @@ page = st.navigation([
     st.Page("pages/timing.py", title="Prefill vs decode", icon=":material/timer:"),
     st.Page("pages/kvcache.py", title="KV cache", icon=":material/memory:"),
     st.Page("pages/serving.py", title="Serving", icon=":material/dns:"),
+    st.Page("pages/serving_engine.py", title="Serving engine", icon=":material/cloud:"),
     st.Page("pages/quantization.py", title="Quantization", icon=":material/compress:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
     st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),

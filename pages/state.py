@@ -95,8 +95,9 @@ _COMPARE_B, _COMPARE_B_LABEL = "compare_b", "compare_b_label"
 COMPARE_A = "compare_a"
 OPENED_EXAMPLE = "opened_example"
 SERVING = "serving"  # the Serving page's runs (ServingResults)
+SERVING_ENGINE = "serving_engine"  # the Serving engine page's load (RemoteResults)
 KEPT = ("trace", "prompt", "experiments", _COMPARE_B, _COMPARE_B_LABEL, COMPARE_A,
-        OPENED_EXAMPLE, SERVING)  # what a reload restores
+        OPENED_EXAMPLE, SERVING, SERVING_ENGINE)  # what a reload restores
 
 
 def _size(value: Any) -> int:
@@ -108,6 +109,10 @@ def _size(value: Any) -> int:
         runs = [r for r in (value.run, *value.batching, *value.sharing) if r is not None]
         return 4096 + sum(100 * (r.output_tokens + sum(len(s.tables) + 1 for s in r.steps))
                           for r in runs)
+    if isinstance(value, RemoteResults):  # ~100 bytes per token, ~1 KB per /metrics sample
+        run, local = value.run, value.local
+        return 4096 + (0 if run is None else 100 * run.output_tokens + 1024 * len(run.samples)) \
+            + (0 if local is None else 100 * (local.output_tokens + len(local.steps)))
     return 4096
 
 
@@ -349,3 +354,33 @@ def last_serving_run() -> tuple[str, Any] | None:
     """(label, ServingRun) of the session's last stream run, for the KV page's block tables."""
     found = serving_results()
     return None if found.run is None else (found.label, found.run)
+
+
+# The Serving engine page: its load on a remote serving engine, kept across reloads.
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RemoteResults:
+    """The Serving engine page's results: the last load (`run`, an engine.remote LoadRun) and
+    what it was (`label`: "your load", "file x.json"); the same load on this app's engine
+    (`local`, a ServingRun, with its model and weights in `local_name`) and per request whether
+    the greedy tokens agree (`agreement`: engine.remote.compare.Agreement); `local_share`: other
+    programs' share of the CPUs while the local run ran (None: not measured)."""
+
+    run: Any = None
+    label: str = ""
+    local: Any = None
+    local_name: str = ""
+    agreement: tuple[Any, ...] = ()
+    local_share: float | None = None
+
+
+def remote_results() -> RemoteResults:
+    return st.session_state.get(SERVING_ENGINE) or RemoteResults()
+
+
+def keep_remote(**changes: Any) -> None:
+    """Replace some of the Serving engine page's results; a new load drops the comparison made
+    on the old one."""
+    if "run" in changes and "local" not in changes:
+        changes.update(local=None, local_name="", agreement=(), local_share=None)
+    keep(SERVING_ENGINE, replace(remote_results(), **changes))

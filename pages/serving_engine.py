@@ -1,0 +1,232 @@
+"""Serving engine: a load on a real serving engine (vLLM above all) behind its OpenAI-compatible
+API, live — the client's timings per request and per token, and the server's own /metrics
+(engine/remote/). Timing and counters only: a remote engine shows no attention or KV contents."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import streamlit as st
+
+from charts.remote import gantt_chart, load_at, server_chart, throughput_chart
+from engine.remote.cli import DEFAULT_PROMPTS
+from engine.remote.client import RemoteError, normalize_base_url
+from engine.remote.compare import chat_text
+from engine.remote.record import LoadConfig, LoadRun
+from pages.common import show_chart
+from pages.serving_engine_results import compare_section, results_section
+from pages.serving_engine_sections import (
+    REPLAY,
+    YOUR_LOAD,
+    Server,
+    cut_short,
+    default_tokenizer,
+    files_section,
+    hosted,
+    server_section,
+)
+from pages.state import keep_remote, message, plain, remote_results
+
+MAX_REQUESTS, MAX_NEW_TOKENS, MAX_CONCURRENCY = 64, 256, 64  # one load from this page, locally
+REPLAY_S, REPLAY_FRAMES = 20.0, 40  # a replay lasts at most this long, in at most this many frames
+CONCURRENCY, POISSON = "Concurrency limit", "Poisson rate"
+
+
+def header() -> None:
+    st.title("Serving engine")
+    st.caption("The Serving page's ideas — time to first token (TTFT), inter-token latency "
+               "(ITL), batching, KV-cache blocks, prefix-cache hits, speculative acceptance — "
+               "read off a production serving engine (vLLM, or any server with an "
+               "OpenAI-compatible API) while it serves a load you choose. Every request streams "
+               "greedily and is timed chunk by chunk on this side; the server's Prometheus "
+               "/metrics is read about twice a second.")
+    st.info("**Timing and the engine's own counters only.** A remote engine shows no attention "
+            "weights and no KV contents: it is another process, maybe another machine, and "
+            "exports only what its API and /metrics say. For those, use the other pages on this "
+            "app's own engine.", icon=":material/info:")
+
+
+def hosted_notice() -> None:
+    st.info("This public demo sends no requests to other servers (a page must not send load "
+            "to addresses its visitors type). Open a load-test file saved by a local copy of "
+            "the app, or by `python -m engine loadtest --out FILE`, at the bottom of the page: "
+            "it is drawn exactly as recorded.", icon=":material/public:")
+
+
+def load_form(server: Server) -> LoadConfig | None:
+    """The load; None until submitted (or on bad input, with one sentence saying why)."""
+    st.subheader("The load")
+    if "remote_prompts" not in st.session_state:
+        st.session_state["remote_prompts"] = "\n".join(DEFAULT_PROMPTS)
+    with st.form("remote_form", border=False, enter_to_submit=True):
+        prompts = st.text_area("Prompts, one per line", key="remote_prompts", height=140,
+                               max_chars=20_000, help="Eight sample questions to start; cycled "
+                               "when you ask for more requests than lines.")
+        c1, c2, c3, c4 = st.columns(4)
+        count = c1.number_input("Requests", 1, MAX_REQUESTS, 8, key="remote_count",
+                                help=f"At most {MAX_REQUESTS} here.")
+        new = c2.number_input("Max new tokens", 1, MAX_NEW_TOKENS, 32, key="remote_new",
+                              help=f"Per request, at most {MAX_NEW_TOKENS} here; greedy, so a "
+                                   "request may stop earlier at the end-of-text token.")
+        arrival = c3.radio("Send", [CONCURRENCY, POISSON], horizontal=True, key="remote_arrival",
+                           help="Concurrency limit: all at once, at most that many in flight. "
+                                "Poisson: random gaps with the rate on average (seed 0, the "
+                                "same arrivals as the Serving page's).")
+        model = c4.selectbox("Model", server.models or ("(first listed)",), key="remote_model",
+                             help="The served model id to ask for.")
+        c5, c6, c7 = st.columns([1, 1, 2])
+        concurrency = c5.number_input("Concurrency", 1, MAX_CONCURRENCY, 8, key="remote_conc",
+                                      help="Requests in flight at most (also with Poisson "
+                                           f"arrivals); at most {MAX_CONCURRENCY}.")
+        rate_per_s = c6.number_input("Rate (requests/s)", 0.1, 100.0, 4.0, step=0.5,
+                                     key="remote_rate", help="For Poisson arrivals.")
+        chat = c7.toggle("Chat template (the default model's)", True, key="remote_chat",
+                         help="Wrap each prompt as a user turn in SmolLM2's chat format before "
+                              "sending, as this app's engine does; turn it off for another model.")
+        submitted = st.form_submit_button("Run the load", type="primary",
+                                          icon=":material/play_arrow:")
+    st.caption(f"Caps here: {MAX_REQUESTS} requests, {MAX_NEW_TOKENS} new tokens each, "
+               f"{MAX_CONCURRENCY} in flight. Decoding is greedy (temperature 0).")
+    if not submitted:
+        return None
+    lines = [line.strip() for line in prompts.splitlines() if line.strip()]
+    try:
+        if not lines:
+            raise ValueError("Write at least one prompt (one per line).")
+        if not server.models:
+            raise ValueError("No server answers at that URL: start one (above) or fix the URL, "
+                             "then press List models.")
+        return LoadConfig(normalize_base_url(server.url),
+                          model if model in server.models else "", tuple(lines), int(count),
+                          int(new), int(concurrency),
+                          float(rate_per_s) if arrival == POISSON else None, bool(chat))
+    except (ValueError, RemoteError) as err:
+        text = str(err)
+        st.error(message(text if text.endswith(".") else text[0].upper() + text[1:] + "."))
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSlots:
+    """Where a (partial) load is drawn, live and when done."""
+
+    status: st.delta_generator.DeltaGenerator
+    gantt: st.delta_generator.DeltaGenerator
+    rate: st.delta_generator.DeltaGenerator
+    server: st.delta_generator.DeltaGenerator
+
+
+def draw_live(run: LoadRun, slots: LiveSlots, tag: str) -> None:
+    """The Gantt, tokens/s and the server's gauges; `tag` keeps each drawing's chart keys unique
+    within a page run (a live load redraws the same slots)."""
+    show_chart(gantt_chart(run), where=slots.gantt, key=f"remote-gantt-{tag}", name="requests")
+    show_chart(throughput_chart(run), where=slots.rate, key=f"remote-rate-{tag}",
+               name="tokens per second")
+    show_chart(server_chart(run), where=slots.server, key=f"remote-server-{tag}",
+               name="server gauges")
+
+
+def progress_text(run: LoadRun) -> tuple[float, str]:
+    done = sum(1 for r in run.requests if r.finish in ("length", "stop", "error"))
+    streaming = sum(1 for r in run.requests if r.finish == "running")
+    unsent = sum(1 for r in run.requests if r.sent_ms is None)
+    most = run.config.requests * run.config.max_new_tokens
+    return (min(run.output_tokens / most, 1.0),
+            f"{done} of {len(run.requests)} requests done, {streaming} streaming, {unsent} not "
+            f"sent yet; {run.output_tokens} of at most {most} tokens received")
+
+
+def run_load(config: LoadConfig, slots: LiveSlots) -> None:
+    """Send the load; the progress at every snapshot (about 2/s), the charts once a second; kept
+    at every snapshot, so a
+    reload does not lose it. Stop (or leaving the page) stops the streams and keeps what came.
+    The model turn is not taken: the server is another process."""
+    from engine.remote.loadtest import LoadTest
+
+    bar = slots.status.progress(0.0, text=f"Asking {plain(config.base_url)} for its models…")
+    test, finished, last = None, False, None
+    try:
+        tokenizer = default_tokenizer() if config.chat_template else None
+        test = LoadTest(config, None if tokenizer is None else
+                        (lambda p: chat_text(tokenizer, p)))
+        for i, snapshot in enumerate(test):
+            last = snapshot
+            keep_remote(run=snapshot, label=YOUR_LOAD)
+            fraction, text = progress_text(snapshot)
+            bar.progress(fraction, text=text)
+            if i % 2 == 0:  # charts once a second: drawing shares the cores with the streams
+                draw_live(snapshot, slots, f"live-{i}")
+        finished = True
+    except RemoteError as err:
+        st.error(f"The load did not start: {message(err)}")
+    finally:  # Stop (a rerun) lands here too: end the streams, keep what came, marked stopped
+        if test is not None and last is not None and not finished:
+            test.stop()
+            keep_remote(run=cut_short(test.snapshot()), label=YOUR_LOAD)
+    bar.empty()
+
+
+def replay(run: LoadRun, slots: LiveSlots) -> None:
+    """Draw a recorded load again at its recorded pace (faster when it lasted over REPLAY_S),
+    in at most REPLAY_FRAMES frames; nothing is sent."""
+    slots.status.info(f"**Replay** of a recorded load ({plain(run.created)}, "
+                      f"{plain(run.server)}): nothing is sent; every time shown is the recorded "
+                      "one.", icon=":material/replay:")
+    end = max([s.t_ms for s in run.samples] + [t for r in run.requests for t in r.chunk_ms],
+              default=0.0)
+    frames = max(1, min(REPLAY_FRAMES, int(end / 250) + 1))
+    pace = max(end / 1000 / REPLAY_S, 1.0)  # recorded seconds per replayed second
+    for k in range(1, frames + 1):
+        time.sleep(end / frames / 1000 / pace)
+        draw_live(load_at(run, end * k / frames), slots, f"replay-{k}")
+
+
+def load_caption(run: LoadRun, label: str) -> None:
+    how = (f"at most {run.config.concurrency} in flight" if run.config.rate is None else
+           f"sent at {run.config.rate:g} requests/s (Poisson), at most "
+           f"{run.config.concurrency} in flight")
+    st.caption(f"Showing **{plain(label)}**: {run.config.requests} requests to "
+               f"{plain(run.server)} at {plain(run.config.base_url)}, {how}, at most "
+               f"{run.config.max_new_tokens} new tokens each, chat template "
+               f"{'on' if run.config.chat_template else 'off'}, {plain(run.created)}"
+               + (" — stopped before the end: the partial load." if run.stopped else "."))
+    st.caption("Gantt: grey = not yet sent (the concurrency limit or its arrival time), red = "
+               "sent → first token (the client's TTFT: the server's queue and prefill, plus "
+               "HTTP), blue = decode, | = done, × = error, ○ = stopped. Tokens/s: chunks "
+               "received per second, and the server's own generation counter between samples.")
+
+
+def shown_load(slots: LiveSlots) -> LoadRun | None:
+    found = remote_results()
+    if found.run is None:
+        st.info("No load yet. Run one above, or open a load-test file at the bottom of the page "
+                "(no server needed)." if not hosted() else
+                "No load yet: open a load-test file at the bottom of the page.")
+        return None
+    run = cut_short(found.run)  # kept mid-run by a reload: what came is all there is
+    if run is not found.run:
+        keep_remote(run=run, label=found.label)
+    draw_live(run, slots, "final")
+    load_caption(run, found.label)
+    results_section(run)
+    return run
+
+
+header()
+if hosted():
+    hosted_notice()
+    FORM = None
+else:
+    FORM = load_form(server_section())
+    st.button("Stop", icon=":material/stop:", help="Stop the running load: the streams end and "
+              "what arrived is kept.")  # its click's rerun ends the running load (see run_load)
+SLOTS = LiveSlots(st.empty(), st.empty(), st.empty(), st.empty())
+if FORM is not None:
+    run_load(FORM, SLOTS)
+elif st.session_state.pop(REPLAY, False) and remote_results().run is not None:
+    replay(remote_results().run, SLOTS)
+SHOWN = shown_load(SLOTS)
+if SHOWN is not None:
+    compare_section(SHOWN, remote_results().label)
+files_section()

@@ -1,0 +1,290 @@
+"""The Serving engine page's results (pages/serving_engine.py): what the client measured beside
+what the server's /metrics counted, the server's counters over the load, errors, and the same
+load on this app's engine — side by side, whether the greedy tokens agree, and why the speeds
+differ, from what was measured. Not a page (app.py lists the pages)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from charts.formatting import duration, rate
+from engine import EngineError
+from engine.remote.compare import NEAR_TIE, Agreement, SideBySide, side_by_side
+from engine.remote.record import LoadRun
+from engine.remote.summary import (
+    CLIENT_DELAY_LIMIT,
+    ClientStats,
+    ServerStats,
+    client_delay,
+    client_stats,
+    server_stats,
+)
+from engine.serving.record import ServingRun
+from engine.timing.disturbance import OTHERS_LIMIT
+from pages.common import model_turn
+from pages.serving_engine_sections import DEFAULT_URL, LOCAL, YOUR_LOAD, hosted
+from pages.serving_sections import busy_warning
+from pages.state import keep_remote, loaded_model, message, plain, remote_results, session_model
+
+CLIENT_VS_SERVER = ("The client's TTFT also holds what the server's cannot see: the HTTP request, "
+                    "tokenizing and queueing in its API process, and the trip back; the server's "
+                    "histograms count only into fixed buckets, so their quantiles are estimates "
+                    "(≈, Prometheus's histogram_quantile) and their means, sum ÷ count, are exact.")
+
+
+def _ms(value: float | None, approx: bool = False) -> str:
+    return "–" if value is None else ("≈ " if approx else "") + f"{value:,.1f}"
+
+
+def latency_table(client: ClientStats, server: ServerStats | None) -> pd.DataFrame:
+    """TTFT and ITL mean/p50/p90 from the client and from the server's histograms over the load
+    (last /metrics sample minus the first), and client − server."""
+    rows = []
+    for metric, mine, theirs in (("TTFT", client.ttft, server.ttft if server else {}),
+                                 ("ITL", client.itl, server.itl if server else {})):
+        for stat in ("mean", "p50", "p90"):
+            c, s = mine.get(stat), theirs.get(stat)
+            rows.append({"metric": f"{metric} {stat}", "client (ms)": _ms(c),
+                         "server /metrics (ms)": _ms(s, approx=stat != "mean"),
+                         "client − server (ms)": "–" if c is None or s is None else
+                         ("≈ " if stat != "mean" else "") + f"{c - s:+,.1f}"})
+    return pd.DataFrame(rows)
+
+
+def summary_metrics(run: LoadRun, client: ClientStats) -> None:
+    cols = st.columns(5)
+    cols[0].metric("Throughput", rate(client.throughput_tok_s), help="Output tokens ÷ (last "
+                   f"token − first request sent): {client.output_tokens} tokens in "
+                   f"{duration(run.duration_ms)}.")
+    cols[1].metric("TTFT p50", duration(client.ttft["p50"]), help="Time to first token = first "
+                   "streamed token − request sent, on the client; median over requests (p90: "
+                   f"{duration(client.ttft['p90'])}, p99: {duration(client.ttft['p99'])}).")
+    cols[2].metric("ITL p50", duration(client.itl["p50"]), help="Every gap between a request's "
+                   "consecutive streamed chunks, median over all of them (p90: "
+                   f"{duration(client.itl['p90'])}, p99: {duration(client.itl['p99'])}).")
+    cols[3].metric("TPOT p50", duration(client.tpot["p50"]), help="Per request: (last − first "
+                   "token) ÷ (output tokens − 1); median over requests.")
+    cols[4].metric("Requests done", f"{client.requests_done} / {len(run.requests)}",
+                   help="Finished with a length limit or a stop token (not an error, not "
+                        "stopped).")
+
+
+def counters(server: ServerStats | None, run: LoadRun) -> None:
+    """The server's counters over the load, each said with its formula."""
+    if server is None:
+        st.info("No server view: " + (message(run.metrics_error) if run.metrics_error else
+                                      "fewer than two /metrics samples were taken."))
+        return
+    cols = st.columns(5)
+    pct = "–" if server.peak_kv_usage is None else f"{100 * server.peak_kv_usage:.1f} %"
+    cols[0].metric("Peak running", _count(server.peak_running), help="Most requests in the "
+                   "server's batch at one /metrics sample (vllm:num_requests_running).")
+    cols[1].metric("Peak waiting", _count(server.peak_waiting), help="Most requests queued "
+                   "inside the server at one sample (vllm:num_requests_waiting).")
+    cols[2].metric("Peak KV usage", pct, help="Largest share of its KV-cache blocks in use at "
+                   "one sample (vllm:kv_cache_usage_perc).")
+    cols[3].metric("Preemptions", _count(server.preemptions), help="Requests the server evicted "
+                   "to free KV blocks and recomputed later, over the load (counter delta).")
+    hit = server.prefix_hit_rate
+    cols[4].metric("Prefix-cache hits", "–" if hit is None else f"{hit:.0%}",
+                   help=f"Prompt tokens found in its prefix cache ÷ prompt tokens looked up: "
+                        f"{_count(server.prefix_hits)} of {_count(server.prefix_queries)} over "
+                        "the load.")
+    spec = ("speculative decoding is off on this server (it exports no draft counters)"
+            if server.acceptance is None else
+            f"speculative decoding accepted {server.acceptance:.0%} of drafted tokens "
+            f"({_count(server.spec_accepted)} of {_count(server.spec_drafts)})")
+    made = ("" if server.generation_tokens is None else
+            f"It counted {_count(server.generation_tokens)} generated tokens; the client "
+            f"received {run.output_tokens}. ")
+    st.caption(f"{made}Counters are the last /metrics sample minus the first (taken before the "
+               f"first request); peaks are over {len(run.samples)} samples. {spec.capitalize()}.")
+
+
+def _count(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f}"
+
+
+def errors(run: LoadRun) -> None:
+    """One message for the run, one for its /metrics, one line per failed request."""
+    if run.error:
+        st.error(f"The load failed: {message(run.error)}")
+    if run.metrics_error and run.samples:
+        st.warning(f"Part of the server's metrics is missing: {message(run.metrics_error)}")
+    failed = [r for r in run.requests if r.error]
+    if failed:
+        st.warning("\n".join(f"- request {r.id}: {message(r.error)} (its {r.output_tokens} "
+                             "tokens are kept)" for r in failed))
+
+
+def results_section(run: LoadRun) -> None:
+    st.subheader("Client and server, side by side")
+    client, server = client_stats(run), server_stats(run)
+    summary_metrics(run, client)
+    st.table(latency_table(client, server), hide_index=True)
+    st.caption(CLIENT_VS_SERVER)
+    delay = client_delay(client, server)
+    if delay is not None and delay > CLIENT_DELAY_LIMIT:
+        st.warning(f"The client's gaps between tokens are {100 * delay:.0f} % longer than the "
+                   "server's own histogram says (more than "
+                   f"{100 * CLIENT_DELAY_LIMIT:.0f} %): this machine was busy — the page's drawing "
+                   "shares the cores with the client's streams — so the client's ITL here is not "
+                   "the engine's; the server's column is. `python -m engine loadtest` measures "
+                   "the same load without a page.")
+    counters(server, run)
+    errors(run)
+    with st.expander("Every request: prompt, answer, times"):
+        st.dataframe(pd.DataFrame([{
+            "request": r.id, "sent (s)": None if r.sent_ms is None else r.sent_ms / 1000,
+            "TTFT (ms)": r.ttft_ms, "TPOT (ms)": r.tpot_ms, "e2e (ms)": r.e2e_ms,
+            "prompt tokens": r.prompt_tokens, "output tokens": r.output_tokens,
+            "finish": r.finish, "answer": r.text, "prompt": r.prompt} for r in run.requests]
+            ).round(2), hide_index=True, width="stretch")
+
+
+def compare_section(run: LoadRun, label: str) -> None:
+    """The same load on this app's engine (in this process, under the model turn), beside the
+    server's: a table with the same definitions, agreement of the greedy tokens, and why."""
+    st.subheader("Same load on this app's engine")
+    found = remote_results()
+    lm = loaded_model()
+    if label == YOUR_LOAD and not hosted() and lm is not None and st.button(
+            "Run the same load here", icon=":material/compare_arrows:",
+            help="The same prompts, chat template, output limits and arrivals on this app's "
+                 "batched engine (continuous batching, max batch = the load's concurrency), "
+                 "greedy; the Serving page shows its steps."):
+        found = run_local(run) or found
+    if found.local is None:
+        st.caption("Run a load above, then run it here too: same prompts, same greedy outputs "
+                   "(checked token by token), different speed. A file's load is shown as "
+                   "recorded; nothing is re-run.")
+        return
+    st.caption(f"This app's engine: {plain(found.local_name)}, in this process.")
+    busy_warning(found.local_share, "the local run", runs=(found.local,))
+    rows = side_by_side(found.local, run, f"server ({run.server})")
+    st.table(side_table(rows), hide_index=True)
+    st.markdown(agreement_text(found.agreement))
+    if any(a.equal is not None for a in found.agreement):
+        with st.expander("Per request: prompt tokens, output tokens, where they part",
+                         expanded=any(a.equal is False for a in found.agreement)):
+            st.dataframe(agreement_table(found.agreement), hide_index=True, width="stretch")
+    busy = bool(found.local.delayed_steps()) or (found.local_share or 0.0) >= OTHERS_LIMIT
+    st.markdown(why_text(rows, server_stats(run), client_stats(run), found.agreement,
+                         eager=LOCAL.eager and run.config.base_url == DEFAULT_URL, busy=busy))
+
+
+def run_local(run: LoadRun):  # -> RemoteResults | None
+    """Run the load's config on the session's model, under the model turn, with progress."""
+    from engine.remote.compare import agreement, local_config, local_requests
+    from engine.serving.engine import ServingEngine
+    from engine.timing.clock import MachineSample, others_share
+    model = session_model()
+    lm = model.lm
+    if model.source != "default" or model.weights != "fp32":
+        st.warning("The server serves the default model in float32; this session runs "
+                   f"{plain(model.source)} with {plain(model.weights)} weights, so the tokens "
+                   "will differ for that reason too.")
+    bar = st.progress(0.0, text="Waiting for the model…")
+    total = run.config.requests * run.config.max_new_tokens
+    try:
+        specs = local_requests(lm.tokenizer, run.config)
+        with model_turn() as budget:
+            before = MachineSample.now(lm.device)
+            engine = ServingEngine(lm, specs, local_config(run.config, specs), stop_event=budget,
+                                   weights=model.weights)
+            done = 0
+            for step in engine:
+                done += step.batch_size
+                bar.progress(min(done / total, 1.0), text=f"This app's engine, step "
+                             f"{step.index + 1}: {done} of at most {total} tokens")
+            local: ServingRun = engine.record()
+            share = others_share(before, MachineSample.now(lm.device))
+            bar.progress(1.0, text="Checking where the greedy tokens part (one forward each)…")
+            agree = tuple(agreement(lm, local, run))
+    except (EngineError, ValueError) as err:
+        bar.empty()
+        st.error(f"The local run failed: {message(err)}")
+        return None
+    bar.empty()
+    name = f"{lm.spec.name.split(' (')[0]}, {model.weights} weights"
+    keep_remote(local=local, local_name=name, agreement=agree, local_share=share)
+    return remote_results()
+
+
+def side_table(rows: list[SideBySide]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "engine": r.engine, "output tokens": f"{r.output_tokens:,}",
+        "throughput (tokens/s)": f"{r.throughput_tok_s:,.1f}",
+        "TTFT p50 (ms)": _ms(r.ttft_p50), "TTFT p90 (ms)": _ms(r.ttft_p90),
+        "ITL p50 (ms)": _ms(r.itl_p50), "ITL p90 (ms)": _ms(r.itl_p90),
+        "e2e p50 (ms)": _ms(r.e2e_p50)} for r in rows])
+
+
+def agreement_table(agree: tuple[Agreement, ...]) -> pd.DataFrame:
+    def yes(x: bool | None) -> str:
+        return "–" if x is None else "yes" if x else "no"
+
+    return pd.DataFrame([{
+        "request": a.id, "same prompt tokens": yes(a.same_prompt), "same output": yes(a.equal),
+        "parts at token": "–" if a.first_diff is None else str(a.first_diff),
+        "top-2 logit gap there": "–" if a.gap is None else f"{a.gap:.4f}",
+        "near-tie": "–" if a.gap is None else yes(a.gap < NEAR_TIE)} for a in agree])
+
+
+def agreement_text(agree: tuple[Agreement, ...]) -> str:
+    known = [a for a in agree if a.equal is not None]
+    if not known:
+        return ("The server returned no token ids, so the outputs cannot be compared token by "
+                "token.")
+    equal = sum(1 for a in known if a.equal)
+    parted = [a for a in known if a.equal is False]
+    text = f"**Greedy tokens equal for {equal} of {len(known)} requests.**"
+    if parted:
+        unexplained = [a for a in parted if not a.explained]
+        text += (f" Where they part, the local model's top-2 logits are within {NEAR_TIE} "
+                 "(a near-tie: two implementations round differently)" if not unexplained else
+                 f" {len(unexplained)} request(s) part where the top-2 gap is ≥ {NEAR_TIE}: not "
+                 "a near-tie, so not explained by rounding (a different model, prompt or "
+                 "template?)") + "."
+    return text
+
+
+def why_text(rows: list[SideBySide], server: ServerStats | None, client: ClientStats,
+             agree: tuple[Agreement, ...], eager: bool = False, busy: bool = False) -> str:
+    """'Same prompts, same outputs (greedy), different speed — and why', from measured numbers
+    only: the throughputs, the per-token gaps on both sides of the server's API, and the part of
+    its TTFT spent outside its engine."""
+    remote, local = rows[0], rows[-1]
+    if len(rows) < 2 or not remote.throughput_tok_s or not local.throughput_tok_s:
+        return ""
+    ratio = local.throughput_tok_s / remote.throughput_tok_s
+    faster = (f"ours {ratio:.2f}× as fast here" if ratio >= 1 else
+              f"the server {1 / ratio:.2f}× as fast here")
+    known = [a for a in agree if a.equal is not None]
+    same = (f"same outputs for {sum(1 for a in known if a.equal)} of {len(known)} requests"
+            if known else "outputs not comparable (no token ids)")
+    text = (f"**Same prompts, {same} (greedy), different speed — and why.** This app's engine "
+            f"made {local.throughput_tok_s:,.1f} tokens/s, the server "
+            f"{remote.throughput_tok_s:,.1f} ({faster}). Per token (ITL p50) ours "
+            f"took {_ms(local.itl_p50)} ms and the server's stream {_ms(remote.itl_p50)} ms")
+    if server is not None and server.itl["mean"] is not None and client.itl["mean"] is not None:
+        inside, seen = server.itl["mean"], client.itl["mean"]
+        text += (f"; the server's own histogram puts {_ms(inside)} ms of its {_ms(seen)} ms mean "
+                 "gap inside its engine, " + (
+                     "so the per-token difference is in the engines' steps (kernels, "
+                     "batching), not in HTTP" if inside >= 0.8 * seen else
+                     f"so {seen - inside:,.1f} ms of every gap is spent outside it (streaming "
+                     "over HTTP, its API process)"))
+    text += "."
+    if server is not None and server.ttft["mean"] is not None and client.ttft["mean"] is not None:
+        outside = client.ttft["mean"] - server.ttft["mean"]
+        text += (f" Of the server's TTFT ({_ms(client.ttft['mean'])} ms mean on the client), "
+                 f"{outside:,.1f} ms was outside its engine: the HTTP request, its API process "
+                 "and the trip back, which ours, in this process, does not pay.")
+    if eager:
+        text += " The server was started by this app in eager mode (no torch.compile)."
+    if busy:
+        text += (" Other work on this machine delayed the local run (see the warning above): "
+                 "its times are slower than this machine's best.")
+    return text

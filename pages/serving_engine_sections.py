@@ -1,0 +1,223 @@
+"""Parts of the Serving engine page (pages/serving_engine.py): the server it talks to (and the
+local vLLM it can start), the tokenizer its chat template comes from, and load-test files.
+
+Not a page (app.py lists the pages). Module globals here live as long as the Streamlit process
+(this module is imported once, unlike a page script, which runs afresh on every rerun): the
+vLLM server the page started must outlive the rerun that started it, and every session shares it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import streamlit as st
+
+from engine import EngineError
+from engine.errors import InputError
+from engine.remote import server as vllm
+from engine.remote.client import RemoteError, list_models, normalize_base_url
+from engine.remote.record import LoadRun
+from pages.state import config, keep_remote, message, plain, remote_results
+
+DEFAULT_URL = f"http://127.0.0.1:{vllm.DEFAULT_PORT}/v1"
+FILE_MB = 16  # a load-test file uploaded here (the format allows more; a page needs no more)
+START_TIMEOUT_S = 900.0
+YOUR_LOAD = "your load"
+
+
+class LocalServer:
+    """The vLLM server this app started (one per process): started on a thread so the page can
+    show its progress, kept here so it outlives the Streamlit rerun (and session) that asked."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.process: vllm.ServerProcess | None = None
+        self.error: str | None = None
+        self.started_at = 0.0
+
+    @property
+    def starting(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self) -> None:
+        """Start it unless it is starting or running already (another session may have)."""
+        with self.lock:
+            if self.starting or (self.process is not None and self.process.process.poll() is None):
+                return
+            self.error, self.started_at = None, time.monotonic()
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.process = vllm.start_server(vllm.DEFAULT_PORT, eager=True,
+                                             timeout_s=START_TIMEOUT_S)
+        except EngineError as err:
+            self.error = str(err)
+
+    @property
+    def eager(self) -> bool:
+        """Whether the server at DEFAULT_URL is the one started here (always in eager mode)."""
+        return self.process is not None and self.process.process.poll() is None
+
+
+LOCAL = LocalServer()
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """The base URL the user chose and the models it serves (empty: nothing usable answers)."""
+
+    url: str
+    models: tuple[str, ...]
+    problem: str | None = None
+
+
+def probe(url: str, force: bool = False) -> Server:
+    """The server's models, asked once per URL per session (and again on "List models"): an
+    unreachable address costs no wait on every rerun."""
+    memo = st.session_state.get("_remote_probe")
+    if not force and memo is not None and memo.url == url:
+        return memo
+    try:
+        found = Server(url, tuple(list_models(normalize_base_url(url), timeout=3.0)))
+        if not found.models:
+            found = Server(url, (), f"{url} serves no model")
+    except RemoteError as err:
+        found = Server(url, (), str(err))
+    st.session_state["_remote_probe"] = found
+    return found
+
+
+def server_section() -> Server:
+    """The base URL, its models, and when nothing answers at the default address: start the
+    local vLLM (installed) or how to install it."""
+    st.subheader("The server")
+    url_col, list_col = st.columns([4, 1], vertical_alignment="bottom")
+    url = url_col.text_input("OpenAI-compatible base URL", DEFAULT_URL, key="remote_url",
+                             max_chars=300, help="vLLM, SGLang, TGI or llama.cpp's server: "
+                             "anything that serves /v1/completions with streaming; its "
+                             "Prometheus /metrics (at the server's root) is read when present.")
+    listed = list_col.button("List models", icon=":material/refresh:", width="stretch")
+    if LOCAL.starting:
+        local_start_progress()
+        listed = True
+    found = probe(url.strip(), force=listed)
+    if found.models:
+        st.success(f"{plain(found.url)} serves: " + ", ".join(f"`{m}`" for m in found.models)
+                   + (" — started by this app (eager mode: no torch.compile)."
+                      if LOCAL.eager and found.url == DEFAULT_URL else ""),
+                   icon=":material/dns:")
+        return found
+    st.error(f"No usable server: {message(found.problem or 'no answer')}.",
+             icon=":material/cloud_off:")
+    if found.url == DEFAULT_URL:
+        offer_local_start()
+    return found
+
+
+def offer_local_start() -> None:
+    if LOCAL.error:
+        st.error(f"The local vLLM did not start: {message(LOCAL.error)}")
+    if not vllm.is_installed():
+        st.info("vLLM is not installed on this machine. Install its CPU build into a venv of its "
+                "own (about 4.5 minutes and 3.5 GB the first time), then start it:\n\n"
+                "```\nmake vllm\nscripts/vllm_start.sh\n```\n\nThe script prints the base URL "
+                f"once the server answers ({DEFAULT_URL}); then press **List models**.",
+                icon=":material/download:")
+        return
+    if st.button("Start local vLLM", icon=":material/play_circle:", type="primary",
+                 help="Starts vLLM's CPU build on port "
+                      f"{vllm.DEFAULT_PORT} in eager mode (no torch.compile): about a minute on "
+                      "two cores. It keeps running for every session until the app stops."):
+        LOCAL.start()
+        st.rerun()
+
+
+def local_start_progress() -> None:
+    """Wait for the local vLLM with a progress bar (its start takes about a minute here)."""
+    bar = st.progress(0.0, text="Starting vLLM…")
+    expected = 60.0
+    while LOCAL.starting:
+        waited = time.monotonic() - LOCAL.started_at
+        bar.progress(min(waited / expected, 0.99), text=f"Starting vLLM (eager mode): {waited:.0f} s "
+                     f"so far, usually {expected:.0f} s or less; its log: server-"
+                     f"{vllm.DEFAULT_PORT}.log in the vLLM folder")
+        time.sleep(0.5)
+    bar.empty()
+
+
+_TOKENIZER: list[Any] = []  # the default model's tokenizer, loaded once per process
+
+
+def default_tokenizer() -> Any:
+    """The default model's tokenizer (its chat template wraps the prompts, as the local engine
+    does): loaded alone from the converted cache, once per process."""
+    if not _TOKENIZER:
+        from engine.remote.compare import default_tokenizer as load
+
+        _TOKENIZER.append(load())
+    return _TOKENIZER[0]
+
+
+def cut_short(run: LoadRun) -> LoadRun:
+    """A load kept mid-run (Stop, a reload, leaving the page): its requests still waiting or
+    streaming are marked stopped, and so is the run."""
+    if not any(r.finish in ("running", "waiting") for r in run.requests):
+        return run
+    requests = tuple(replace(r, finish="stopped") if r.finish in ("running", "waiting") else r
+                     for r in run.requests)
+    return replace(run, requests=requests, stopped=True)
+
+
+REPLAY = "_remote_replay"  # set: the next page run replays the shown load
+
+
+def files_section() -> None:
+    """Download the shown load; open a load-test file (never re-run: its views are drawn from
+    the file) and replay it in the live views above."""
+    from engine.remote.loadfile import load_loadtest, load_to_bytes
+
+    st.subheader("Load-test files")
+    found = remote_results()
+    row = st.container(horizontal=True)
+    if found.run is not None:
+        row.download_button("Download this load", data=_file_bytes(found.run, load_to_bytes),
+                            on_click="ignore", file_name="inference-explorer.loadtest.json",
+                            mime="application/json", help="Every request's chunk times, "
+                            "tokens and text, and every /metrics sample, as JSON (no pickle): "
+                            "opened again here, it shows without a server.")
+        if row.button("Replay it", icon=":material/replay:",
+                      help="Draw the load again at its recorded pace (at most 20 s)."):
+            st.session_state[REPLAY] = True
+            st.rerun()
+    upload = st.file_uploader("Open a load-test file (.json)", type=["json"], key="remote_upload",
+                              max_upload_size=FILE_MB)
+    if upload is not None and st.session_state.get("_remote_opened") != upload.file_id:
+        st.session_state["_remote_opened"] = upload.file_id
+        try:
+            if upload.size > FILE_MB << 20:
+                raise InputError(f"the file is over {FILE_MB} MB")
+            run = load_loadtest(upload.getvalue())
+        except EngineError as err:
+            st.error(f"Not opened: {message(err)}")
+            return
+        keep_remote(run=run, label=f"file {upload.name[:120]}")
+        st.session_state[REPLAY] = True
+        st.rerun()
+
+
+def _file_bytes(run: LoadRun, to_bytes: Any) -> bytes:
+    """The file's bytes, made once per run (bytes, not a callable: see pages/generate.py)."""
+    memo = st.session_state.get("_remote_file")
+    if memo is None or memo[0] is not run:
+        memo = st.session_state["_remote_file"] = (run, to_bytes(run))
+    return memo[1]
+
+
+def hosted() -> bool:
+    return config().hosted
