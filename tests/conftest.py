@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_url() -> str:
+def vllm_url() -> Iterator[str]:
     """The base URL of a real vLLM server (CPU build, the default model in float32): the one
     INFERENCE_EXPLORER_VLLM_URL names, or one already answering on the default port, or one this
     session starts from `make vllm`'s venv (eager: about a minute on two cores) and stops at the
@@ -49,6 +50,8 @@ def vllm_url() -> str:
     from engine.remote.server import DEFAULT_PORT, healthy, is_installed, start_server
 
     url = os.environ.get(VLLM_URL_ENV) or f"http://127.0.0.1:{DEFAULT_PORT}/v1"
+    if os.environ.get(VLLM_URL_ENV) and not healthy(url):
+        pytest.fail(f"{VLLM_URL_ENV}={url} does not answer")
     if healthy(url):
         os.environ[VLLM_URL_ENV] = url
         yield url

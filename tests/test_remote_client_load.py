@@ -11,13 +11,13 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from engine.remote.client import StreamResult
 from engine.remote.loadtest import LoadTest
 from engine.remote.record import LoadRun
-from tests.test_remote_client import (
-    HTML,
+from tests.remote_peers import (
     METRICS,
     chunk,
     config,
@@ -29,13 +29,13 @@ from tests.test_remote_client import (
     reply,
     round_trips,
     run_load,
-    scripted,
     serve,
     start_stream,
     token,
     was_bug,
     well_behaved,
 )
+from tests.test_remote_client import HTML, scripted
 
 # --- what a hostile stream records must save and load back --------------------------------------
 
@@ -241,14 +241,17 @@ def test_client_timings_follow_the_scripted_delays(chunked):
         run = run_load(config(peer.url, max_new_tokens=n))
     (r,) = run.requests
     assert r.finish == "length" and r.output_tokens == n
-    tol = 40.0  # ms: generous, the machine is shared; the point is the definitions
-    assert r.ttft_ms == pytest.approx(1000 * first_s, abs=tol)
+    # The server's sleeps are lower bounds; a stall on this shared 2-core machine only adds (to
+    # one gap, or shifts time between neighbours), so upper bounds are generous and single gaps
+    # are checked through their median: the point is the definitions, not the speed.
+    assert 1000 * first_s - 5 <= r.ttft_ms <= 1000 * first_s + 150
     assert len(r.itl_ms) == n - 1
-    assert all(abs(g - 1000 * gap_s) < tol for g in r.itl_ms), r.itl_ms
-    assert r.e2e_ms == pytest.approx(1000 * (first_s + (n - 1) * gap_s), abs=2 * tol)
+    assert float(np.median(r.itl_ms)) == pytest.approx(1000 * gap_s, abs=20), r.itl_ms
+    e2e = 1000 * (first_s + (n - 1) * gap_s)
+    assert e2e - 5 <= r.e2e_ms <= e2e + 200
     assert r.tpot_ms == pytest.approx((r.chunk_ms[-1] - r.chunk_ms[0]) / (n - 1))
-    assert r.tpot_ms == pytest.approx(1000 * gap_s, abs=tol / 2)
+    assert 1000 * gap_s - 5 <= r.tpot_ms <= 1000 * gap_s + 50
     assert r.e2e_ms == pytest.approx(r.ttft_ms + sum(r.itl_ms))
     assert run.duration_ms == pytest.approx(r.chunk_ms[-1] - r.sent_ms)
     assert run.throughput_tok_s == pytest.approx(1000 * n / r.e2e_ms)
-    assert run.throughput_tok_s == pytest.approx(n / (first_s + (n - 1) * gap_s), rel=0.25)
+    assert run.throughput_tok_s == pytest.approx(n / (first_s + (n - 1) * gap_s), rel=0.4)

@@ -12,22 +12,38 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
 from engine.remote.cli import DEFAULT_PROMPTS
+from engine.remote.client import fetch_metrics_text
 from engine.remote.compare import agreement, chat_text, run_local
 from engine.remote.loadfile import load_loadtest, load_to_bytes
 from engine.remote.loadtest import LoadTest
+from engine.remote.prometheus import parse_metrics
 from engine.remote.record import LoadConfig
 from engine.remote.summary import client_stats, server_stats
 
 pytestmark = [pytest.mark.vllm, pytest.mark.real_model]
 
 
+def wait_until_idle(url: str, timeout_s: float = 60.0) -> None:
+    """The server's counters are compared before and after a load: start from an idle server
+    (a browser test's stopped load may still be draining)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        sample = parse_metrics(fetch_metrics_text(url), 0.0)
+        if sample.running == 0 and sample.waiting == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the vLLM server stayed busy")
+
+
 @pytest.fixture(scope="module")
 def load(vllm_url, default_tokenizer):
     """8 chat-templated sample prompts × 24 tokens, all 8 in flight, with snapshots kept."""
+    wait_until_idle(vllm_url)
     config = LoadConfig(vllm_url, "", DEFAULT_PROMPTS, 8, 24, 8)
     test = LoadTest(config, lambda p: chat_text(default_tokenizer, p), poll_s=0.25)
     snapshots = list(test)
@@ -44,8 +60,9 @@ def test_streamed_timings_are_positive_and_ordered(load):
         assert r.ttft_ms > 0 and all(g > 0 for g in r.itl_ms)
         assert list(r.chunk_ms) == sorted(r.chunk_ms)
         assert r.e2e_ms >= r.ttft_ms
-        # vLLM returns the token ids it streamed: one per chunk here
-        assert r.output_tokens == len(r.token_ids) == len(r.chunk_ms) > 0
+        # vLLM returns the token ids it streamed (one per chunk, unless its API merged some)
+        assert r.output_tokens == len(r.token_ids) == sum(r.chunk_tokens) > 0
+        assert 0 < len(r.chunk_ms) <= r.output_tokens
         assert r.output_tokens <= 24
         assert r.prompt_tokens == len(r.prompt_token_ids) > 0
     assert run.throughput_tok_s > 0
@@ -70,13 +87,15 @@ def test_metrics_are_parsed_and_follow_the_load(load):
 
 def test_kv_usage_is_the_blocks_the_running_requests_hold(load):
     """vLLM's KV-cache usage is blocks in use ÷ usable blocks (its pool keeps one null block).
-    Each request here holds under 128 tokens — one block — and 8 ran at once: 8 blocks."""
+    Each request here holds under 128 tokens — one block — so at the busiest sample the blocks in
+    use equal the requests running."""
     run = load[-1]
     assert run.kv_block_size == 128 and run.kv_blocks > 8
     prompts = [r.prompt_tokens + r.output_tokens for r in run.requests]
     assert max(prompts) < run.kv_block_size
-    peak = max(s.kv_usage for s in run.samples if s.running == 8)
-    assert peak * (run.kv_blocks - 1) == pytest.approx(8, abs=1e-6)
+    busiest = max(run.samples, key=lambda s: (s.running, s.kv_usage))
+    assert busiest.running >= 2
+    assert busiest.kv_usage * (run.kv_blocks - 1) == pytest.approx(busiest.running, abs=1e-6)
 
 
 def test_client_and_server_latencies_agree(load):
@@ -86,8 +105,9 @@ def test_client_and_server_latencies_agree(load):
     # the client's TTFT adds the HTTP request and the API process; tens of ms, not more
     ttft_gap = client.ttft["mean"] - server.ttft["mean"]
     assert -25.0 < ttft_gap < max(100.0, 0.25 * server.ttft["mean"]), (client.ttft, server.ttft)
-    assert abs(client.itl["mean"] - server.itl["mean"]) < 0.15 * server.itl["mean"], \
-        (client.itl, server.itl)
+    # per token on both sides (the server's histogram has one entry per step, one token each)
+    assert abs(client.itl_per_token_ms - server.itl["mean"]) < 0.2 * server.itl["mean"], \
+        (client.itl_per_token_ms, server.itl)
 
 
 def test_snapshots_show_the_load_growing(load):

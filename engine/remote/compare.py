@@ -113,7 +113,9 @@ def agreement(lm: Any, local: ServingRun, remote: LoadRun) -> list[Agreement]:
 
 @dataclass(frozen=True, slots=True)
 class SideBySide:
-    """One row per engine of the comparison table, with the shared definitions."""
+    """One row per engine of the comparison table, with the shared definitions, over completed
+    requests: TTFT and end-to-end from the moment a request got its slot (sent, on the client;
+    admitted, on the local engine), so the concurrency limit's wait counts on neither side."""
 
     engine: str
     output_tokens: int
@@ -128,9 +130,13 @@ class SideBySide:
 def side_by_side(local: ServingRun | None, remote: LoadRun, remote_name: str) -> list[SideBySide]:
     rows = [_remote_row(remote, remote_name)]
     if local is not None:
-        ttft = [r.ttft_ms for r in local.requests if r.ttft_ms is not None]
-        itl = [g for r in local.requests for g in r.itl_ms]
-        e2e = [r.e2e_ms for r in local.requests if r.e2e_ms is not None]
+        # From admission, as the client's times run from sending: a request the concurrency
+        # limit holds back waits before it is sent there, and in the waiting queue here.
+        done = [r for r in local.requests if r.finish in ("eos", "length") and r.token_ms
+                and r.admitted_ms is not None]
+        ttft = [r.token_ms[0] - r.admitted_ms for r in done]
+        itl = [g for r in done for g in r.itl_ms]
+        e2e = [r.token_ms[-1] - r.admitted_ms for r in done]
         rows.append(SideBySide("this app's engine", local.output_tokens, local.throughput_tok_s,
                                percentile(ttft, 50), percentile(ttft, 90), percentile(itl, 50),
                                percentile(itl, 90), percentile(e2e, 50)))
@@ -138,9 +144,10 @@ def side_by_side(local: ServingRun | None, remote: LoadRun, remote_name: str) ->
 
 
 def _remote_row(run: LoadRun, name: str) -> SideBySide:
-    ttft = [r.ttft_ms for r in run.requests if r.ttft_ms is not None]
-    itl = [g for r in run.requests for g in r.itl_ms]
-    e2e = [r.e2e_ms for r in run.requests if r.e2e_ms is not None]
+    done = [r for r in run.requests if r.finish in ("length", "stop") and r.chunk_ms]
+    ttft = [r.ttft_ms for r in done]
+    itl = [g for r in done for g in r.itl_ms]
+    e2e = [r.e2e_ms for r in done]
     return SideBySide(name, run.output_tokens, run.throughput_tok_s, percentile(ttft, 50),
                       percentile(ttft, 90), percentile(itl, 50), percentile(itl, 90),
                       percentile(e2e, 50))

@@ -3,8 +3,11 @@ Poisson rate), every chunk timed on the client, and the server's /metrics sample
 second while it runs — as a generator of LoadRun snapshots, so a page can draw it live.
 
 Like vLLM's `benchmark_serving`: one thread per request in flight, arrivals drawn in advance,
-TTFT from the moment the request is sent. The generator's consumer time does not distort the
-timings (requests stream on their own threads); `stop()` ends the streams and keeps what came.
+TTFT from the moment the request is sent. Requests stream on their own threads, so a consumer that
+is slow to ask for the next snapshot does not hold them up; but they share this process (and its
+GIL) with it and with the /metrics parser, so heavy work here can delay a chunk's timestamp — the
+page flags a client whose gaps run longer than the server's own (summary.client_delay). `stop()`
+ends the streams and keeps what came.
 """
 
 from __future__ import annotations
@@ -89,23 +92,30 @@ class LoadTest:
         sampler = threading.Thread(target=self._sample_while_running, daemon=True)
         dispatcher.start()
         sampler.start()
-        next_yield = time.perf_counter()
-        while self._running(dispatcher):
-            next_yield += self.poll_s
-            time.sleep(max(0.0, next_yield - time.perf_counter()))
+        finished = False
+        try:
+            next_yield = time.perf_counter()
+            while self._running(dispatcher):
+                next_yield += self.poll_s
+                time.sleep(max(0.0, next_yield - time.perf_counter()))
+                yield self.snapshot()
+                if self._stop.is_set():
+                    break
+            # A stopped stream ends at its next chunk; one still waiting for the server's first
+            # byte is left to its (daemon) thread after STOP_GRACE_S and recorded as stopped.
+            deadline = time.perf_counter() + (STOP_GRACE_S if self._stop.is_set() else 1e9)
+            for thread in [dispatcher, *self._threads()]:
+                thread.join(max(0.0, deadline - time.perf_counter()))
+            self._done.set()
+            sampler.join()
+            time.sleep(0.3)  # the server's histograms are updated as each request is freed
+            self._sample()
+            finished = True
             yield self.snapshot()
-            if self._stop.is_set():
-                break
-        # A stopped stream ends at its next chunk; one still waiting for the server's first byte
-        # is left to its (daemon) thread after STOP_GRACE_S and recorded as stopped.
-        deadline = time.perf_counter() + (STOP_GRACE_S if self._stop.is_set() else 1e9)
-        for thread in [dispatcher, *self._threads()]:
-            thread.join(max(0.0, deadline - time.perf_counter()))
-        self._done.set()
-        sampler.join()
-        time.sleep(0.3)  # the server's histograms are updated as each request is freed
-        self._sample()
-        yield self.snapshot()
+        finally:  # also when the consumer drops the generator (a page's Stop or reload)
+            if not finished:
+                self._stop.set()
+            self._done.set()
 
     def _running(self, dispatcher: threading.Thread) -> bool:
         return dispatcher.is_alive() or any(t.is_alive() for t in self._threads())
@@ -114,7 +124,7 @@ class LoadTest:
         """/metrics every poll_s on its own thread, whatever the consumer of the snapshots does
         (a page's redraw can take longer than a poll interval)."""
         next_poll = time.perf_counter()
-        while not self._done.is_set():
+        while not self._done.is_set() and not self._stop.is_set():
             next_poll += self.poll_s
             if self._done.wait(max(0.0, next_poll - time.perf_counter())):
                 return
@@ -138,9 +148,11 @@ class LoadTest:
             if self._stop.is_set():
                 return
             worker = threading.Thread(target=self._send, args=(i, slots), daemon=True)
-            with self._lock:
+            with self._lock:  # a Stop between the check above and here sends nothing more
+                if self._stop.is_set():
+                    return
                 self._workers = [*getattr(self, "_workers", []), worker]
-            worker.start()
+                worker.start()
 
     def _send(self, i: int, slots: threading.Semaphore) -> None:
         try:
@@ -150,9 +162,10 @@ class LoadTest:
             slots.release()
 
     def _sample(self) -> None:
-        now_ms = 1000.0 * (time.perf_counter() - self._t0) if self._t0 else 0.0
         try:
             text = fetch_metrics_text(self.base_url)
+            # stamped when the body arrived: the server's state as of (about) then
+            now_ms = 1000.0 * (time.perf_counter() - self._t0) if self._t0 else 0.0
             sample = parse_metrics(text, now_ms)
             if not self._samples:
                 self._kv = kv_cache_config(text)

@@ -138,7 +138,10 @@ def histogram_quantile_ms(q: float, h: Histogram | None) -> float | None:
     linearly inside it (the lowest bucket from 0). Resolution is the bucket width — coarse."""
     if h is None or h.count <= 0 or not h.bounds:
         return None
-    rank = q * h.count
+    total = h.counts[-1] if math.isinf(h.bounds[-1]) else h.count  # as Prometheus: the +Inf bucket
+    if total <= 0:
+        return None
+    rank = q * total
     lower_bound, lower_count = 0.0, 0.0
     for bound, count in zip(h.bounds, h.counts):
         if count >= rank:

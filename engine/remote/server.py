@@ -14,9 +14,12 @@ until /health answers and prints the base URL (scripts/vllm_start.sh). Imports n
 from __future__ import annotations
 
 import argparse
+import atexit
+import http.client
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -80,7 +83,9 @@ def prepare_model_folder(out: Path | None = None) -> Path:
         tensors["model.embed_tokens.weight"] = tensors.pop("lm_head.weight").contiguous()
     config = json.loads((source / "config.json").read_text())
     config["architectures"] = ["LlamaForCausalLM"]
-    config["rope_theta"] = config.get("rope_parameters", {}).get("rope_theta", 10000.0)
+    rope = config.get("rope_parameters") or {}
+    if "rope_theta" in rope:  # transformers 5 nests it; vLLM's config reader looks at the top
+        config["rope_theta"] = rope["rope_theta"]
     for key in ("_name_or_path", "_model_name_or_path", "transformers_version"):
         config.pop(key, None)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -125,13 +130,22 @@ class ServerProcess:
     start_s: float
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
+        """SIGTERM to its whole process group (the API server, its engine core and worker), then
+        SIGKILL after 30 s: no vLLM process outlives this."""
+        for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
             try:
-                self.process.wait(timeout=30)
+                os.killpg(self.process.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self.process.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                continue
+            try:  # the parent is gone; its children may not be yet
+                os.killpg(self.process.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(1.0)
 
     def __enter__(self) -> ServerProcess:
         return self
@@ -145,7 +159,7 @@ def healthy(base_url: str, timeout: float = 1.0) -> bool:
         with urllib.request.urlopen(base_url.rstrip("/").removesuffix("/v1") + "/health",
                                     timeout=timeout) as response:
             return response.status == 200
-    except OSError:
+    except (OSError, http.client.HTTPException, ValueError):  # not a server, or not HTTP
         return False
 
 
@@ -167,6 +181,7 @@ def start_server(port: int = DEFAULT_PORT, eager: bool = True, timeout_s: float 
         process = subprocess.Popen(server_command(port, eager, speculative), stdout=sink,
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = ServerProcess(process, base_url, log, 0.0)
+    atexit.register(server.stop)  # whoever started it (the app, a test session) stops it on exit
     while not healthy(base_url):
         if process.poll() is not None or time.perf_counter() - started > timeout_s:
             server.stop()

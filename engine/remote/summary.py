@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..timing.metrics import percentile
 from .prometheus import histogram_delta, histogram_mean_ms, histogram_quantile_ms
 from .record import LoadRun, MetricsSample
@@ -18,6 +20,13 @@ from .record import LoadRun, MetricsSample
 
 @dataclass(frozen=True, slots=True)
 class ClientStats:
+    """The client's view, over the requests that completed (as benchmark_serving counts: a
+    stopped or failed request's times are cut short). `itl` is per streamed chunk (its
+    percentiles are what benchmark_serving reports); `itl_per_token_ms` = Σ(last − first token)
+    ÷ Σ(output tokens − 1), the per-token mean that the server's ITL histogram mean (one entry per
+    engine step, one token per step without speculation) measures too, even when the API merges
+    tokens into one chunk."""
+
     requests_done: int
     output_tokens: int
     throughput_tok_s: float
@@ -25,6 +34,7 @@ class ClientStats:
     itl: dict[str, float | None]
     tpot: dict[str, float | None]
     e2e: dict[str, float | None]
+    itl_per_token_ms: float | None = None
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:
@@ -35,12 +45,16 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 
 def client_stats(run: LoadRun) -> ClientStats:
     done = [r for r in run.requests if r.finish in ("length", "stop")]
+    spans = [(r.chunk_ms[-1] - r.chunk_ms[0], r.output_tokens - 1) for r in done
+             if r.output_tokens > 1]
+    gaps = sum(n for _, n in spans)
     return ClientStats(
         len(done), run.output_tokens, run.throughput_tok_s,
-        _stats([r.ttft_ms for r in run.requests if r.ttft_ms is not None]),
-        _stats([g for r in run.requests for g in r.itl_ms]),
-        _stats([r.tpot_ms for r in run.requests if r.tpot_ms is not None]),
-        _stats([r.e2e_ms for r in run.requests if r.e2e_ms is not None]))
+        _stats([r.ttft_ms for r in done if r.ttft_ms is not None]),
+        _stats([g for r in done for g in r.itl_ms]),
+        _stats([r.tpot_ms for r in done if r.tpot_ms is not None]),
+        _stats([r.e2e_ms for r in done if r.e2e_ms is not None]),
+        sum(t for t, _ in spans) / gaps if gaps else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,26 +116,34 @@ CLIENT_DELAY_LIMIT = 0.10  # the client's mean ITL this much above the server's:
 
 
 def client_delay(client: ClientStats, server: ServerStats | None) -> float | None:
-    """How much longer the client's mean inter-token gap is than the server's own histogram's,
-    as a fraction (None if either is missing). The two measure the same gaps — the server's as
-    its engine emits tokens, the client's as they arrive — so a client far above the server means
-    the client's own process was held up (a busy machine, a page drawing), not the engine."""
-    if server is None or not server.itl["mean"] or client.itl["mean"] is None:
+    """How much longer the client's per-token gap is than the server's own histogram's, as a
+    fraction (None if either is missing, or the server speculates: then its histogram counts
+    steps of several tokens). Both measure the same gaps — the server's as its engine emits
+    tokens, the client's as they arrive — so a client far above the server means the client's
+    own process was held up (a busy machine, a page drawing), not the engine."""
+    if server is None or not server.itl["mean"] or client.itl_per_token_ms is None \
+            or (server.spec_drafts or 0) > 0:
         return None
-    return client.itl["mean"] / server.itl["mean"] - 1.0
+    return client.itl_per_token_ms / server.itl["mean"] - 1.0
+
+
+MAX_WINDOW_POINTS = 2000
 
 
 def tokens_per_second_window(run: LoadRun, window_ms: float = 1000.0,
                              step_ms: float = 250.0) -> list[tuple[float, float]]:
     """(t_ms, output tokens/s over the window ending at t) across the load: the live throughput
-    line, counted from the chunks' arrival on the client."""
-    chunks = sorted((t, n) for r in run.requests for t, n in zip(r.chunk_ms, r.chunk_tokens))
-    if not chunks:
+    line, counted from the chunks' arrival on the client. At most MAX_WINDOW_POINTS points (the
+    step widens for a long load); cumulative sums, so a long load costs one sort."""
+    times = np.array([t for r in run.requests for t in r.chunk_ms], dtype=np.float64)
+    if not times.size:
         return []
-    end = chunks[-1][0]
-    points, t = [], step_ms
-    while t <= end + step_ms:
-        made = sum(n for c, n in chunks if t - window_ms < c <= t)
-        points.append((t, 1000.0 * made / window_ms))
-        t += step_ms
-    return points
+    tokens = np.array([n for r in run.requests for n in r.chunk_tokens], dtype=np.float64)
+    order = np.argsort(times, kind="stable")
+    times, made = times[order], np.concatenate(([0.0], np.cumsum(tokens[order])))
+    end = float(times[-1])
+    step = max(step_ms, (end + step_ms) / MAX_WINDOW_POINTS)
+    at = np.arange(step, end + step + 1e-9, step)
+    upto = made[np.searchsorted(times, at, side="right")]  # tokens with time ≤ t
+    before = made[np.searchsorted(times, at - window_ms, side="right")]  # ≤ t − window
+    return [(float(t), float(1000.0 * (u - b) / window_ms)) for t, u, b in zip(at, upto, before)]
