@@ -158,7 +158,8 @@ def test_serving_file_round_trip_and_a_crafted_file_gets_one_sentence():
                       (good.replace('"preemptions":0', '"preemptions":3'), "preempted more often"),
                       (good.replace('"arrival_ms":0.0', '"arrival_ms":1e300'), "beyond a day"),
                       ("[" * ((1 << 20) + 1), "too many"), ("[" * 100000, "not JSON"),
-                      ("\xff", "not JSON"), ('{"format": "x"}', "format")]:
+                      ("\xff", "not JSON"), ('{"format": "x"}', "format"),
+                      (good.replace('"version":1', '"version":1' + "0" * 5000), "not JSON")]:
         with pytest.raises(TraceFormatError, match=says):
             load_serving(bad.encode("utf-8", "surrogateescape") if bad != "\xff" else b"\xff")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, InputError
+from ..serving.cli import positive_int
 
 DEFAULT_PROMPTS = (
     "What is the capital of France?",
@@ -28,27 +29,17 @@ DEFAULT_PROMPTS = (
 )
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser("loadtest", help="stream a load of greedy requests to an "
                                              "OpenAI-compatible server (vLLM) and time it")
     parser.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8011/v1")
     parser.add_argument("--model", default=None, help="served model id (default: the first listed)")
-    parser.add_argument("--requests", type=_positive, default=8)
-    parser.add_argument("--concurrency", type=_positive, default=8,
+    parser.add_argument("--requests", type=positive_int, default=8)
+    parser.add_argument("--concurrency", type=positive_int, default=8,
                         help="requests in flight at most (default 8)")
     parser.add_argument("--rate", type=float, default=None,
                         help="send as a Poisson process of this many requests/s")
-    parser.add_argument("--max-new-tokens", type=_positive, default=32)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=32)
     parser.add_argument("--prompt", action="append", default=None, metavar="TEXT",
                         help="a prompt (repeat; default: eight sample questions, cycled)")
     parser.add_argument("--raw", action="store_true",

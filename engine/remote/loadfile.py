@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..records.tracefile import _JSON_STRING
+from ..records.jsonfile import parse_json_file
 from .record import Histogram, LoadConfig, LoadRun, MetricsSample, RemoteRequest
 
 FORMAT_NAME = "inference-explorer-loadtest"
@@ -198,14 +198,4 @@ def load_from_dict(d: Any) -> LoadRun:
 
 
 def load_loadtest(data: bytes, max_bytes: int = MAX_LOAD_BYTES) -> LoadRun:
-    if len(data) > max_bytes:
-        raise TraceFormatError(f"this load-test file is {len(data) / 2**20:,.0f} MB; the limit "
-                               f"here is {max_bytes / 2**20:,.0f} MB")
-    containers = _JSON_STRING.sub(b"", data).translate(None, b"]}")
-    if containers.count(b"{") + containers.count(b"[") > MAX_JSON_CONTAINERS:
-        raise _bad("it holds too many objects and lists")
-    try:
-        parsed = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):  # also over 4,300 digits
-        raise TraceFormatError("not an Inference Explorer load-test file (not JSON)") from None
-    return load_from_dict(parsed)
+    return load_from_dict(parse_json_file(data, "load-test", max_bytes, MAX_JSON_CONTAINERS))

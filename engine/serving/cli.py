@@ -16,7 +16,7 @@ from ..errors import EngineError, InputError
 DEFAULTS = {"max_new_tokens": 32, "max_batch": 8, "block_size": 16, "num_blocks": 256}
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -30,13 +30,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser("batch", help="serve several prompts together on the batched engine "
                                           "(continuous or static batching, paged KV blocks)")
     parser.add_argument("prompts", nargs="+", metavar="PROMPT")
-    parser.add_argument("--max-new-tokens", type=_positive, default=DEFAULTS["max_new_tokens"])
+    parser.add_argument("--max-new-tokens", type=positive_int, default=DEFAULTS["max_new_tokens"])
     parser.add_argument("--scheduler", choices=("continuous", "static"), default="continuous")
-    parser.add_argument("--max-batch", type=_positive, default=DEFAULTS["max_batch"],
+    parser.add_argument("--max-batch", type=positive_int, default=DEFAULTS["max_batch"],
                         help="requests decoded together at most (default 8)")
-    parser.add_argument("--block-size", type=_positive, default=DEFAULTS["block_size"],
+    parser.add_argument("--block-size", type=positive_int, default=DEFAULTS["block_size"],
                         help="token slots per KV block (default 16)")
-    parser.add_argument("--num-blocks", type=_positive, default=DEFAULTS["num_blocks"],
+    parser.add_argument("--num-blocks", type=positive_int, default=DEFAULTS["num_blocks"],
                         help="blocks in the pool (default 256)")
     parser.add_argument("--prefix-sharing", action=argparse.BooleanOptionalAction, default=True,
                         help="share full blocks of equal prompt prefixes (default on)")

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..records.tracefile import _JSON_STRING
+from ..records.jsonfile import parse_json_file
 from ..settings import MAX_NEW_TOKENS_LIMIT
 from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, ServingRun, StepRecord
 
@@ -227,14 +227,4 @@ def serving_from_dict(d: Any) -> ServingRun:
 
 
 def load_serving(data: bytes, max_bytes: int = MAX_SERVING_BYTES) -> ServingRun:
-    if len(data) > max_bytes:
-        raise TraceFormatError(f"this serving file is {len(data) / 2**20:,.0f} MB; the limit here "
-                               f"is {max_bytes / 2**20:,.0f} MB")
-    containers = _JSON_STRING.sub(b"", data).translate(None, b"]}")
-    if containers.count(b"{") + containers.count(b"[") > MAX_JSON_CONTAINERS:
-        raise _bad("it holds too many objects and lists")
-    try:
-        parsed = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise TraceFormatError("not an Inference Explorer serving file (not JSON)") from None
-    return serving_from_dict(parsed)
+    return serving_from_dict(parse_json_file(data, "serving", max_bytes, MAX_JSON_CONTAINERS))
