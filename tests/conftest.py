@@ -47,7 +47,13 @@ def vllm_url() -> Iterator[str]:
     INFERENCE_EXPLORER_VLLM_URL names, or one already answering on the default port, or one this
     session starts from `make vllm`'s venv (eager: about a minute on two cores) and stops at the
     end. Not installed is a failure, not a skip: `make test` installs it."""
-    from engine.remote.server import DEFAULT_PORT, healthy, is_installed, start_server
+    from engine.remote.server import (
+        DEFAULT_PORT,
+        SERVED_NAME,
+        healthy,
+        is_installed,
+        start_server,
+    )
 
     url = os.environ.get(VLLM_URL_ENV) or f"http://127.0.0.1:{DEFAULT_PORT}/v1"
     if os.environ.get(VLLM_URL_ENV) and not healthy(url):
@@ -59,6 +65,11 @@ def vllm_url() -> Iterator[str]:
     assert is_installed(), "vLLM is not installed: run `make vllm` (make test does)"
     server = start_server(DEFAULT_PORT, eager=True)
     print(f"\nvLLM started at {server.base_url} in {server.start_s:.0f} s")
+    from engine.remote.client import StreamResult, stream_completion
+
+    warm = StreamResult()  # its first request pays one-time costs: not any test's timings
+    stream_completion(server.base_url, SERVED_NAME, "Hello", 4, warm, lambda: False)
+    assert warm.finish in ("length", "stop"), warm.error
     os.environ[VLLM_URL_ENV] = server.base_url
     try:
         yield server.base_url

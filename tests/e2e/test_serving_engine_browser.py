@@ -29,7 +29,7 @@ def shot(page, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
+def page(tmp_path_factory, vllm_url):  # the server first: the page asks for its models on load
     with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url, \
             sync_playwright() as pw:
         chromium = launch_chromium(pw)
