@@ -47,7 +47,7 @@ browser:
 	  echo "Chromium not found at $(CHROMIUM): install it or set CHROMIUM=/path (browser tests need it)"
 
 test: model browser lint vllm
-	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q tests
+	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q --durations=20 tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM.
 test-fast: setup
