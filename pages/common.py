@@ -110,3 +110,32 @@ def show_chart(figure: go.Figure, *, where: Any = None, name: str = "",
     target = st if where is None else where
     return target.plotly_chart(shown, config=chart_config(
         chart_format(), st.session_state.get(PAGE_TITLE, ""), label, config), **kwargs)
+
+
+def bytes_once(key: str, record: Any, to_bytes: Callable[[Any], bytes]) -> bytes:
+    """A record's file bytes for a download button, made once per record and kept under `key`
+    (bytes, not a callable: see pages/generate.py)."""
+    memo = st.session_state.get(key)
+    if memo is None or memo[0] is not record:
+        memo = st.session_state[key] = (record, to_bytes(record))
+    return memo[1]
+
+
+def opened_file(label: str, key: str, max_mb: int, load: Callable[[bytes], T]) -> tuple[T, str] | None:
+    """A record file the visitor has just uploaded, read by `load` (never unpickled), with its
+    name; None when there is none, it was opened already, or it was refused — then with one
+    sentence on the page."""
+    from engine.errors import EngineError, InputError
+    from pages.state import message
+
+    upload = st.file_uploader(label, type=["json"], key=key, max_upload_size=max_mb)
+    if upload is None or st.session_state.get(f"{key}_opened") == upload.file_id:
+        return None
+    st.session_state[f"{key}_opened"] = upload.file_id
+    try:
+        if upload.size > max_mb << 20:
+            raise InputError(f"the file is over {max_mb} MB")
+        return load(upload.getvalue()), upload.name[:120]
+    except EngineError as err:
+        st.error(f"Not opened: {message(err)}")
+        return None

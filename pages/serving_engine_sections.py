@@ -16,10 +16,10 @@ from typing import Any
 import streamlit as st
 
 from engine import EngineError
-from engine.errors import InputError
 from engine.remote import server as vllm
 from engine.remote.client import RemoteError, list_models, normalize_base_url
 from engine.remote.record import LoadRun
+from pages.common import bytes_once, opened_file
 from pages.state import config, keep_remote, message, plain, remote_results
 
 DEFAULT_URL = f"http://127.0.0.1:{vllm.DEFAULT_PORT}/v1"
@@ -125,7 +125,7 @@ def offer_local_start() -> None:
         st.error(f"The local vLLM did not start: {message(LOCAL.error)}")
     if not vllm.is_installed():
         st.info("vLLM is not installed on this machine. Install its CPU build into a venv of its "
-                "own (about 4.5 minutes and 3.5 GB the first time), then start it:\n\n"
+                "own (a few minutes and about 3.5 GB the first time), then start it:\n\n"
                 "```\nmake vllm\nscripts/vllm_start.sh\n```\n\nThe script prints the base URL "
                 f"once the server answers ({DEFAULT_URL}); then press **List models**.",
                 icon=":material/download:")
@@ -186,7 +186,8 @@ def files_section() -> None:
     found = remote_results()
     row = st.container(horizontal=True)
     if found.run is not None:
-        row.download_button("Download this load", data=_file_bytes(found.run, load_to_bytes),
+        row.download_button("Download this load", data=bytes_once("_remote_file", found.run,
+                                                              load_to_bytes),
                             on_click="ignore", file_name="inference-explorer.loadtest.json",
                             mime="application/json", help="Every request's chunk times, "
                             "tokens and text, and every /metrics sample, as JSON (no pickle): "
@@ -195,28 +196,11 @@ def files_section() -> None:
                       help="Draw the load again at its recorded pace (at most 20 s)."):
             st.session_state[REPLAY] = True
             st.rerun()
-    upload = st.file_uploader("Open a load-test file (.json)", type=["json"], key="remote_upload",
-                              max_upload_size=FILE_MB)
-    if upload is not None and st.session_state.get("_remote_opened") != upload.file_id:
-        st.session_state["_remote_opened"] = upload.file_id
-        try:
-            if upload.size > FILE_MB << 20:
-                raise InputError(f"the file is over {FILE_MB} MB")
-            run = load_loadtest(upload.getvalue())
-        except EngineError as err:
-            st.error(f"Not opened: {message(err)}")
-            return
-        keep_remote(run=run, label=f"file {upload.name[:120]}")
+    opened = opened_file("Open a load-test file (.json)", "remote_upload", FILE_MB, load_loadtest)
+    if opened is not None:
+        keep_remote(run=opened[0], label=f"file {opened[1]}")
         st.session_state[REPLAY] = True
         st.rerun()
-
-
-def _file_bytes(run: LoadRun, to_bytes: Any) -> bytes:
-    """The file's bytes, made once per run (bytes, not a callable: see pages/generate.py)."""
-    memo = st.session_state.get("_remote_file")
-    if memo is None or memo[0] is not run:
-        memo = st.session_state["_remote_file"] = (run, to_bytes(run))
-    return memo[1]
 
 
 def hosted() -> bool:

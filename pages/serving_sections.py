@@ -27,7 +27,7 @@ from engine.serving.record import RequestSpec, ServingConfig, ServingRun
 from engine.timing.clock import MachineSample, others_share
 from engine.timing.disturbance import ADVICE, OTHERS_LIMIT, RULE
 from engine.timing.metrics import percentile
-from pages.common import BUDGET_NOTE, model_turn, show_chart
+from pages.common import BUDGET_NOTE, bytes_once, model_turn, opened_file, show_chart
 from pages.state import (
     config,
     generation_settings,
@@ -350,7 +350,8 @@ def files_section() -> None:
     found = serving_results()
     row = st.container(horizontal=True)
     if found.run is not None:
-        row.download_button("Download this run", data=_file_bytes(found.run, serving_to_bytes),
+        row.download_button("Download this run", data=bytes_once("_serving_file", found.run,
+                                                              serving_to_bytes),
                             on_click="ignore", file_name="inference-explorer.serving.json",
                             mime="application/json", help="The stream's requests, tokens, "
                             "times and every step's block tables as JSON: opened again here, "
@@ -360,25 +361,10 @@ def files_section() -> None:
                                                "(at most 20 s)."):
             st.session_state["serving_replay"] = True
             st.rerun()
-    upload = st.file_uploader("Open a serving file (.json)", type=["json"], key="serving_upload",
-                              max_upload_size=FILE_MB)
-    if upload is not None and st.session_state.get("serving_opened") != upload.file_id:
-        st.session_state["serving_opened"] = upload.file_id
-        try:
-            if upload.size > FILE_MB << 20:
-                raise InputError(f"the file is over {FILE_MB} MB")
-            run = load_serving(upload.getvalue())
-        except EngineError as err:
-            st.error(f"Not opened: {message(err)}")
-            return
-        keep_serving(run=run, label=f"file {upload.name[:120]}")
+    opened = opened_file("Open a serving file (.json)", "serving_upload", FILE_MB, load_serving)
+    if opened is not None:
+        keep_serving(run=opened[0], label=f"file {opened[1]}")
         st.session_state["serving_replay"] = True
         st.rerun()
 
 
-def _file_bytes(run: ServingRun, to_bytes: Callable[[ServingRun], bytes]) -> bytes:
-    """The file's bytes, made once per run (bytes, not a callable: see pages/generate.py)."""
-    memo = st.session_state.get("_serving_file")
-    if memo is None or memo[0] is not run:
-        memo = st.session_state["_serving_file"] = (run, to_bytes(run))
-    return memo[1]
