@@ -24,3 +24,18 @@ def parse_json_file(data: bytes, kind: str, max_bytes: int, max_containers: int)
         return json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):  # not UTF-8, not JSON, or an integer of 4,300+ digits
         raise TraceFormatError(f"not an Inference Explorer {kind} file (not JSON)") from None
+
+
+def check_format(d: dict[str, Any], name: str, newest: int, kind: str) -> int:
+    """The file's format version, after checking its format name and that this app reads that
+    version (TraceFormatError with one sentence otherwise)."""
+    if d.get("format") != name:
+        raise TraceFormatError(f"not an Inference Explorer {kind} file (wrong format name)")
+    version = d.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TraceFormatError(f"not a valid {kind} file: invalid format version "
+                               f"{str(version)[:20]!r}")
+    if version > newest:
+        raise TraceFormatError(f"{kind} file version {version} is newer than this app reads (up "
+                               f"to {newest}); update Inference Explorer")
+    return version

@@ -11,11 +11,10 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, InputError
-from ..serving.cli import positive_int
+from ..errors import InputError
+from ..serving.cli import out_path, positive_int, write_record
 
 DEFAULT_PROMPTS = (
     "What is the capital of France?",
@@ -121,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from .loadtest import LoadTest
     from .record import LoadConfig
 
-    out = Path(args.out) if args.out else None
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"cannot write the record to {str(out)[:200]}: no such folder")
+    out = out_path(args.out)
     try:
         config = LoadConfig(normalize_base_url(args.base_url), args.model or "",
                             tuple(args.prompt or DEFAULT_PROMPTS), args.requests,
@@ -153,12 +150,7 @@ def run(args: argparse.Namespace) -> int:
                             f"{a.gap:.3f}{', a near-tie' if a.explained else ', NOT a near-tie'})"
                             for a in agree if a.equal is False))
     if out is not None:
-        try:
-            out.write_bytes(load_to_bytes(record))
-        except OSError as err:
-            raise EngineError(f"cannot write the record to {str(out)[:200]}: "
-                              f"{err.strerror or err}") from err
-        print(f"record       {out}", file=sys.stderr if args.json else sys.stdout)
+        write_record(out, load_to_bytes(record), args.json)
     if record.error:
         print(f"error: {record.error}", file=sys.stderr)
         return 1

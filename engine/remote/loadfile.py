@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..records.jsonfile import parse_json_file
+from ..records.jsonfile import check_format, parse_json_file
 from .record import Histogram, LoadConfig, LoadRun, MetricsSample, RemoteRequest
 
 FORMAT_NAME = "inference-explorer-loadtest"
@@ -160,14 +160,7 @@ def _sample(i: int, d: Any) -> MetricsSample:
 
 def load_from_dict(d: Any) -> LoadRun:
     d = _expect(d, dict, "the file")
-    if d.get("format") != FORMAT_NAME:
-        raise TraceFormatError("not an Inference Explorer load-test file (wrong format name)")
-    version = d.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _bad(f"invalid format version {str(version)[:20]!r}")
-    if version > FORMAT_VERSION:
-        raise TraceFormatError(f"load-test file version {version} is newer than this app reads "
-                               f"(up to {FORMAT_VERSION}); update Inference Explorer")
+    check_format(d, FORMAT_NAME, FORMAT_VERSION, "load-test")
     c = _expect(d.get("config"), dict, "config")
     try:
         config = LoadConfig(

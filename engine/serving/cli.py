@@ -26,6 +26,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+def out_path(out: str | None) -> Path | None:
+    """The --out file, checked before any work: its folder must exist (InputError otherwise)."""
+    path = Path(out) if out else None
+    if path is not None and not path.parent.is_dir():
+        raise InputError(f"cannot write the record to {str(path)[:200]}: no such folder")
+    return path
+
+
+def write_record(out: Path, data: bytes, json_on_stdout: bool) -> None:
+    """Write a record file and say where (on stderr when stdout carries JSON)."""
+    try:
+        out.write_bytes(data)
+    except OSError as err:
+        raise EngineError(f"cannot write the record to {str(out)[:200]}: "
+                          f"{err.strerror or err}") from err
+    print(f"record       {out}", file=sys.stderr if json_on_stdout else sys.stdout)
+
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser("batch", help="serve several prompts together on the batched engine "
                                           "(continuous or static batching, paged KV blocks)")
@@ -90,9 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     if any(not p.strip() for p in args.prompts):
         raise InputError("a prompt is empty")
-    out = Path(args.out) if args.out else None
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"cannot write the record to {str(out)[:200]}: no such folder")
+    out = out_path(args.out)
     try:
         config = ServingConfig(args.scheduler, args.max_batch, args.block_size, args.num_blocks,
                                args.prefix_sharing)
@@ -116,10 +132,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table(record))
     if out is not None:
-        try:
-            out.write_bytes(serving_to_bytes(record))
-        except OSError as err:
-            raise EngineError(f"cannot write the record to {str(out)[:200]}: "
-                              f"{err.strerror or err}") from err
-        print(f"record       {out}", file=sys.stderr if args.json else sys.stdout)
+        write_record(out, serving_to_bytes(record), args.json)
     return 0

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..records.jsonfile import parse_json_file
+from ..records.jsonfile import check_format, parse_json_file
 from ..settings import MAX_NEW_TOKENS_LIMIT
 from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, ServingRun, StepRecord
 
@@ -193,14 +193,7 @@ def _check(run: ServingRun) -> None:
 
 def serving_from_dict(d: Any) -> ServingRun:
     d = _obj(d, "the file")
-    if d.get("format") != FORMAT_NAME:
-        raise TraceFormatError("not an Inference Explorer serving file (wrong format name)")
-    version = d.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise _bad(f"invalid format version {version!r}")
-    if version > FORMAT_VERSION:
-        raise TraceFormatError(f"serving file version {version} is newer than this app reads (up "
-                               f"to {FORMAT_VERSION}); update Inference Explorer")
+    check_format(d, FORMAT_NAME, FORMAT_VERSION, "serving")
     cfg = _obj(d.get("config"), "config")
     try:
         config = ServingConfig(_str(cfg.get("scheduler"), "scheduler"),
