@@ -31,11 +31,11 @@ import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from engine import GenerationSettings, Run, load_model  # noqa: E402
+from engine.forward import prepare_prompt  # noqa: E402
 from engine.kernels.compiled import CompiledDecoder  # noqa: E402
 from engine.kernels.microbench import bandwidth_buffer, ceilings, measure_bandwidth, read_gb_s  # noqa: E402
 from engine.kernels.native import NativeDecoder  # noqa: E402
 from engine.loader import CACHE_ENV  # noqa: E402
-from engine.runner import prepare_prompt  # noqa: E402
 from engine.timing.roofline import forward_work  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."

@@ -31,11 +31,11 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 from engine import GenerationSettings, Run, load_model  # noqa: E402
+from engine.forward import prepare_prompt  # noqa: E402
 from engine.kernels.microbench import bandwidth_buffer, read_gb_s  # noqa: E402
 from engine.kernels.native import NativeDecoder  # noqa: E402
 from engine.loader import default_gguf_path  # noqa: E402
-from engine.quant.variants import apply_variant  # noqa: E402
-from engine.runner import prepare_prompt  # noqa: E402
+from engine.quant.apply import apply_variant  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 VARIANTS = ("fp32", "int8", "q4_0", "q4_1")

@@ -29,7 +29,7 @@ from typing import Any  # noqa: E402
 import torch  # noqa: E402
 
 from engine import load_model  # noqa: E402
-from engine.runner import prepare_prompt  # noqa: E402
+from engine.forward import prepare_prompt  # noqa: E402
 from engine.serving.speculative import (  # noqa: E402
     FREE_PROMPT,
     REWRITE_PROMPT,

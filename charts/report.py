@@ -8,13 +8,18 @@ Every number comes from the engine's own functions (`summarize`, `assess`, `Mode
 and is written as the app writes it (charts/formatting.py); every figure is the app's own chart
 function. Every user string (prompt, token pieces, model name) is HTML-escaped here, and plotly
 writes `<` as `\\u003c` in the figures' JSON, so a prompt holding `</script>` stays text.
+
+Its command, outside the engine (which draws no charts): `python -m charts.report TRACE [-o OUT]`.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import html
+import os
 import re
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,8 +28,10 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs as _read_plotlyjs
 
 from engine import __version__ as ENGINE_VERSION
+from engine.errors import EngineError
+from engine.experiments import Experiments
+from engine.files import read_trace_file
 from engine.lens.attention_stats import full_attention, has_attention, head_summary
-from engine.records.experiments import Experiments
 from engine.records.trace import Trace
 from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
 from engine.timing.disturbance import RULE, assess
@@ -366,3 +373,35 @@ icon saves a PNG.</p>
 computed by the formula shown next to it.</p>
 </main></body></html>
 """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m charts.report TRACE [-o OUT]`: write a trace file's run as one self-contained
+    HTML page. A user mistake (no such file, damaged trace, unwritable folder) is one line on
+    stderr and exit status 2."""
+    parser = argparse.ArgumentParser(prog="python -m charts.report", description="write a trace "
+                                     "file's run as one self-contained HTML page (opens offline)")
+    parser.add_argument("file")
+    parser.add_argument("-o", "--out", default=None,
+                        help="the HTML file to write (default: the trace's name with .html)")
+    args = parser.parse_args(argv)
+    try:
+        opened = read_trace_file(args.file)
+        out = Path(args.out) if args.out else Path(args.file).with_suffix(".html")
+        data = report_html(opened.trace, opened.experiments).encode("utf-8")
+        try:
+            out.write_bytes(data)
+        except OSError as err:
+            raise EngineError(f"cannot write the report to {str(out)[:200]}: "
+                              f"{err.strerror or err}") from err
+    except EngineError as err:
+        if os.environ.get("INFERENCE_EXPLORER_DEBUG") == "1":
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"report       {out} ({len(data):,} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

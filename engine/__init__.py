@@ -21,7 +21,7 @@ _EXPORTS = {
     "LatencySummary": "timing.metrics", "summarize": "timing.metrics", "Run": "runner",
     "generate_trace": "runner", "GenerationSettings": "settings", "ModelSpec": "spec",
     "Step": "records.trace", "Trace": "records.trace", "traces_equal": "records.trace",
-    "load_trace": "records.tracefile", "save_trace": "records.tracefile",
+    "load_trace": "files", "save_trace": "records.tracefile",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,8 +1,8 @@
-"""`python -m engine run|show|story|compare|report|lens|dtypes|quality|quantize|batch|loadtest|
-examples`: generate a trace from the shell, inspect one (its story lines, a comparison with
-another, its HTML report, the logit lens), compare dtypes, measure a weights variant's quality or
-the whole quantization study, serve a stream on the batched engine, load-test a serving engine
-(vLLM), or record the shipped examples.
+"""`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|loadtest|examples`:
+generate a trace from the shell, inspect one (its story lines, a comparison with another, the
+logit lens), compare dtypes, measure a weights variant's quality or the whole quantization study,
+serve a stream on the batched engine, load-test a serving engine (vLLM), or record the shipped
+examples. The engine draws no charts: a trace's HTML report is `python -m charts.report`.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -80,12 +80,6 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
-    report = sub.add_parser("report", help="write a trace file's run as one self-contained HTML "
-                                           "page (numbers, token chips, interactive charts; "
-                                           "opens offline)")
-    report.add_argument("file")
-    report.add_argument("-o", "--out", default=None,
-                        help="the HTML file to write (default: the trace's name with .html)")
     return parser
 
 
@@ -177,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .records.tracefile import load_trace
+    from .files import load_trace
 
     trace = load_trace(args.file)
     if args.json:
@@ -201,7 +195,7 @@ def _examples(args: argparse.Namespace) -> int:
 def _lens(args: argparse.Namespace) -> int:
     from .lens.logit_lens import logit_lens
     from .loader import load_model
-    from .records.tracefile import load_trace
+    from .files import load_trace
 
     trace = load_trace(args.file)
     if not 0 <= args.step < len(trace.steps):
@@ -222,7 +216,7 @@ def _lens(args: argparse.Namespace) -> int:
 
 def _story(args: argparse.Namespace) -> int:
     from .lens import cost_notice, notice, weights_notice
-    from .records.tracefile import load_trace
+    from .files import load_trace
 
     trace = load_trace(args.file)
     stages = (("Text → tokens", notice.tokens_notice), ("Embeddings + RoPE", notice.embeddings_notice),
@@ -236,8 +230,8 @@ def _story(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .records.compare import metric_rows, setting_rows, token_diff
-    from .records.tracefile import load_trace
+    from .lens.compare import metric_rows, setting_rows, token_diff
+    from .files import load_trace
 
     a, b = load_trace(args.a), load_trace(args.b)
     diff = token_diff(a, b)
@@ -252,8 +246,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _dtypes(args: argparse.Namespace) -> int:
+    from .forward import prepare_prompt
     from .loader import load_model
-    from .runner import prepare_prompt
     from .timing.dtype_compare import compare_dtypes
 
     if not args.prompt.strip():
@@ -269,7 +263,8 @@ def _dtypes(args: argparse.Namespace) -> int:
 
 def _quality(args: argparse.Namespace) -> int:
     from .loader import load_model
-    from .quant.quality import measure_quality, read_text
+    from .quant.quality import measure_quality
+    from .quant.texts import read_text
 
     text = read_text(args.text)  # a bad file is refused before the model loads
     if not sys.stderr.isatty():
@@ -282,27 +277,8 @@ def _quality(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from charts.report import report_html  # here: plotly is needed by this command alone
-
-    from .records.tracefile import read_trace_file
-
-    opened = read_trace_file(args.file)
-    out = Path(args.out) if args.out else Path(args.file).with_suffix(".html")
-    data = report_html(opened.trace, opened.experiments).encode("utf-8")
-    try:
-        out.write_bytes(data)
-    except OSError as err:
-        raise EngineError(f"cannot write the report to {str(out)[:200]}: "
-                          f"{err.strerror or err}") from err
-    print(f"report       {out} ({len(data):,} bytes)")
-    return 0
-
-
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
-            "report": _report, "quality": _quality, "story": _story, "compare": _compare,
+            "quality": _quality, "story": _story, "compare": _compare,
             "quantize": quant_cli.run, "batch": serving_cli.run,
             "loadtest": remote_cli.run}
 

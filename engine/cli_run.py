@@ -87,8 +87,9 @@ def chosen_weights(weights: str | None, dtype: str | None) -> tuple[str, str | N
 
 
 def run_command(args: argparse.Namespace, print_summary) -> int:
+    from .forward import prepare_prompt
     from .loader import load_model
-    from .runner import Run, prepare_prompt
+    from .runner import Run
     from .sharing.models import build_variant
 
     settings = GenerationSettings(

@@ -1,112 +1,84 @@
-"""The instrumented generation loop: plain functions around the model, not `model.generate`.
+"""The recorded run: a generator that yields each :class:`Step` the moment it is done.
 
-`prefill()` runs the whole prompt once and fills the KV cache; `decode_one_token()` runs one token
-against it; with the cache off, `forward_full()` recomputes the whole sequence every step. A
-:class:`Run` strings them together as a generator that yields each :class:`Step` the moment it is
-done, checks a stop flag between steps, and can hand out its (partial) :class:`Trace` any time.
+A :class:`Run` strings engine/forward.py's plain functions together, checks a stop flag between
+steps, and can hand out its (partial) :class:`Trace` any time. Each step is a few small jobs, one
+function each: choose the decoder (once), run one forward, pick the token, measure the KV bytes,
+build the Step. A decoder other than transformers plugs in through :class:`DecodeStep`.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 import torch
-from transformers import Cache, DynamicCache
+from transformers import DynamicCache
 
 from . import __version__
 from .attention import AttentionRecorder, recording
+from .clock import MachineSample, clock_ms, load_average, others_share, usable_cores
 from .detok import IncrementalDetokenizer
 from .errors import EngineError, InputError
-from .kv.kvcache import cache_layer_bytes
+from .forward import (
+    cache_layer_bytes,
+    decode_one_token,
+    eos_token_ids,
+    forward_full,
+    prefill,
+    prepare_prompt,
+)
 from .loader import LoadedModel
 from .records.trace import DecoderUsed, MachineLoad, Step, Trace
 from .sampling import choose_token
 from .settings import FLOAT_WEIGHTS, GenerationSettings
 from .spec import ModelSpec
-from .timing.clock import MachineSample, clock_ms, load_average, others_share
 
-if TYPE_CHECKING:  # the native module imports this one
-    from .kernels.native import NativeDecoder
-
-Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
 TORCH_ASKED_REASON = "the torch decoder was asked for"
 KV_OFF_REASON = "the KV cache is off: the native step decodes against its cache"
 
 
-def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
-    """Token ids of the prompt: wrapped in the model's chat template (as a user turn) by default."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                             add_generation_prompt=True, tokenize=False)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt)["input_ids"])
+class StepOutput(Protocol):
+    """What one step of a plugged-in decoder returns."""
+
+    @property
+    def logits(self) -> torch.Tensor: ...  # (V,)
+
+    @property
+    def attention(self) -> torch.Tensor | None: ...  # (L_rec, H, S) softmax rows, or None
+
+    @property
+    def hidden(self) -> torch.Tensor | None: ...  # (L + 1, hidden), or None
 
 
-def _forward(model: Any, input_ids: torch.Tensor, cache: Cache | None,
-             want_hidden: bool) -> Forward:
-    out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None,
-                output_hidden_states=want_hidden, logits_to_keep=1)
-    hidden = None
-    if want_hidden:
-        hidden = torch.stack([h[0, -1] for h in out.hidden_states])  # (L+1, hidden)
-    return out.logits[0, -1], hidden
+class DecodeStep(Protocol):
+    """A decoder the run can hand its decode steps to (engine/kernels/native.py's NativeDecoder):
+    the prefill runs in transformers on `model`, `load_prefix` copies its K/V into the decoder's
+    own cache, then `step` runs one token at a time, recording what the run asks for."""
+
+    @property
+    def max_tokens(self) -> int: ...  # positions its cache holds
+
+    @property
+    def weights(self) -> str: ...  # the weights variant it reads
+
+    @property
+    def weight_bytes(self) -> int: ...  # bytes one step streams
+
+    @property
+    def model(self) -> Any: ...  # the torch model holding exactly the weights it multiplies by
+
+    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
+             hidden: bool = False) -> StepOutput: ...
+
+    def load_prefix(self, cache: DynamicCache, n: int) -> None: ...
 
 
-def prefill(model: Any, prompt_ids: torch.Tensor, cache: Cache | None,
-            want_hidden: bool = False) -> Forward:
-    """One forward over the whole prompt (1, T); fills `cache` and returns the last logits."""
-    return _forward(model, prompt_ids, cache, want_hidden)
-
-
-def decode_one_token(model: Any, token: torch.Tensor, cache: DynamicCache,
-                     want_hidden: bool = False) -> Forward:
-    """One forward of a single token (1, 1) against the cache, which grows by one position."""
-    return _forward(model, token, cache, want_hidden)
-
-
-def forward_full(model: Any, all_ids: torch.Tensor, want_hidden: bool = False) -> Forward:
-    """Cache off: recompute the whole sequence (1, S) to get the next token's logits."""
-    return _forward(model, all_ids, None, want_hidden)
-
-
-def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
-    ids: set[int] = set()
-    configured = getattr(lm.model.generation_config, "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(configured)
-    if lm.tokenizer.eos_token_id is not None:
-        ids.add(lm.tokenizer.eos_token_id)
-    return frozenset(ids)
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def timed_greedy(first_logits: torch.Tensor, step: Callable[[int, int], torch.Tensor],
-                 new_tokens: int, device: torch.device) -> tuple[list[int], list[float]]:
-    """A greedy continuation for timing a decode step: the first token from the prefill's logits,
-    then `step(token, i)` → (V,) logits for decode step i. Returns the tokens and each step's ms
-    (synchronized clock). Shared by the compiled and the native decoder's comparisons."""
-    token = int(first_logits.argmax())
-    tokens, times = [token], []
-    for i in range(new_tokens - 1):
-        start = clock_ms(device)
-        token = int(step(token, i).argmax())
-        times.append(clock_ms(device) - start)
-        tokens.append(token)
-    return tokens, times
+DecoderSource = DecodeStep | Callable[[], DecodeStep]
 
 
 def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: int) -> tuple[int, ...]:
@@ -129,23 +101,65 @@ def native_cache_bytes(spec: ModelSpec, positions: int) -> tuple[int, ...]:
     return (2 * spec.kv_heads * positions * spec.head_dim * spec.dtype_bytes,) * spec.layers
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Choice:
+    """The token a step chose and the model's own distribution around it."""
+
+    token: int
+    prob: float  # the chosen token's probability
+    rank: int  # how many tokens were more probable
+    top_ids: np.ndarray  # (k,) int64, most probable first
+    top_probs: np.ndarray  # (k,) float32
+
+
+def top_choices(probs: torch.Tensor, token: int, k: int) -> Choice:
+    """The chosen token's probability and rank in `probs` (V,), and the k most probable."""
+    top = torch.topk(probs, k)
+    return Choice(token, float(probs[token]), int((probs > probs[token]).sum()),
+                  top.indices.cpu().numpy().astype(np.int64),
+                  top.values.cpu().numpy().astype(np.float32))
+
+
+def machine_load(first: MachineSample | None, last: MachineSample | None,
+                 load_before: float | None) -> MachineLoad:
+    """The machine around a run from its first to its last sample (engine/timing/disturbance.py
+    says how it is read)."""
+    whole = others_share(first, last) if first is not None and last is not None else None
+    return MachineLoad(threads=torch.get_num_threads(), cores=usable_cores(),
+                       load_before=load_before, load_after=load_average(), others_share=whole)
+
+
+@dataclass(slots=True)
+class _Loop:
+    """What the step loop carries from one step to the next."""
+
+    model: Any  # the torch model the forwards run on
+    device: torch.device
+    sequence: torch.Tensor  # (1, S): the prompt and every token chosen so far
+    cache: DynamicCache | None  # None with the cache off, and once the native cache holds it
+    generator: torch.Generator | None  # None when greedy
+    recorder: AttentionRecorder | None
+    detok: IncrementalDetokenizer
+    eos: frozenset[int]
+
+
 class Run:
     """One generation. Iterate it to run the steps; `trace()` returns what is done so far.
 
     The prefill always runs in transformers (with attention and hidden states recorded as asked;
-    with a native decoder, on `native.model`, the torch model holding its weights).
-    The decode steps run on `native` — a NativeDecoder (engine/kernels/native.py) for this model's
-    weights, or a function that builds one, called when the run starts — where it can run:
-    `settings.decoder` is "native", the KV cache is on and prompt + new tokens fit its cache.
-    Otherwise they run in transformers, and the trace keeps the one-line reason (`native_problem`
-    when the caller could not build a decoder). `weights` names the variant `lm` holds (default:
-    its dtype's, fp32 / fp16 / bf16); the bytes of weights recorded are what the decode steps
-    read — `lm`'s tensors in torch (a quantized copy holds them dequantized, in float32), the
-    packed codes and scales when the native step ran.
+    with a plugged-in decoder, on `native.model`, the torch model holding its weights).
+    The decode steps run on `native` — a :class:`DecodeStep` (engine/kernels/native.py's
+    NativeDecoder for this model's weights), or a function that builds one, called when the run
+    starts — where it can run: `settings.decoder` is "native", the KV cache is on and prompt + new
+    tokens fit its cache. Otherwise they run in transformers, and the trace keeps the one-line
+    reason (`native_problem` when the caller could not build a decoder). `weights` names the
+    variant `lm` holds (default: its dtype's, fp32 / fp16 / bf16); the bytes of weights recorded
+    are what the decode steps read — `lm`'s tensors in torch (a quantized copy holds them
+    dequantized, in float32), the packed codes and scales when the native step ran.
     """
 
     def __init__(self, lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None,
-                 stop_event: threading.Event | None = None, native: Any = None,
+                 stop_event: threading.Event | None = None, native: DecoderSource | None = None,
                  native_problem: str | None = None, weights: str | None = None) -> None:
         settings = settings or GenerationSettings()
         if not prompt or not prompt.strip():
@@ -153,15 +167,7 @@ class Run:
         start = time.perf_counter()
         ids = prepare_prompt(lm.tokenizer, prompt, settings.chat_template)
         self.tokenize_ms = (time.perf_counter() - start) * 1000.0
-        if len(ids) > settings.max_prompt_tokens:
-            raise InputError(f"the prompt is {len(ids)} tokens; the limit is "
-                             f"{settings.max_prompt_tokens}")
-        if lm.spec.max_context and len(ids) + settings.max_new_tokens > lm.spec.max_context:
-            raise InputError(f"prompt ({len(ids)}) + new tokens ({settings.max_new_tokens}) exceed "
-                             f"the model's context of {lm.spec.max_context} tokens")
-        layers = settings.attention_layers
-        if layers is not None and any(not 0 <= k < lm.spec.layers for k in layers):
-            raise InputError(f"attention layers must be between 0 and {lm.spec.layers - 1}")
+        _check_lengths(lm, settings, len(ids))
         if settings.seed is None:
             settings = settings.with_seed(random.randrange(2**31))
         self.recorded_layers = recorded_layers(lm.spec, settings, len(ids))
@@ -177,7 +183,7 @@ class Run:
         self._native_source = native
         self.weights = weights or FLOAT_WEIGHTS.get(lm.spec.dtype, lm.spec.dtype)
         self._torch_bytes = lm.spec.weight_bytes  # what torch reads: the (dequantized) tensors
-        self.native: NativeDecoder | None = None
+        self.native: DecodeStep | None = None
         problem = native_problem or self._static_problem()
         self._decided = problem is not None
         self.decoder = self._torch(problem or "the run has not started")
@@ -229,88 +235,113 @@ class Run:
         return self.trace()
 
     def _steps(self) -> Iterator[Step]:
-        lm, s = self.lm, self.settings
         self._choose_decoder()
-        native = self.native
+        loop = self._start()
+        for i in range(self.settings.max_new_tokens):
+            if self._stop.is_set():
+                self.stop_reason = "stopped"
+                return
+            step = self._step(loop, i)
+            self.steps.append(step)
+            yield step
+            if step.token_id in loop.eos:
+                self.stop_reason = "eos"
+                return
+        self.stop_reason = "length"
+
+    def _start(self) -> _Loop:
+        """The loop's state before the prefill."""
+        lm, s = self.lm, self.settings
         # The prefill runs on the weights the native step multiplies by (its variant's copy), so
         # the prompt's K/V and first token are those of the model the decode steps continue.
-        model, device = (native.model if native is not None else lm.model), lm.device
+        model = self.native.model if self.native is not None else lm.model
+        device = lm.device
         generator = None
         if not s.greedy:
             generator = torch.Generator(device=device).manual_seed(s.seed)
         recorder = None
         if self.recorded_layers:
             recorder = AttentionRecorder(layers=frozenset(self.recorded_layers))
-        detok = IncrementalDetokenizer(lm.tokenizer)
-        eos = eos_token_ids(lm)
-        sequence = torch.tensor([self.prompt_ids], device=device)  # (1, S)
-        cache = DynamicCache(config=model.config) if s.kv_cache else None
-        n_prompt = len(self.prompt_ids)
-        for i in range(s.max_new_tokens):
-            if self._stop.is_set():
-                self.stop_reason = "stopped"
-                return
-            if recorder is not None:
-                recorder.last_query_only = i > 0 and cache is None
-            before = MachineSample.now(device)
-            self._first = self._first or before
-            attention = None
-            with torch.inference_mode(), recording(model, recorder):
-                if i == 0:
-                    logits, hidden = prefill(model, sequence, cache, s.record_hidden)
-                elif native is not None:
-                    done = native.step(int(sequence[0, -1]), n_prompt + i - 1,
-                                       attention_layers=self.recorded_layers,
-                                       hidden=s.record_hidden)
-                    logits, hidden, attention = done.logits, done.hidden, done.attention
-                    if attention is not None:  # (L_rec, H, S) → (L_rec, H, 1, S), as recorded
-                        attention = attention[:, :, None].to(torch.float16)
-                elif cache is not None:
-                    logits, hidden = decode_one_token(model, sequence[:, -1:], cache, s.record_hidden)
-                else:
-                    logits, hidden = forward_full(model, sequence, s.record_hidden)
-                forward = clock_ms(device) - before.wall_ms
-                if i == 0 and native is not None:
-                    native.load_prefix(cache, n_prompt)  # the prompt's K/V, into the native cache
-                token = choose_token(logits, s.temperature, s.top_k, s.top_p, generator)
-                probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
-                top = torch.topk(probs, s.record_top_k)
-                chosen_prob = float(probs[token])
-                chosen_rank = int((probs > probs[token]).sum())
-                if recorder is not None and attention is None:
-                    attention = recorder.take()
-                hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
-                top_ids = top.indices.cpu().numpy().astype(np.int64)
-                top_probs = top.values.cpu().numpy().astype(np.float32)
-            after = self._last = MachineSample.now(device)
-            latency = after.wall_ms - before.wall_ms
-            sequence = torch.cat([sequence, torch.tensor([[token]], device=device)], dim=1)
-            if native is not None and i > 0:
-                per_layer = native_cache_bytes(lm.spec, n_prompt + i)
-            else:
-                per_layer = cache_layer_bytes(cache) if cache is not None else (0,) * lm.spec.layers
-            if native is not None and i == 0:
-                cache = None  # the native cache holds the prompt now; the torch copy can go
-            last = token in eos or i == s.max_new_tokens - 1
-            text = detok.push(token) + (detok.flush() if last else "")
-            step = Step(
-                index=i, phase="prefill" if i == 0 else "decode", token_id=token,
-                piece=lm.tokenizer.convert_ids_to_tokens(token), text=text,
-                position=n_prompt + i, context_len=n_prompt + i, latency_ms=latency,
-                kv_bytes=sum(per_layer), kv_bytes_per_layer=per_layer,
-                top_ids=top_ids, top_probs=top_probs,
-                top_pieces=tuple(lm.tokenizer.convert_ids_to_tokens(top_ids.tolist())),
-                chosen_prob=chosen_prob,
-                chosen_rank=chosen_rank,
-                attention=attention.numpy() if attention is not None else None, hidden=hidden_np,
-                forward_ms=forward, cpu_ms=after.cpu_ms - before.cpu_ms,
-                others_share=others_share(before, after))
-            self.steps.append(step)
-            yield step
-            if token in eos:
-                self.stop_reason = "eos"
-                return
-        self.stop_reason = "length"
+        return _Loop(model, device, torch.tensor([self.prompt_ids], device=device),
+                     DynamicCache(config=model.config) if s.kv_cache else None, generator,
+                     recorder, IncrementalDetokenizer(lm.tokenizer), eos_token_ids(lm))
+
+    def _step(self, loop: _Loop, i: int) -> Step:
+        """Step i: one forward, the token chosen, the KV bytes after it, timed as a whole."""
+        s, n_prompt = self.settings, len(self.prompt_ids)
+        if loop.recorder is not None:
+            loop.recorder.last_query_only = i > 0 and loop.cache is None
+        before = MachineSample.now(loop.device)
+        self._first = self._first or before
+        with torch.inference_mode(), recording(loop.model, loop.recorder):
+            logits, hidden, attention = self._forward(loop, i)
+            forward_ms = clock_ms(loop.device) - before.wall_ms
+            if i == 0 and self.native is not None:
+                self.native.load_prefix(loop.cache, n_prompt)  # the prompt's K/V, into its cache
+            token = choose_token(logits, s.temperature, s.top_k, s.top_p, loop.generator)
+            probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
+            choice = top_choices(probs, token, s.record_top_k)
+            if loop.recorder is not None and attention is None:
+                attention = loop.recorder.take()
+            hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
+        after = self._last = MachineSample.now(loop.device)
+        token_tensor = torch.tensor([[token]], device=loop.device)
+        loop.sequence = torch.cat([loop.sequence, token_tensor], dim=1)  # (1, S + 1)
+        per_layer = self._kv_bytes(loop, i)
+        if self.native is not None and i == 0:
+            loop.cache = None  # the native cache holds the prompt now; the torch copy can go
+        last = token in loop.eos or i == s.max_new_tokens - 1
+        text = loop.detok.push(token) + (loop.detok.flush() if last else "")
+        return self._record(i, choice, text, per_layer, before, after, forward_ms,
+                            attention.numpy() if attention is not None else None, hidden_np)
+
+    def _forward(self, loop: _Loop, i: int
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """One forward: the prefill (i = 0), else a decode step on the chosen decoder.
+        Returns logits (V,), hidden (L + 1, hidden) or None, and the attention the decoder
+        recorded itself, (L_rec, H, 1, S) float16, or None (the recorder holds it)."""
+        s = self.settings
+        if i == 0:
+            return (*prefill(loop.model, loop.sequence, loop.cache, s.record_hidden), None)
+        if self.native is not None:
+            done = self.native.step(int(loop.sequence[0, -1]), len(self.prompt_ids) + i - 1,
+                                    attention_layers=self.recorded_layers,
+                                    hidden=s.record_hidden)
+            attention = done.attention
+            if attention is not None:  # (L_rec, H, S) → (L_rec, H, 1, S), as recorded
+                attention = attention[:, :, None].to(torch.float16)
+            return done.logits, done.hidden, attention
+        if loop.cache is not None:
+            return (*decode_one_token(loop.model, loop.sequence[:, -1:], loop.cache,
+                                      s.record_hidden), None)
+        return (*forward_full(loop.model, loop.sequence, s.record_hidden), None)
+
+    def _kv_bytes(self, loop: _Loop, i: int) -> tuple[int, ...]:
+        """Per layer, the KV cache's bytes after step i: measured from the torch cache's tensors,
+        or what the same positions take in one while the native cache holds them."""
+        if self.native is not None and i > 0:
+            return native_cache_bytes(self.lm.spec, len(self.prompt_ids) + i)
+        if loop.cache is None:
+            return (0,) * self.lm.spec.layers
+        return cache_layer_bytes(loop.cache)
+
+    def _record(self, i: int, choice: Choice, text: str, per_layer: tuple[int, ...],
+                before: MachineSample, after: MachineSample, forward_ms: float,
+                attention: np.ndarray | None, hidden: np.ndarray | None) -> Step:
+        """Step i as the trace keeps it."""
+        tokenizer, n_prompt = self.lm.tokenizer, len(self.prompt_ids)
+        return Step(
+            index=i, phase="prefill" if i == 0 else "decode", token_id=choice.token,
+            piece=tokenizer.convert_ids_to_tokens(choice.token), text=text,
+            position=n_prompt + i, context_len=n_prompt + i,
+            latency_ms=after.wall_ms - before.wall_ms,
+            kv_bytes=sum(per_layer), kv_bytes_per_layer=per_layer,
+            top_ids=choice.top_ids, top_probs=choice.top_probs,
+            top_pieces=tuple(tokenizer.convert_ids_to_tokens(choice.top_ids.tolist())),
+            chosen_prob=choice.prob, chosen_rank=choice.rank,
+            attention=attention, hidden=hidden,
+            forward_ms=forward_ms, cpu_ms=after.cpu_ms - before.cpu_ms,
+            others_share=others_share(before, after))
 
     def trace(self) -> Trace:
         """The trace so far; a run stopped or still going keeps every finished step."""
@@ -334,13 +365,22 @@ class Run:
         return self.decoder
 
     def machine_load(self) -> MachineLoad:
-        """The machine around the run so far (see engine/timing/disturbance.py for how it is read)."""
-        whole = None
-        if self._first is not None and self._last is not None:
-            whole = others_share(self._first, self._last)
-        return MachineLoad(threads=torch.get_num_threads(), cores=usable_cores(),
-                           load_before=self._load_before, load_after=load_average(),
-                           others_share=whole)
+        """The machine around the run so far."""
+        return machine_load(self._first, self._last, self._load_before)
+
+
+def _check_lengths(lm: LoadedModel, settings: GenerationSettings, prompt_len: int) -> None:
+    """Refuse a prompt over the limit, a run past the model's context, or attention layers the
+    model does not have (InputError, one line)."""
+    if prompt_len > settings.max_prompt_tokens:
+        raise InputError(f"the prompt is {prompt_len} tokens; the limit is "
+                         f"{settings.max_prompt_tokens}")
+    if lm.spec.max_context and prompt_len + settings.max_new_tokens > lm.spec.max_context:
+        raise InputError(f"prompt ({prompt_len}) + new tokens ({settings.max_new_tokens}) exceed "
+                         f"the model's context of {lm.spec.max_context} tokens")
+    layers = settings.attention_layers
+    if layers is not None and any(not 0 <= k < lm.spec.layers for k in layers):
+        raise InputError(f"attention layers must be between 0 and {lm.spec.layers - 1}")
 
 
 def generate_trace(lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None) -> Trace:

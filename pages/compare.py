@@ -27,7 +27,7 @@ from charts.formatting import count, duration, rate, size
 from charts.tokens import piece_text, visible
 from engine import EngineError, Run, Trace, TraceFormatError
 from engine.lens.attention_stats import full_attention
-from engine.records.compare import (
+from engine.lens.compare import (
     CHANGES,
     DTYPE_SWAP,
     Change,

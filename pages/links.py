@@ -359,7 +359,7 @@ def model_notes(link: Link) -> list[str]:
         lines.append(f"The link was made with {plain(made)}, but this app has {plain(here)} "
                      "loaded: the tokens may differ.")
     if lm is not None:
-        from engine.runner import prepare_prompt
+        from engine.forward import prepare_prompt
 
         chat = bool(st.session_state.get(setting_table(config().limits)["chat"].key, True))
         count, limit = len(prepare_prompt(lm.tokenizer, link.prompt, chat)), config().limits.prompt_tokens

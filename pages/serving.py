@@ -18,9 +18,9 @@ from charts.serving import (
     throughput_chart,
 )
 from engine import EngineError
+from engine.clock import MachineSample, others_share
 from engine.serving.metrics import passed_over, peak_step, run_prefix, summarize_stream
 from engine.serving.record import ServingConfig, ServingRun
-from engine.timing.clock import MachineSample, others_share
 from pages.common import BUDGET_NOTE, model_turn, show_chart
 from pages.serving_sections import (
     STREAMS,

@@ -185,9 +185,9 @@ def compare_section(run: LoadRun, label: str) -> None:
 
 def run_local(run: LoadRun):  # -> RemoteResults | None
     """Run the load's config on the session's model, under the model turn, with progress."""
+    from engine.clock import MachineSample, others_share
     from engine.remote.compare import agreement, local_config, local_requests
     from engine.serving.engine import ServingEngine
-    from engine.timing.clock import MachineSample, others_share
     model = session_model()
     lm = model.lm
     if model.source != "default" or model.weights != "fp32":

@@ -21,10 +21,10 @@ from charts.serving import (
     speculation_chart,
 )
 from engine import EngineError, LoadedModel
+from engine.clock import MachineSample, others_share
 from engine.errors import InputError
 from engine.serving.metrics import summarize_stream
 from engine.serving.record import RequestSpec, ServingConfig, ServingRun
-from engine.timing.clock import MachineSample, others_share
 from engine.timing.disturbance import ADVICE, OTHERS_LIMIT, RULE
 from engine.timing.metrics import percentile
 from pages.common import BUDGET_NOTE, bytes_once, model_turn, opened_file, show_chart
@@ -305,7 +305,7 @@ def speculation_section(lm: LoadedModel | None) -> None:
 
 
 def _measure_speculation(lm: LoadedModel, rounds: int) -> tuple[tuple, float | None] | None:
-    from engine.runner import prepare_prompt
+    from engine.forward import prepare_prompt
     from engine.serving.speculative import compare_speculation
 
     caps = serving_caps()

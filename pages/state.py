@@ -16,7 +16,7 @@ from typing import Any
 import streamlit as st
 
 from engine import GenerationSettings, LoadedModel, Trace
-from engine.records.experiments import Experiments
+from engine.experiments import Experiments
 from engine.sharing import FairLock, ModelStore, SessionStore
 from engine.sharing.models import ModelEntry
 from engine.sharing.sessions import new_token

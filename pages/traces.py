@@ -12,9 +12,9 @@ from pathlib import Path
 import streamlit as st
 
 from engine import EngineError, TraceFormatError
+from engine.files import TraceFile, read_trace_file
 from engine.records.examples import Example, examples
 from engine.records.tracecheck import check_viewable
-from engine.records.tracefile import TraceFile, read_trace_file
 from pages.state import OPENED_EXAMPLE, config, current_trace, keep, keep_new_trace
 
 

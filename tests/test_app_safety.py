@@ -12,7 +12,7 @@ import streamlit as st
 from markdown_it import MarkdownIt
 
 from engine import GenerationSettings, Run
-from engine.records.experiments import Experiments
+from engine.experiments import Experiments
 from engine.timing.sweeps import SweepPoint
 from pages.state import LOCK, plain
 from tests.test_app import fresh, generate

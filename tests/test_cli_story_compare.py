@@ -8,10 +8,10 @@ import json
 import pytest
 
 from engine.__main__ import main
+from engine.files import load_trace
 from engine.lens import cost_notice, notice
-from engine.records.compare import metric_rows, token_diff
+from engine.lens.compare import metric_rows, token_diff
 from engine.records.examples import EXAMPLES_DIR
-from engine.records.tracefile import load_trace
 
 QA, SAMPLED = EXAMPLES_DIR / "qa.npz", EXAMPLES_DIR / "sampled.npz"
 

@@ -91,8 +91,8 @@ def test_the_torch_path_says_why_and_counts_the_loaded_bytes(tmp_path, capsys, a
 
 
 def test_show_json_of_a_trace_from_before_the_decoder_record(capsys):
+    from engine.files import load_trace
     from engine.records.examples import examples
-    from engine.records.tracefile import load_trace
 
     path = examples()[0].path
     trace = load_trace(path)

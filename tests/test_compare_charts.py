@@ -19,10 +19,10 @@ from charts.compare import (
     prompt_chips_html,
 )
 from charts.tokens import MARKED_STYLE as DIFF_STYLE
+from engine.files import load_trace
 from engine.lens.attention_stats import full_attention
-from engine.records.compare import token_diff
+from engine.lens.compare import token_diff
 from engine.records.examples import examples
-from engine.records.tracefile import load_trace
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from charts.formatting import duration, size
-from engine.records.compare import token_diff
+from engine.files import load_trace
+from engine.lens.compare import token_diff
 from engine.records.examples import examples
-from engine.records.tracefile import load_trace
 from engine.timing.metrics import summarize
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "compare.py")

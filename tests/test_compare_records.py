@@ -1,4 +1,4 @@
-"""engine/records/compare.py on the shipped example traces (no model): the first difference
+"""engine/lens/compare.py on the shipped example traces (no model): the first difference
 against a plain loop, the numbers against `summarize` of each trace, the settings that differ,
 the attention both traces recorded, and the settings of a re-run with one change."""
 
@@ -11,8 +11,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from engine.files import load_trace
 from engine.lens.attention_stats import full_attention
-from engine.records.compare import (
+from engine.lens.compare import (
     attention_pair,
     first_difference,
     largest_difference,
@@ -24,7 +25,6 @@ from engine.records.compare import (
     token_diff,
 )
 from engine.records.examples import examples
-from engine.records.tracefile import load_trace
 from engine.settings import GenerationSettings
 from engine.timing.metrics import summarize
 
@@ -183,7 +183,7 @@ def test_same_input_rows_stop_where_the_runs_part(traces):
 
 
 def test_the_weights_and_decoder_rows_come_from_the_runs_own_record():
-    from engine.records.compare import setting_rows
+    from engine.lens.compare import setting_rows
     from engine.records.trace import DecoderUsed
 
     old = replace(load_trace(examples()[0].path), decoder=None)  # as before traces said it
@@ -195,7 +195,7 @@ def test_the_weights_and_decoder_rows_come_from_the_runs_own_record():
 
 
 def test_a_rerun_keeps_run_as_decoder_and_the_page_warns_when_they_differ():
-    from engine.records.compare import decoder_note
+    from engine.lens.compare import decoder_note
     from engine.records.trace import DecoderUsed
 
     old = replace(load_trace(examples()[0].path), decoder=None)  # as before traces said it

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine import GenerationSettings, generate_trace
 from engine.lens.attention_stats import full_attention
-from engine.records.compare import first_difference, largest_difference, rerun_settings, token_diff
+from engine.lens.compare import first_difference, largest_difference, rerun_settings, token_diff
 from engine.sharing.models import ModelEntry
 from pages.state import SessionModel
 

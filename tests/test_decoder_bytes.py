@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from charts.report import _model
+from engine.files import load_trace
 from engine.lens.cost_notice import phase_notice
 from engine.records.examples import examples
 from engine.records.trace import DecoderUsed
-from engine.records.tracefile import load_trace
 from engine.timing.roofline import step_work
 
 Q4 = DecoderUsed("native", None, "q4_0", 89_941_248)

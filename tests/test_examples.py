@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.files import read_trace_file
 from engine.records.examples import MAX_EXAMPLE_BYTES, examples, record_example
-from engine.records.tracefile import FORMAT_VERSION, META_KEY, read_trace_file
+from engine.records.tracefile import FORMAT_VERSION, META_KEY
 
 APP = str(Path(__file__).parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",

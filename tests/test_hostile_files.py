@@ -24,7 +24,8 @@ import pytest
 
 from engine import GenerationSettings, Run, TraceFormatError, load_trace
 from engine.__main__ import main
-from engine.records.tracefile import read_trace_file, trace_to_bytes
+from engine.files import read_trace_file
+from engine.records.tracefile import trace_to_bytes
 
 MEMORY_BOUND = 64 << 20  # peak traced allocation while refusing any one file
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from engine import GenerationSettings, generate_trace
+from engine.forward import cache_layer_bytes
 from engine.kv.cachelab import cache_on_off, compare_caches
-from engine.kv.kvcache import CacheConfig, build_cache, cache_layer_bytes, dequantize, quantize
+from engine.kv.kvcache import CacheConfig, build_cache, dequantize, quantize
 from engine.kv.kvcalc import from_spec, load_models
 from engine.kv.paging import paged_layout
 

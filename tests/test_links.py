@@ -17,8 +17,8 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.files import read_trace_file
 from engine.records.examples import examples
-from engine.records.tracefile import read_trace_file
 from pages.links import Link, check_view, parse_link, setting_table, share_url
 from pages.state import SESSIONS, AppConfig
 

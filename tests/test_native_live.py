@@ -13,8 +13,8 @@ from transformers import DynamicCache
 
 from engine import GenerationSettings, Run
 from engine.errors import EngineError
-from engine.kv.kvcache import cache_layer_bytes
-from engine.runner import native_cache_bytes, prepare_prompt
+from engine.forward import cache_layer_bytes, prepare_prompt
+from engine.runner import native_cache_bytes
 
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
 N = 40
@@ -74,7 +74,7 @@ def test_every_decode_step_records_what_the_torch_run_records(native_run, torch_
 
 def test_low_bit_native_run_equals_torch_on_the_variants_copy(lm):
     from engine.kernels.native import NativeDecoder
-    from engine.quant.variants import apply_variant
+    from engine.quant.apply import apply_variant
 
     decoder = NativeDecoder(lm, max_tokens=128, weights="q4_0")
     copy, report = apply_variant(lm, "q4_0")

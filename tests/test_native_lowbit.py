@@ -19,9 +19,10 @@ import engine.kernels.native as native
 from engine.errors import InputError
 from engine.kernels.native import NativeDecoder, native_problem
 from engine.kernels.native_pack import ALIGN, BLOCK, NATIVE_WEIGHTS, layout, packed_bytes, quant_blocks
+from engine.quant.apply import apply_variant
 from engine.quant.formats import quantize
 from engine.quant.scheme import FORMATS
-from engine.quant.variants import apply_variant, embedding_weights, quantize_linears
+from engine.quant.variants import embedding_weights, quantize_linears
 
 PROMPT = [1, 415, 2936, 9060, 285]
 LOW_BIT = ("int8", "q4_0", "q4_1")

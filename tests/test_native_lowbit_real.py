@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.forward import prepare_prompt
 from engine.kernels.native import NativeDecoder
-from engine.quant.variants import apply_variant
-from engine.runner import prepare_prompt
+from engine.quant.apply import apply_variant
 
 PROMPT = "Name three colours and say why people like them."
 N = 24

@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from engine import GenerationSettings, generate_trace
-from engine.runner import prepare_prompt
+from engine.forward import prepare_prompt
 
 from .conftest import eager_attentions
 

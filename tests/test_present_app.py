@@ -9,8 +9,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from charts.present import MIN_FONT
+from engine.files import read_trace_file
 from engine.records.examples import examples
-from engine.records.tracefile import read_trace_file
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 

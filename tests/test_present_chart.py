@@ -13,9 +13,9 @@ from charts.kvcache import ATTENTION_COLORS, VARIANT_COLORS, live_memory_chart, 
 from charts.live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR, empty_step_chart
 from charts.present import MIN_FONT, PROJECTOR, presentation, projector_color
 from charts.timing import COMPILED_COLOR, NATIVE_COLOR, timeline_chart
+from engine.files import read_trace_file
 from engine.lens.attention_stats import full_attention
 from engine.records.examples import examples
-from engine.records.tracefile import read_trace_file
 
 TRACES = {e.name: read_trace_file(e.path).trace for e in examples() if e.name in ("qa", "sampled")}
 

@@ -8,6 +8,7 @@ import torch
 
 from engine.errors import InputError
 from engine.quant import VARIANT_NAMES, awq, variants
+from engine.quant.apply import apply_variant
 from engine.quant.awq import (
     AwqSearch,
     GroupScale,
@@ -20,7 +21,7 @@ from engine.quant.awq import (
 )
 from engine.quant.formats import quantize
 from engine.quant.scheme import FORMATS
-from engine.quant.variants import apply_variant, decoder_linears, embedding_weights
+from engine.quant.variants import decoder_linears, embedding_weights
 
 AWQ = ("awq_q4_0", "awq_q3")
 IDS = [5, 17, 300, 4000, 12, 7, 99, 1234, 42, 8, 600, 77]

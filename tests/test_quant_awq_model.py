@@ -8,8 +8,9 @@ import torch
 
 from engine.quant.awq import CALIBRATION_TEXT, apply_awq, cached_search
 from engine.quant.formats import quantize
-from engine.quant.quality import DEFAULT_TEXT, measure_quality, read_text
+from engine.quant.quality import measure_quality
 from engine.quant.scheme import FORMATS
+from engine.quant.texts import DEFAULT_TEXT, read_text
 from engine.quant.variants import decoder_linears
 
 NAMES = ("q4_0", "awq_q4_0", "q3", "awq_q3")

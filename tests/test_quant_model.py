@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from engine.quant import VARIANT_NAMES
+from engine.quant.apply import apply_variant
 from engine.quant.calculator import format_bits, llama_param_count
 from engine.quant.gguf_grid import embedding_grids, linear_grids
-from engine.quant.variants import apply_variant, decoder_linears
+from engine.quant.variants import decoder_linears
 
 # Decoder Linear weights of SmolLM2-135M: 30 layers × (2·576·576 + 2·576·192 + 3·576·1536).
 LINEAR_PARAMS = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)

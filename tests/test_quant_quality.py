@@ -9,7 +9,8 @@ import pytest
 import engine.loader
 from engine.__main__ import main
 from engine.quant import VARIANT_NAMES
-from engine.quant.quality import measure_quality, read_text, text_ids
+from engine.quant.quality import measure_quality
+from engine.quant.texts import read_text, text_ids
 
 
 @pytest.fixture(scope="module")

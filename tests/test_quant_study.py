@@ -8,8 +8,10 @@ import json
 import pytest
 
 from engine.errors import InputError, TraceFormatError
+from engine.experiments import Experiments, experiments_from_dict, experiments_to_dict
 from engine.kernels.native import native_problem
 from engine.lens.cost_notice import weights_read
+from engine.quant.apply import apply_variant
 from engine.quant.gguf_grid import GridCheck
 from engine.quant.study import (
     Answer,
@@ -21,8 +23,7 @@ from engine.quant.study import (
     sample_prompts,
 )
 from engine.quant.study_record import study_from_dict, study_from_json, study_to_dict, study_to_json
-from engine.quant.variants import WeightReport, apply_variant
-from engine.records.experiments import Experiments, experiments_from_dict, experiments_to_dict
+from engine.quant.variants import WeightReport
 
 
 def _report(name: str, code_bytes: int) -> WeightReport:
@@ -98,7 +99,7 @@ def test_the_decoder_used_and_the_bytes_it_reads(tiny_study, tiny_lm):
 def test_answers_are_the_greedy_tokens(tiny_study, tiny_lm):
     import torch
 
-    from engine.runner import eos_token_ids, prepare_prompt
+    from engine.forward import eos_token_ids, prepare_prompt
 
     study, _ = tiny_study
     ids = prepare_prompt(tiny_lm.tokenizer, study.prompts[0], True)

@@ -8,8 +8,8 @@ import torch
 
 from engine.errors import InputError
 from engine.quant import VARIANT_NAMES, variants
+from engine.quant.apply import apply_variant
 from engine.quant.variants import (
-    apply_variant,
     decoder_linears,
     embedding_format,
     embedding_weights,

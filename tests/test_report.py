@@ -1,4 +1,4 @@
-"""The HTML report (charts/report.py, `python -m engine report`): its numbers are the engine's,
+"""The HTML report (charts/report.py, `python -m charts.report`): its numbers are the engine's,
 it stands alone (one inlined plotly.js, no external URL), and user strings cannot break it."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from charts.formatting import count, duration, rate, size
-from charts.report import attention_focus, numbers, report_html
-from engine.__main__ import main
+from charts.report import attention_focus, main, numbers, report_html
+from engine.experiments import Experiments
+from engine.files import load_trace
 from engine.kv.cachelab import OnOff
 from engine.records.examples import EXAMPLES_DIR
-from engine.records.experiments import Experiments
-from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION, load_trace
+from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
 from engine.timing.disturbance import assess
 from engine.timing.metrics import summarize
 from engine.timing.sweeps import SweepPoint
@@ -241,7 +241,7 @@ def test_experiment_results_saved_with_the_trace_are_shown(trace):
 
 def test_cli_report_writes_the_file(tmp_path, capsys):
     out = tmp_path / "report.html"
-    assert main(["report", str(EXAMPLES_DIR / "qa.npz"), "-o", str(out)]) == 0
+    assert main([str(EXAMPLES_DIR / "qa.npz"), "-o", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
     trace = load_trace(EXAMPLES_DIR / "qa.npz")
     assert parse(text).text["prompt"] == trace.prompt and len(BANNER.findall(text)) == 1
@@ -255,7 +255,7 @@ def test_cli_report_writes_the_file(tmp_path, capsys):
 ])
 def test_cli_report_user_mistakes_exit_2_with_one_line(args, message, capsys):
     with pytest.raises(SystemExit) as done:
-        sys.exit(main(["report", *args]))
+        sys.exit(main(args))
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err

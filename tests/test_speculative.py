@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 import engine.serving.speculative as speculative
 from engine.errors import InputError
-from engine.runner import prepare_prompt
+from engine.forward import prepare_prompt
 from engine.serving.speculative import (
     FREE_PROMPT,
     REWRITE_PROMPT,

@@ -22,8 +22,9 @@ import pytest
 from engine import GenerationSettings, Run, generate_trace, load_trace
 from engine.__main__ import main
 from engine.errors import TraceFormatError
+from engine.files import read_trace_file
 from engine.records.trace import traces_equal
-from engine.records.tracefile import FORMAT_VERSION, META_KEY, read_trace_file, trace_to_bytes
+from engine.records.tracefile import FORMAT_VERSION, META_KEY, trace_to_bytes
 from engine.serving.speculative import REWRITE_PROMPT, speculative_generate
 from engine.serving.speculative_trace import SpeculativeRun
 from engine.timing.metrics import summarize

@@ -12,10 +12,10 @@ import pytest
 
 from charts.live import PREFILL_COLOR
 from charts.story import layer_split_chart, next_token_chart, residual_norm_chart
+from engine.files import load_trace
 from engine.lens import cost_notice, notice, weights_notice, wording
 from engine.lens.tokens import piece_bytes
 from engine.records.examples import examples
-from engine.records.tracefile import load_trace
 
 TRACES = {e.name: load_trace(e.path) for e in examples()}
 QA, STORY, MULTI, SAMPLED = (TRACES[n] for n in ("qa", "story", "multilingual", "sampled"))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from engine.files import load_trace
 from engine.lens import cost_notice, notice, weights_notice
 from engine.records.examples import examples
-from engine.records.tracefile import load_trace
 
 from .test_story_notice import with_hidden, without_attention
 

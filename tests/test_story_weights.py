@@ -13,11 +13,11 @@ import pytest
 
 from charts.story import OTHER_FORMAT_COLOR, RUN_COLOR, weights_step_chart
 from engine.__main__ import main
+from engine.files import load_trace
 from engine.lens import weights_notice as wn
 from engine.quant.calculator import llama_param_count
 from engine.records.examples import EXAMPLES_DIR, examples
 from engine.records.trace import DecoderUsed
-from engine.records.tracefile import load_trace
 
 from .test_story_page import TITLES, button, shows_stage, story
 

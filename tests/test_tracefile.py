@@ -115,10 +115,10 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def _experiments():
+    from engine.experiments import Experiments
     from engine.kernels.compiled import DecodeComparison
     from engine.kv.cachelab import OnOff, VariantRun
     from engine.kv.kvcache import CacheConfig
-    from engine.records.experiments import Experiments
     from engine.timing.dtype_compare import DtypeComparison, DtypeRun
     from engine.timing.roofline import Work
     from engine.timing.sweeps import SweepPoint
@@ -137,7 +137,7 @@ def _experiments():
 
 
 def test_a_lecture_pack_carries_its_experiment_results(trace):
-    from engine.records.tracefile import read_trace_file
+    from engine.files import read_trace_file
 
     found = _experiments()
     back = read_trace_file(trace_to_bytes(trace, found))
@@ -186,7 +186,7 @@ def _unmeasured(trace, version: int):
 
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_older_files_are_upgraded_with_unknown_timing(trace, version):
-    from engine.records.tracefile import read_trace_file
+    from engine.files import read_trace_file
 
     back = read_trace_file(_older_file(trace, version))
     assert traces_equal(back.trace, _unmeasured(trace, version)) and back.experiments.empty

@@ -28,8 +28,8 @@ import torch
 from transformers import StaticCache
 
 from ..errors import EngineError, InputError
+from ..forward import prefill, timed_greedy
 from ..loader import LoadedModel
-from ..runner import prefill, timed_greedy
 from ..timing.roofline import Work, forward_work
 from .microbench import bandwidth_buffer, read_gb_s
 from .native import NativeDecoder

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from ..clock import clock_ms
 from ..loader import cache_root, resolve_dtype
-from ..timing.clock import clock_ms
 from .ceilings import Ceilings  # the type lives in a leaf module; still importable from here
 
 HUGE_PAGE = 2 * 2**20

@@ -39,9 +39,9 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import EngineError, InputError
+from ..forward import prefill, timed_greedy
 from ..loader import LoadedModel, cache_root
 from ..quant.scheme import QuantFormat
-from ..runner import prefill, timed_greedy
 from ..settings import FLOAT_DTYPES
 from .native_pack import (
     BLOCK,
@@ -202,7 +202,7 @@ class NativeDecoder:
             try:
                 self.packed = pack_weights(lm.model, parts, layer_fmt, head_fmt)
             except NotOnGrid:
-                from ..quant.variants import apply_variant
+                from ..quant.apply import apply_variant
 
                 copy, _report = apply_variant(lm, base_variant(weights))
                 lm = replace(lm, model=copy)

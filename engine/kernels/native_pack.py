@@ -168,7 +168,7 @@ def _matrix(weight: torch.Tensor, fmt: QuantFormat | None) -> torch.Tensor:
     q = quantize(weight, fmt)
     if not torch.equal(q.dequantize(), weight.float()):
         raise NotOnGrid(f"weights are not on the {fmt.name} grid: pack the variant's copy "
-                        "(engine.quant.variants.apply_variant), whose weights are")
+                        "(engine.quant.apply.apply_variant), whose weights are")
     return quant_blocks(q)
 
 

@@ -16,10 +16,11 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..forward import cache_layer_bytes
 from ..loader import LoadedModel
 from ..runner import Run
 from ..settings import GenerationSettings
-from .kvcache import CacheConfig, build_cache, cache_layer_bytes
+from .kvcache import CacheConfig, build_cache
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,6 +1,7 @@
 """The KV cache, measured from its tensors, and variants that shrink it.
 
-- `cache_layer_bytes`: bytes actually held per layer (keys, values and any scales).
+- bytes actually held per layer: `engine.forward.cache_layer_bytes` (keys, values and any
+  scales), which the recorded run also uses.
 - `QuantizedLayer`: keys/values stored as int8 or packed int4 with one float16 scale per cached
   head vector (per token and head, symmetric); attention runs on the dequantized values.
 - `SinkWindowLayer`: keeps the first `sinks` positions and the last `window` positions
@@ -15,23 +16,6 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
-
-_TENSORS = ("keys", "values", "key_scales", "value_scales")
-
-
-def cache_layer_bytes(cache: Any) -> tuple[int, ...]:
-    """Bytes held by each layer's cached tensors (transformers' Cache.layers API)."""
-    if cache is None:
-        return ()
-    sizes = []
-    for layer in cache.layers:
-        size = 0
-        for name in _TENSORS:
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                size += tensor.numel() * tensor.element_size()  # = tensor.nbytes
-        sizes.append(size)
-    return tuple(sizes)
 
 
 def quantize(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:

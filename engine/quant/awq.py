@@ -25,7 +25,7 @@ with scales folded computes the same logits; `fold_scales`):
   that tied form: mean|x| is averaged over the query heads of each KV head before the power.
   (A model whose attention does not have this layout keeps o_proj unscaled.)
 After folding, every decoder Linear is rounded once with the base format by
-`variants.apply_variant` on the folded copy, so the copy holds deq(q(W · s)) and re-quantizing it
+`variants.round_variant` on the folded copy, so the copy holds deq(q(W · s)) and re-quantizing it
 with the base format gives the same values back: what the native low-bit step reads.
 The search uses the calibration text's activations of the float model; the evaluation text
 (assets/texts/gettysburg.txt) is a different text. Weight clipping (AWQ's second step) is not
@@ -46,9 +46,9 @@ import torch
 from ..errors import InputError
 from ..loader import LoadedModel
 from . import VARIANT_NAMES
-from .quality import TEXTS_DIR, read_text, text_ids
 from .scheme import FORMATS, QuantFormat
-from .variants import AWQ_PREFIX, WeightReport, apply_variant, check_memory, embedding_weights
+from .texts import TEXTS_DIR, read_text, text_ids
+from .variants import AWQ_PREFIX, WeightReport, check_memory, embedding_weights, round_variant
 
 CALIBRATION_TEXT = TEXTS_DIR / "declaration.txt"  # the first two paragraphs (see its README)
 ALPHAS = tuple(i / 19 for i in range(20))  # the grid of exponents; α = 0 is plain rounding
@@ -322,7 +322,7 @@ def apply_awq(lm: LoadedModel, name: str,
     work, search = folded_model(lm, name, progress)
     if progress is not None:
         progress(1.0, f"rounding the scaled weights to {base}")
-    model, report = apply_variant(dataclasses.replace(lm, model=work), base)
+    model, report = round_variant(dataclasses.replace(lm, model=work), base)
     del work
     tied = "o_proj included" if all("o" in g for g in search.layers) else "o_proj unscaled"
     storage = (f"{report.storage}, after AWQ per-channel scales searched on "

@@ -9,7 +9,7 @@ cache variants. Per position t (predicting token t+1 of the text):
 - perplexity = exp(mean over t of −log q(text[t+1])), computed twice — by our own loop over
   log-softmax and by transformers' own loss (labels = input_ids) — which must agree, so the
   number on screen is not one implementation's word.
-The text ships in assets/texts/ (source in its README); it is short, so a run takes seconds.
+The text ships in assets/texts/ (source in its README; read by engine/quant/texts.py).
 """
 
 from __future__ import annotations
@@ -17,21 +17,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import InputError
-from ..kv.cachelab import check_sequence
 from ..loader import LoadedModel
-from .variants import WeightReport, apply_variant
-
-TEXTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "texts"
-DEFAULT_TEXT = TEXTS_DIR / "gettysburg.txt"
-MAX_TEXT_BYTES = 64 * 1024
-MAX_TOKENS = 2048  # each variant reads the whole text in one forward
+from .apply import apply_variant
+from .texts import read_text, text_ids
+from .variants import WeightReport
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -61,33 +55,6 @@ class QualityResult:
                 "top1_agreement": self.top1_agreement, "tokens": self.tokens,
                 "perplexity_transformers": self.perplexity_transformers,
                 "seconds": round(self.seconds, 3), "weight_report": self.report.to_dict()}
-
-
-def read_text(path: str | Path | None = None) -> str:
-    """The text to score (default: the Gettysburg Address), refused in one line if unreadable."""
-    path = Path(path) if path is not None else DEFAULT_TEXT
-    try:
-        if path.stat().st_size > MAX_TEXT_BYTES:
-            raise InputError(f"the text file is larger than {MAX_TEXT_BYTES // 1024} KB: "
-                             f"{str(path)[:200]}")
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"cannot read the text file {str(path)[:200]}: "
-                         f"{err.strerror or err}") from err
-    except UnicodeDecodeError as err:
-        raise InputError(f"the text file is not UTF-8 text: {str(path)[:200]}") from err
-    if not text.strip():
-        raise InputError(f"the text file is empty: {str(path)[:200]}")
-    return text
-
-
-def text_ids(lm: LoadedModel, text: str, max_tokens: int = MAX_TOKENS) -> list[int]:
-    """The text's token ids as the tokenizer gives them (no chat template)."""
-    ids = list(lm.tokenizer(text)["input_ids"])
-    if len(ids) < 2:
-        raise InputError("the text needs at least 2 tokens: one to read, one to predict")
-    check_sequence(lm, ids, max_tokens)
-    return ids
 
 
 @torch.inference_mode()

@@ -30,19 +30,21 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import DynamicCache
 
+from ..clock import MachineSample, clock_ms, others_share
 from ..errors import EngineError, InputError
+from ..forward import decode_one_token, eos_token_ids, prefill, prepare_prompt, timed_greedy
+from ..lens.compare import first_difference
 from ..loader import LoadedModel
-from ..records.compare import first_difference
-from ..runner import decode_one_token, eos_token_ids, prefill, prepare_prompt, timed_greedy
 from ..spec import spec_from_model
-from ..timing.clock import MachineSample, clock_ms, others_share
 from ..timing.disturbance import OTHERS_LIMIT
 from ..timing.dtype_compare import cast_copy
 from ..timing.roofline import forward_work
 from . import VARIANT_NAMES
+from .apply import apply_variant
 from .gguf_grid import GridCheck, embedding_grids, linear_grids
-from .quality import kl_per_position, perplexity, read_text, scored_forward, text_ids
-from .variants import AWQ_PREFIX, FLOAT_VARIANTS, WeightReport, apply_variant
+from .quality import kl_per_position, perplexity, scored_forward
+from .texts import read_text, text_ids
+from .variants import AWQ_PREFIX, FLOAT_VARIANTS, WeightReport
 
 STUDY_VERSION = 1
 SAMPLE_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "sample_prompts.json"

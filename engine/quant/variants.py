@@ -15,6 +15,8 @@ What each variant quantizes:
 How each stores a quantized Linear weight (out, in): `fp16` / `bf16` as that dtype; `int8` one
 float16 scale per output row; `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`, `q2` a
 float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`).
+`round_variant` makes the copy by plain rounding; engine/quant/apply.py's `apply_variant` is the
+entry for every variant name (an AWQ variant searches its scales first, engine/quant/awq.py).
 The returned model holds the dequantized weights in float32, so the torch forward measures what
 the rounding of the weights does, not the arithmetic of a low-precision kernel; the native decode
 step (engine/kernels/native.py) reads the stored codes themselves.
@@ -196,16 +198,15 @@ def check_memory(lm: LoadedModel, name: str) -> None:
 
 
 @torch.no_grad()
-def apply_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
-    """A copy of the loaded model whose decoder Linear weights went through variant `name`
-    (stored, then dequantized to float32), and the variant's bytes, measured and by formula.
+def round_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
+    """A copy of the loaded model whose decoder Linear weights went through variant `name` by
+    plain rounding (stored, then dequantized to float32), and the variant's bytes, measured and
+    by formula. An AWQ name rounds to its base format with no scale search: engine/quant/apply.py
+    `apply_variant` is the entry that runs AWQ's search first.
 
     The shared model is only read: every tensor of the copy is new (the memo of deepcopy maps
     each parameter to its replacement, so tied weights stay one tensor in the copy too).
     """
-    if name.startswith(AWQ_PREFIX):  # activation-aware: scales searched first (engine/quant/awq.py)
-        from .awq import apply_awq
-        return apply_awq(lm, name)
     fmt = variant_format(name)
     check_memory(lm, name)
     model = lm.model

@@ -2,7 +2,10 @@
 
 No pickle anywhere: metadata is JSON, arrays are plain numbers. The metadata carries a format name
 and version; older versions are upgraded on load, newer ones are refused with a clear message. A
-file may also carry the experiment results computed on its trace (a "lecture pack"). See
+file may also carry the experiment results computed on its trace (a "lecture pack"): this module
+writes and reads that "experiments" section as plain JSON without knowing its contents, so the
+record format depends on none of the subsystems whose results it carries; engine/experiments.py
+converts it and engine/files.py reads whole files (`read_trace_file`, `load_trace`). See
 docs/trace-format.md.
 
 Files come from strangers (uploads on a hosted demo), so the reader never trusts a size it has not
@@ -19,16 +22,15 @@ import json
 import math
 import re
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Protocol
 
 import numpy as np
 
 from ..errors import TraceFormatError
 from ..settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from ..spec import ModelSpec
-from .experiments import Experiments, experiments_from_dict, experiments_to_dict
+from .fileformat import RecordFormat, mb
 from .trace import DecoderUsed, MachineLoad, Speculation, Step, Trace
 from .tracecheck import check_trace
 
@@ -38,6 +40,7 @@ META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
 MAX_MEMBERS = 4 * (MAX_NEW_TOKENS_LIMIT + 1) + 1
+MAX_JSON_CONTAINERS = 1 << 16  # objects and lists in the metadata; a real trace has ~3 per step
 _MEMBER = re.compile(r"step(0|[1-9][0-9]{0,4})\.(top_ids|top_probs|attention|hidden)\.npy")
 
 
@@ -70,12 +73,15 @@ UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_exper
                                                                    4: _add_speculation}
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class TraceFile:
-    """What a file holds: the trace, and the experiment results saved with it (maybe none)."""
+class ExperimentsSection(Protocol):
+    """What the file needs of the experiment results it carries (engine/experiments.py's
+    Experiments): whether there are any, and their plain-JSON form."""
 
-    trace: Trace
-    experiments: Experiments
+    @property
+    def empty(self) -> bool: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 _ARRAY_FIELDS = {  # name → allowed dtype
     "top_ids": np.int64, "top_probs": np.float32, "attention": np.float16, "hidden": np.float32,
@@ -85,7 +91,7 @@ _SCALAR_STEP_FIELDS = ("index", "phase", "token_id", "piece", "text", "position"
 _TIMING_STEP_FIELDS = ("forward_ms", "cpu_ms", "others_share")  # version 3; None when unknown
 
 
-def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> bytes:
+def trace_to_bytes(trace: Trace, experiments: ExperimentsSection | None = None) -> bytes:
     meta = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -105,7 +111,7 @@ def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> byte
         "decoder": trace.decoder.to_dict() if trace.decoder is not None else None,
         "speculation": trace.speculation.to_dict() if trace.speculation is not None else None,
         "experiments": None if experiments is None or experiments.empty
-        else experiments_to_dict(experiments),
+        else experiments.to_dict(),
         "steps": [],
     }
     arrays: dict[str, np.ndarray] = {}
@@ -124,41 +130,22 @@ def trace_to_bytes(trace: Trace, experiments: Experiments | None = None) -> byte
     return buffer.getvalue()
 
 
-def save_trace(trace: Trace, path: str | Path, experiments: Experiments | None = None) -> None:
+def save_trace(trace: Trace, path: str | Path,
+               experiments: ExperimentsSection | None = None) -> None:
     Path(path).write_bytes(trace_to_bytes(trace, experiments))
 
 
-def load_trace(source: str | Path | bytes | BinaryIO, max_bytes: int = MAX_TRACE_BYTES) -> Trace:
-    """Read a trace file; any damage, foreign or oversized content raises TraceFormatError."""
-    return read_trace_file(source, max_bytes).trace
-
-
-def read_trace_file(source: str | Path | bytes | BinaryIO,
-                    max_bytes: int = MAX_TRACE_BYTES) -> TraceFile:
-    """The trace and its experiment results; refuses (TraceFormatError, one line) anything whose
-    members decompress to more than `max_bytes` together, before reading them."""
-    limit = max_bytes + (1 << 20)  # a zip is at most slightly larger than what it holds
-    if isinstance(source, (str, Path)):
-        try:
-            path = Path(source)
-            if not path.exists():
-                raise TraceFormatError(f"cannot read trace file: no such file {str(source)[:200]}")
-            if not path.is_file():
-                raise TraceFormatError(f"not a trace file: {str(source)[:200]} is not a regular file")
-            if path.stat().st_size > limit:
-                raise TraceFormatError(f"the file is over {_mb(limit)}")
-            source = path.read_bytes()
-        except OSError as err:
-            raise TraceFormatError(f"cannot read trace file: {err.strerror or err}") from err
-    data = source if isinstance(source, bytes) else source.read(limit + 1)
-    if len(data) > limit:
-        raise TraceFormatError(f"the file is over {_mb(limit)}")
+def decode_trace(data: bytes, max_bytes: int) -> tuple[Trace, dict[str, Any] | None]:
+    """The trace in a file's bytes and its experiments section as written (plain JSON, or None);
+    refuses (TraceFormatError, one line) anything whose members decompress to more than
+    `max_bytes` together, before reading them. The section is bounded by the metadata's caps
+    (MAX_META_BYTES, MAX_JSON_CONTAINERS); engine/experiments.py checks what it holds."""
     try:
         meta_bytes, arrays = _read_members(data, max_bytes)
-        _check_json_containers(meta_bytes)
+        TRACE_FORMAT.check_containers(meta_bytes, "the metadata")
         meta = _check_and_upgrade(json.loads(meta_bytes.decode()))
         trace = check_trace(_build(meta, arrays))
-        return TraceFile(trace, experiments_from_dict(meta.get("experiments")))
+        return trace, meta.get("experiments")
     except TraceFormatError:
         raise
     except Exception as err:  # noqa: BLE001 — everything in here parses untrusted bytes: zlib,
@@ -167,20 +154,10 @@ def read_trace_file(source: str | Path | bytes | BinaryIO,
                                f"{type(err).__name__}") from err
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-MAX_JSON_CONTAINERS = 1 << 16  # objects and lists; a real trace has ~3 per step
-
-
-def _check_json_containers(meta: bytes) -> None:
-    """Refuse metadata with more objects/lists than a trace can have before parsing it: 8 MB of
-    `{},` would parse into millions of dicts (hundreds of MB) only to be refused afterwards."""
-    containers = _JSON_STRING.sub(b"", meta).translate(None, b"]}")
-    if containers.count(b"{") + containers.count(b"[") > MAX_JSON_CONTAINERS:
-        raise TraceFormatError("not a valid trace: the metadata holds too many objects and lists")
-
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:,.0f} MB"
+# The trace file kind as the record formats describe it; its decoder gives the trace and the
+# experiments section as written (engine/files.py's reader converts the section).
+TRACE_FORMAT = RecordFormat("trace", FORMAT_NAME, FORMAT_VERSION, MAX_TRACE_BYTES,
+                            MAX_JSON_CONTAINERS, decode_trace)
 
 
 def _read_members(data: bytes, max_bytes: int) -> tuple[bytes, dict[str, np.ndarray]]:
@@ -194,8 +171,8 @@ def _read_members(data: bytes, max_bytes: int) -> tuple[bytes, dict[str, np.ndar
             raise TraceFormatError("not a valid trace file: a member name appears twice")
         total = sum(info.file_size for info in infos)
         if total > max_bytes:
-            raise TraceFormatError(f"this trace decompresses to {_mb(total)}; the limit here is "
-                                   f"{_mb(max_bytes)}")
+            raise TraceFormatError(f"this trace decompresses to {mb(total)}; the limit here is "
+                                   f"{mb(max_bytes)}")
         if META_KEY + ".npy" not in names:
             raise TraceFormatError("not an Inference Explorer trace (no metadata)")
         meta, arrays = b"", {}
@@ -203,7 +180,7 @@ def _read_members(data: bytes, max_bytes: int) -> tuple[bytes, dict[str, np.ndar
             name = info.filename.removesuffix(".npy")
             if info.filename == META_KEY + ".npy":
                 if info.file_size > MAX_META_BYTES:
-                    raise TraceFormatError(f"the trace metadata is over {_mb(MAX_META_BYTES)}")
+                    raise TraceFormatError(f"the trace metadata is over {mb(MAX_META_BYTES)}")
                 with archive.open(info) as member:
                     meta = _read_npy(member, info.file_size, np.uint8, name).tobytes()
                 continue
@@ -243,14 +220,7 @@ def _read_npy(member: BinaryIO, size: int, dtype: type, name: str) -> np.ndarray
 
 
 def _check_and_upgrade(meta: Any) -> dict[str, Any]:
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise TraceFormatError("not an Inference Explorer trace (wrong format name)")
-    version = meta.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise TraceFormatError(f"trace has an invalid format version: {version!r}")
-    if version > FORMAT_VERSION:
-        raise TraceFormatError(f"trace format version {version} is newer than this app reads "
-                               f"(up to {FORMAT_VERSION}); update Inference Explorer")
+    version = TRACE_FORMAT.check_version(meta)
     while version < FORMAT_VERSION:
         meta = UPGRADES[version](meta)
         version += 1

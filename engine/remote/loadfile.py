@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..records.jsonfile import check_format, parse_json_file
+from ..records.fileformat import json_format
 from .record import Histogram, LoadConfig, LoadRun, MetricsSample, RemoteRequest
 
 FORMAT_NAME = "inference-explorer-loadtest"
@@ -160,7 +160,7 @@ def _sample(i: int, d: Any) -> MetricsSample:
 
 def load_from_dict(d: Any) -> LoadRun:
     d = _expect(d, dict, "the file")
-    check_format(d, FORMAT_NAME, FORMAT_VERSION, "load-test")
+    LOADTEST_FORMAT.check_version(d)
     c = _expect(d.get("config"), dict, "config")
     try:
         config = LoadConfig(
@@ -190,5 +190,9 @@ def load_from_dict(d: Any) -> LoadRun:
                    _count(d.get("kv_blocks"), "kv_blocks", 1, optional=True))
 
 
+LOADTEST_FORMAT = json_format("load-test", FORMAT_NAME, FORMAT_VERSION, MAX_LOAD_BYTES,
+                              MAX_JSON_CONTAINERS, load_from_dict)
+
+
 def load_loadtest(data: bytes, max_bytes: int = MAX_LOAD_BYTES) -> LoadRun:
-    return load_from_dict(parse_json_file(data, "load-test", max_bytes, MAX_JSON_CONTAINERS))
+    return LOADTEST_FORMAT.read(data, max_bytes)

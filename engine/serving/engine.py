@@ -19,10 +19,10 @@ from typing import Sequence as Seq
 
 import torch
 
+from ..clock import MachineSample, clock_ms, others_share, usable_cores
 from ..errors import InputError
-from ..runner import eos_token_ids, usable_cores
+from ..forward import eos_token_ids
 from ..settings import weights_name
-from ..timing.clock import MachineSample, clock_ms, others_share
 from .block_manager import BlockManager
 from .model_runner import Chunk, PagedModelRunner, serving_problem
 from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, ServingRun, StepRecord

@@ -7,7 +7,7 @@ import random
 from typing import Any, Sequence
 
 from ..errors import InputError
-from ..runner import prepare_prompt
+from ..forward import prepare_prompt
 from .record import RequestSpec
 
 ARRIVALS = ("all", "poisson")

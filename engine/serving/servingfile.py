@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from ..errors import TraceFormatError
-from ..records.jsonfile import check_format, parse_json_file
+from ..records.fileformat import json_format
 from ..settings import MAX_NEW_TOKENS_LIMIT
 from .record import BlockTableRow, RequestRecord, RequestSpec, ServingConfig, ServingRun, StepRecord
 
@@ -193,7 +193,7 @@ def _check(run: ServingRun) -> None:
 
 def serving_from_dict(d: Any) -> ServingRun:
     d = _obj(d, "the file")
-    check_format(d, FORMAT_NAME, FORMAT_VERSION, "serving")
+    SERVING_FORMAT.check_version(d)
     cfg = _obj(d.get("config"), "config")
     try:
         config = ServingConfig(_str(cfg.get("scheduler"), "scheduler"),
@@ -219,5 +219,9 @@ def serving_from_dict(d: Any) -> ServingRun:
     return run
 
 
+SERVING_FORMAT = json_format("serving", FORMAT_NAME, FORMAT_VERSION, MAX_SERVING_BYTES,
+                             MAX_JSON_CONTAINERS, serving_from_dict)
+
+
 def load_serving(data: bytes, max_bytes: int = MAX_SERVING_BYTES) -> ServingRun:
-    return serving_from_dict(parse_json_file(data, "serving", max_bytes, MAX_JSON_CONTAINERS))
+    return SERVING_FORMAT.read(data, max_bytes)

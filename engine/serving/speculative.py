@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from ..clock import clock_ms
 from ..errors import InputError
+from ..forward import decode_one_token, eos_token_ids, prefill
 from ..records.trace import Speculation
-from ..runner import decode_one_token, eos_token_ids, prefill
-from ..timing.clock import clock_ms
 
 METHOD = "prompt-lookup"
 METHODS = (METHOD,)

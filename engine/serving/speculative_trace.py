@@ -24,17 +24,16 @@ import threading
 from dataclasses import replace
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 from transformers import DynamicCache
 
+from ..clock import MachineSample, load_average, others_share
 from ..detok import IncrementalDetokenizer
 from ..errors import InputError
-from ..kv.kvcache import cache_layer_bytes
+from ..forward import cache_layer_bytes, eos_token_ids
 from ..records.trace import DecoderUsed, MachineLoad, Speculation, Step, Trace
-from ..runner import Run, eos_token_ids, usable_cores
+from ..runner import Run, machine_load, top_choices
 from ..settings import FLOAT_WEIGHTS, GenerationSettings
-from ..timing.clock import MachineSample, load_average, others_share
 from .speculative import METHOD, check_options, verify_bursts
 
 TORCH_REASON = "speculative decoding verifies its drafts in transformers (k + 1 positions a forward)"
@@ -135,8 +134,7 @@ class SpeculativeRun:
         its time from `before` (the burst's start for its first token, else the previous token's
         end) to the end of its bookkeeping."""
         lm, s, n, i = self.lm, self.settings, len(self.prompt_ids), len(self.steps)
-        top = torch.topk(probs, s.record_top_k)
-        top_ids = top.indices.cpu().numpy().astype(np.int64)
+        choice = top_choices(probs, token, s.record_top_k)
         per_layer = tuple(b * (n + i) for b in per_position)
         last = token in eos or i == s.max_new_tokens - 1
         fields = dict(
@@ -144,11 +142,9 @@ class SpeculativeRun:
             piece=lm.tokenizer.convert_ids_to_tokens(token),
             text=detok.push(token) + (detok.flush() if last else ""),
             position=n + i, context_len=n + i, kv_bytes=sum(per_layer),
-            kv_bytes_per_layer=per_layer, top_ids=top_ids,
-            top_probs=top.values.cpu().numpy().astype(np.float32),
-            top_pieces=tuple(lm.tokenizer.convert_ids_to_tokens(top_ids.tolist())),
-            chosen_prob=float(probs[token]), chosen_rank=int((probs > probs[token]).sum()),
-            forward_ms=forward_ms)
+            kv_bytes_per_layer=per_layer, top_ids=choice.top_ids, top_probs=choice.top_probs,
+            top_pieces=tuple(lm.tokenizer.convert_ids_to_tokens(choice.top_ids.tolist())),
+            chosen_prob=choice.prob, chosen_rank=choice.rank, forward_ms=forward_ms)
         after = self._last = MachineSample.now(lm.device)
         return Step(**fields, latency_ms=after.wall_ms - before.wall_ms,
                     cpu_ms=after.cpu_ms - before.cpu_ms, others_share=others_share(before, after))
@@ -167,10 +163,4 @@ class SpeculativeRun:
         return replace(partial, machine=self._machine())
 
     def _machine(self) -> MachineLoad:
-        whole = None
-        if self._first is not None and self._last is not None:
-            whole = others_share(self._first, self._last)
-        return MachineLoad(threads=torch.get_num_threads(), cores=usable_cores(),
-                           load_before=self._load_before, load_after=load_average(),
-                           others_share=whole)
-
+        return machine_load(self._first, self._last, self._load_before)

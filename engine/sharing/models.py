@@ -111,7 +111,7 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
     weights lie on the variant's grid, so the decoder packs its codes losslessly and its steps
     equal a torch forward of the copy). Needs the model lock: it quantizes every matrix."""
     from ..kernels.native import NativeDecoder, native_problem
-    from ..quant.variants import apply_variant
+    from ..quant.apply import apply_variant
 
     if weights in FLOAT_DTYPES and weights != "fp32":
         raise EngineError(f"{weights} weights load the model in {FLOAT_DTYPES[weights]}: no copy")

@@ -21,8 +21,8 @@ import torch
 from transformers import DynamicCache
 
 from ..errors import InputError
+from ..forward import decode_one_token, prefill, timed_greedy
 from ..loader import LoadedModel
-from ..runner import decode_one_token, prefill, timed_greedy
 
 DTYPES = ("float32", "float16", "bfloat16")
 

@@ -19,8 +19,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
+from ..clock import clock_ms
 from ..loader import LoadedModel
-from ..runner import clock_ms
 
 FILLER = " The quick brown fox jumps over the lazy dog."
 REPEATS = 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from engine.records.tracefile import read_trace_file
+from engine.files import read_trace_file
 
 from .browser import (
     generate_and_wait,

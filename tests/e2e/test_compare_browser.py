@@ -8,9 +8,9 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from charts.tokens import piece_text, visible
-from engine.records.compare import token_diff
+from engine.files import load_trace
+from engine.lens.compare import token_diff
 from engine.records.examples import examples
-from engine.records.tracefile import load_trace
 
 from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from charts.report import attention_focus, report_html
+from engine.files import load_trace
 from engine.records.examples import EXAMPLES_DIR
-from engine.records.tracefile import load_trace
 
 from .browser import open_app, streamlit_server, wait_for_app
 

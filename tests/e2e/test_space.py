@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from engine import GenerationSettings, Run, load_model
-from engine.records.tracefile import load_trace
+from engine.files import load_trace
 
 from .browser import APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium, served, start_generation
 

@@ -4,6 +4,10 @@ The app's experiments (timing sweeps, KV cache on vs off, cache variants, the de
 comparison) take seconds to minutes. `Experiments` holds their results so that a reload restores
 them and a downloaded trace file carries them (`meta.json` → `"experiments"`, plain JSON: see
 docs/trace-format.md). Reading validates every number, as for the trace itself.
+
+This module sits above the subsystems whose results it holds (kernels, kv, quant, timing); the
+trace file format (engine/records/tracefile.py) carries the section as plain JSON and never
+imports it, and engine/files.py turns a file's section into an `Experiments`.
 """
 
 from __future__ import annotations
@@ -14,16 +18,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TraceFormatError
-from ..kernels.compiled import DecodeComparison
-from ..kv.cachelab import OnOff, VariantRun
-from ..kv.kvcache import CacheConfig
-from ..quant.study import QuantStudy
-from ..quant.study_record import study_from_dict, study_to_dict
-from ..settings import MAX_NEW_TOKENS_LIMIT
-from ..timing.dtype_compare import DtypeComparison, DtypeRun
-from ..timing.roofline import Work
-from ..timing.sweeps import SweepPoint
+from .errors import TraceFormatError
+from .kernels.compiled import DecodeComparison
+from .kv.cachelab import OnOff, VariantRun
+from .kv.kvcache import CacheConfig
+from .quant.study import QuantStudy
+from .quant.study_record import study_from_dict, study_to_dict
+from .settings import MAX_NEW_TOKENS_LIMIT
+from .timing.dtype_compare import DtypeComparison, DtypeRun
+from .timing.roofline import Work
+from .timing.sweeps import SweepPoint
 
 SWEEPS = ("prompt_length", "context", "batch")  # TTFT by prompt, ITL by context, batch throughput
 MAX_RESULTS = 32  # entries per experiment in a file: far more than the page makes
@@ -48,6 +52,10 @@ class Experiments:
     def empty(self) -> bool:
         return not (self.sweeps or self.cache_on_off or self.cache_variants
                     or self.decode_comparison or self.dtype_comparison or self.quant_study)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain-JSON section a trace file carries (records.tracefile.ExperimentsSection)."""
+        return experiments_to_dict(self)
 
 
 def experiments_to_dict(found: Experiments) -> dict[str, Any]:

@@ -15,10 +15,10 @@ from typing import Callable, Literal
 
 import numpy as np
 
-from ..lens.attention_stats import has_attention
+from ..records.trace import Trace
 from ..settings import GenerationSettings
 from ..timing.metrics import LatencySummary, summarize
-from .trace import Trace
+from .attention_stats import has_attention
 
 Change = Literal["kv_cache", "chat_template", "dtype", "prompt"]
 CHANGES: dict[Change, str] = {  # what "run again with one change" offers, as the page names it

@@ -1,0 +1,108 @@
+"""Generation as plain functions around the model (gpt-fast's shape), not `model.generate`.
+
+`prefill()` runs the whole prompt once and fills the KV cache; `decode_one_token()` runs one token
+against it; with the cache off, `forward_full()` recomputes the whole sequence every step.
+`timed_greedy()` strings a prefill's logits and any decode step into a timed greedy continuation.
+The recorded run (engine/runner.py), the native and compiled decoders, the dtype comparison, the
+quantization study and speculative decoding all call these, so every path runs the same forward.
+
+Shapes: B = 1 (one sequence), T = tokens in this forward, S = positions so far, V = vocabulary,
+L = decoder layers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from transformers import Cache, DynamicCache
+
+from .clock import clock_ms
+from .loader import LoadedModel
+
+Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
+# What a transformers cache layer may hold: keys and values, and the scales of a quantized one.
+CACHE_TENSORS = ("keys", "values", "key_scales", "value_scales")
+
+
+def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
+    """Token ids of the prompt: wrapped in the model's chat template (as a user turn) by default."""
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                             add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+def _forward(model: Any, input_ids: torch.Tensor, cache: Cache | None,
+             want_hidden: bool) -> Forward:
+    """input_ids (1, T) → the last position's logits (V,) and, with `want_hidden`, its hidden
+    state entering every layer plus the final output (L+1, hidden)."""
+    out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None,
+                output_hidden_states=want_hidden, logits_to_keep=1)
+    hidden = None
+    if want_hidden:
+        hidden = torch.stack([h[0, -1] for h in out.hidden_states])  # (L+1, hidden)
+    return out.logits[0, -1], hidden  # (V,)
+
+
+def prefill(model: Any, prompt_ids: torch.Tensor, cache: Cache | None,
+            want_hidden: bool = False) -> Forward:
+    """One forward over the whole prompt (1, T); fills `cache` and returns the last logits."""
+    return _forward(model, prompt_ids, cache, want_hidden)
+
+
+def decode_one_token(model: Any, token: torch.Tensor, cache: DynamicCache,
+                     want_hidden: bool = False) -> Forward:
+    """One forward of a single token (1, 1) against the cache, which grows by one position."""
+    return _forward(model, token, cache, want_hidden)
+
+
+def forward_full(model: Any, all_ids: torch.Tensor, want_hidden: bool = False) -> Forward:
+    """Cache off: recompute the whole sequence (1, S) to get the next token's logits."""
+    return _forward(model, all_ids, None, want_hidden)
+
+
+def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
+    """Every id that ends a generation: the generation config's (one or many) and the
+    tokenizer's."""
+    ids: set[int] = set()
+    configured = getattr(lm.model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    if lm.tokenizer.eos_token_id is not None:
+        ids.add(lm.tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+def timed_greedy(first_logits: torch.Tensor, step: Callable[[int, int], torch.Tensor],
+                 new_tokens: int, device: torch.device) -> tuple[list[int], list[float]]:
+    """A greedy continuation for timing a decode step: the first token from the prefill's logits
+    (V,), then `step(token, i)` → (V,) logits for decode step i. Returns the tokens and each
+    step's ms (synchronized clock). Shared by the compiled, native and dtype comparisons."""
+    token = int(first_logits.argmax())
+    tokens, times = [token], []
+    for i in range(new_tokens - 1):
+        start = clock_ms(device)
+        token = int(step(token, i).argmax())
+        times.append(clock_ms(device) - start)
+        tokens.append(token)
+    return tokens, times
+
+
+def cache_layer_bytes(cache: Any) -> tuple[int, ...]:
+    """Bytes held by each layer's cached tensors (transformers' Cache.layers API), measured from
+    the tensors themselves (numel · element size), scales of a quantized cache included."""
+    if cache is None:
+        return ()
+    sizes = []
+    for layer in cache.layers:
+        size = 0
+        for name in CACHE_TENSORS:
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                size += tensor.numel() * tensor.element_size()  # = tensor.nbytes
+        sizes.append(size)
+    return tuple(sizes)
