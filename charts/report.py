@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs as _read_plotlyjs
 
 from engine import __version__ as ENGINE_VERSION
+from engine.assets import asset
 from engine.errors import EngineError
 from engine.experiments import Experiments
 from engine.files import read_trace_file
@@ -55,7 +56,7 @@ SWEEP_TITLES = {
 }
 # The report's own layout; the token chips are styled by the app's own assets/style.css, copied
 # into the page when it is made (the report must stand alone).
-APP_CSS = Path(__file__).resolve().parents[1] / "assets" / "style.css"
+APP_CSS = asset("style.css")
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: #1f2328;
        margin: 0; background: #fafafa; line-height: 1.5; }

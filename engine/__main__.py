@@ -193,9 +193,9 @@ def _examples(args: argparse.Namespace) -> int:
 
 
 def _lens(args: argparse.Namespace) -> int:
+    from .files import load_trace
     from .lens.logit_lens import logit_lens
     from .loader import load_model
-    from .files import load_trace
 
     trace = load_trace(args.file)
     if not 0 <= args.step < len(trace.steps):
@@ -215,8 +215,8 @@ def _lens(args: argparse.Namespace) -> int:
 
 
 def _story(args: argparse.Namespace) -> int:
-    from .lens import cost_notice, notice, weights_notice
     from .files import load_trace
+    from .lens import cost_notice, notice, weights_notice
 
     trace = load_trace(args.file)
     stages = (("Text → tokens", notice.tokens_notice), ("Embeddings + RoPE", notice.embeddings_notice),
@@ -230,8 +230,8 @@ def _story(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .lens.compare import metric_rows, setting_rows, token_diff
     from .files import load_trace
+    from .lens.compare import metric_rows, setting_rows, token_diff
 
     a, b = load_trace(args.a), load_trace(args.b)
     diff = token_diff(a, b)

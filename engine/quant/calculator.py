@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..assets import asset
 from .scheme import FORMATS, SCALE_BITS
 
 GB = 1e9  # the explainer's unit: 10^9 bytes
@@ -123,4 +124,4 @@ def cited_models(param_counts: dict[str, int], path: Path | None = None) -> list
 
 
 def default_models_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "assets" / "kv_models.json"
+    return asset("kv_models.json")

@@ -24,12 +24,12 @@ import json
 import statistics
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 from transformers import DynamicCache
 
+from ..assets import asset
 from ..clock import MachineSample, clock_ms, others_share
 from ..errors import EngineError, InputError
 from ..forward import decode_one_token, eos_token_ids, prefill, prepare_prompt, timed_greedy
@@ -47,7 +47,7 @@ from .texts import read_text, text_ids
 from .variants import AWQ_PREFIX, FLOAT_VARIANTS, WeightReport
 
 STUDY_VERSION = 1
-SAMPLE_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "sample_prompts.json"
+SAMPLE_PROMPTS = asset("sample_prompts.json")
 PROMPT_TITLES = ("Capital of France", "Explain the KV cache", "Haiku")
 AWQ_NAMES = tuple(n for n in VARIANT_NAMES if n.startswith(AWQ_PREFIX))
 DEFAULT_VARIANTS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3", *AWQ_NAMES)

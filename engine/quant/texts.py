@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..assets import asset
 from ..errors import InputError
 from ..kv.cachelab import check_sequence
 from ..loader import LoadedModel
 
-TEXTS_DIR = Path(__file__).resolve().parents[2] / "assets" / "texts"
+TEXTS_DIR = asset("texts")
 DEFAULT_TEXT = TEXTS_DIR / "gettysburg.txt"
 MAX_TEXT_BYTES = 64 * 1024
 MAX_TOKENS = 2048  # each variant reads the whole text in one forward

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..assets import asset
 from ..errors import EngineError
 from ..settings import GenerationSettings
 from .trace import Trace
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
+EXAMPLES_DIR = asset("examples")
 MAX_EXAMPLE_BYTES = 2 << 20
 
 
