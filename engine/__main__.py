@@ -138,7 +138,7 @@ def speculation_json(trace: Trace) -> dict[str, Any] | None:
 def show_json(trace: Trace) -> dict[str, Any]:
     """The `show --json` document (stable keys; see README)."""
     m = trace.model
-    used = trace.decoder  # None before format 4: those runs decoded in torch on the loaded dtype
+    used = trace.decoder  # None in format 1–3 files: torch decoded them on the loaded dtype
     return {
         "model": {"name": m.name, "layers": m.layers, "heads": m.heads, "kv_heads": m.kv_heads,
                   "head_dim": m.head_dim, "dtype": m.dtype, "param_count": m.param_count,

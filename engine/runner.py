@@ -289,7 +289,7 @@ class Run:
         loop.sequence = torch.cat([loop.sequence, token_tensor], dim=1)  # (1, S + 1)
         per_layer = self._kv_bytes(loop, i)
         if self.native is not None and i == 0:
-            loop.cache = None  # the native cache holds the prompt now; the torch copy can go
+            loop.cache = None  # the native cache holds the prompt from here on; drop the torch copy
         last = token in loop.eos or i == s.max_new_tokens - 1
         text = loop.detok.push(token) + (loop.detok.flush() if last else "")
         return self._record(i, choice, text, per_layer, before, after, forward_ms,

@@ -31,7 +31,7 @@ from ..quant.scheme import FORMATS, QuantFormat
 from ..settings import weights_name
 from .microbench import huge_page_buffer
 
-BLOCK = 32  # rows per packed block: the fastest of 16, 32 and 64 when it was chosen
+BLOCK = 32  # rows per packed block, compiled into the C step as -DBLOCK
 ALIGN = 64  # bytes: every part starts on a cache line
 MAX_GROUPS = 4096  # groups per row the C step sums x over (its MAX_GROUPS)
 LAYER_PARTS = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")  # the C enum's order

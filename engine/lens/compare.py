@@ -255,8 +255,8 @@ def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt
         top_p=own.top_p if sampled else 1.0,
         seed=own.seed, chat_template=own.chat_template, kv_cache=own.kv_cache,
         record_attention=recorded, max_prompt_tokens=max_prompt_tokens,
-        # the decoder that made run A: its speed is not part of the one change (a trace from
-        # before traces named their decoder was decoded by torch)
+        # the decoder that made run A: its speed is not part of the one change (a format 1–3
+        # trace names no decoder: torch decoded it)
         decoder="native" if trace.decoder is not None and trace.decoder.name == "native"
         else "torch")
     layers = trace.attention_layers if recorded and change != "prompt" else None

@@ -198,8 +198,8 @@ class Trace:
     attention_layers: tuple[int, ...]
     created_at: str
     engine_version: str
-    machine: MachineLoad | None = None  # None in files from before format 3
-    decoder: DecoderUsed | None = None  # None in files from before format 4
+    machine: MachineLoad | None = None  # None in format 1–2 files (not measured then)
+    decoder: DecoderUsed | None = None  # None in format 1–3 files (torch, not named)
     speculation: Speculation | None = None  # a speculative run's record; None for plain runs
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ verify steps. What a Step's times mean (docs/trace-format.md says the same):
   `forward_ms` is 0 — no forward ran for it.
 
 So the token times add up to the run's wall time (TPOT and tokens/s stay true) and the gaps are
-the true arrival gaps; what the gaps' median no longer is, is a per-step cost — `show` says so.
+the true arrival gaps; the gaps' median is not a per-step cost — `show` says so.
 Attention and hidden states are not recorded: a verify forward scores several positions at once,
 and the Step's one-query-row shapes do not describe it.
 """
