@@ -103,7 +103,7 @@ def open_clicked_tile(trace: Trace) -> None:
 
 def model_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     spec = trace.model
-    # model view and head summary: ~1 s together at 450 tokens, so once per trace, not per rerun
+    # model view and head summary: heavy on a long prompt, so once per trace, not per rerun
     fig = memo("model_view", (trace, TILE),
                lambda: model_view(trace.steps[0].attention, trace.attention_layers, TILE))
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "

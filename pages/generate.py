@@ -147,7 +147,8 @@ def show_answer(trace: Trace, slots: LiveSlots) -> None:
 
 def show_empty(slots: LiveSlots) -> None:
     """Before the first run: the live parts, empty. Drawn now, the browser has loaded their code
-    before the model runs (loaded during the first decode step, it competed with the model)."""
+    before the model runs (loaded during the first decode step, it would compete with the
+    model)."""
     show_chart(empty_step_chart(), where=slots["chart"], key="steps-none", name="steps")
     slots["answer"].code("The answer will appear here as plain text.", language=None)
     with slots["metrics"].container():
@@ -192,11 +193,16 @@ def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
     trace = run.trace()
     if budget.is_set() and trace.stop_reason == "stopped":
         trace = replace(trace, stop_reason="limit")
+    keep_run(trace)
+    return trace
+
+
+def keep_run(trace: Trace) -> None:
+    """A run's trace as the session's, or, before its first token, as the pending run."""
     if trace.steps:
         keep_trace(trace)
     else:
         set_pending_run(trace)
-    return trace
 
 
 def decode(run: Run, slots: LiveSlots) -> Run:
@@ -214,11 +220,7 @@ def decode(run: Run, slots: LiveSlots) -> Run:
             drawn = time.monotonic() if redraw else drawn
     finally:
         if run.stop_reason == "running":  # interrupted: Stop, or the page left mid-run
-            stopped = replace(run.trace(), stop_reason="stopped")
-            if run.steps:
-                keep_trace(stopped)
-            else:
-                set_pending_run(stopped)
+            keep_run(replace(run.trace(), stop_reason="stopped"))
     return run
 
 
@@ -246,7 +248,8 @@ def summary(trace: Trace) -> None:
 
 
 def decoded_by(trace: Trace) -> str:
-    """", weights q4_0 (89.9 MB), decode steps by the native C step" — empty for older traces."""
+    """", weights q4_0 (89.9 MB), decode steps by the native C step" — empty for a trace without
+    a decoder record."""
     d = trace.decoder
     if d is None:
         return ""

@@ -1,4 +1,7 @@
-"""KV cache: what it saves, what it costs, and the tricks that shrink it — measured."""
+"""KV cache: what it saves, what it costs, and the tricks that shrink it — measured.
+
+`page()` at the bottom reads like the page's table of contents: one function per tab.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from ui.state import current_experiments, current_trace, last_serving_run, loade
 from ui.text import plain
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
-MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
+KV_MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
 
 
 def live_memory(trace: Trace | None) -> None:
@@ -88,7 +91,7 @@ def cache_on_vs_off(lm: LoadedModel | None) -> None:
 
 
 def calculator(lm: LoadedModel | None) -> None:
-    models = MODELS + ([from_spec(lm.spec)] if lm is not None else [])
+    models = KV_MODELS + ([from_spec(lm.spec)] if lm is not None else [])
     c1, c2, c3 = st.columns(3)
     context = c1.number_input("Context length (tokens)", 1, 1_000_000, 4096, step=1024)
     batch = c2.number_input("Batch (sequences)", 1, 1024, 1)
@@ -237,18 +240,19 @@ def modelled_blocks(trace: Trace | None) -> None:
                "grow together, each takes the next free block), not recorded.")
 
 
-st.title("KV cache")
-st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
-           "them instead of recomputing them — memory traded for time.")
-TRACE, LM = current_trace(), loaded_model()
-TABS = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", "Paged blocks"])
-with TABS[0]:
-    live_memory(TRACE)
-with TABS[1]:
-    cache_on_vs_off(LM)
-with TABS[2]:
-    calculator(LM)
-with TABS[3]:
-    shrinking_it(TRACE, LM)
-with TABS[4]:
-    paged_blocks(TRACE)
+def page() -> None:
+    st.title("KV cache")
+    st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
+               "them instead of recomputing them — memory traded for time.")
+    trace, lm = current_trace(), loaded_model()
+    tabs = {"Live memory": lambda: live_memory(trace),
+            "Cache on vs off": lambda: cache_on_vs_off(lm),
+            "Calculator": lambda: calculator(lm),
+            "Shrinking it": lambda: shrinking_it(trace, lm),
+            "Paged blocks": lambda: paged_blocks(trace)}
+    for tab, draw in zip(st.tabs(list(tabs)), tabs.values()):
+        with tab:
+            draw()
+
+
+page()

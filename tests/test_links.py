@@ -1,4 +1,4 @@
-"""Share links (pages/links.py): a link built from one session opens the same view in a fresh
+"""Share links (ui/links.py, ui/link_params.py): a link built from one session opens the same view in a fresh
 one; bad values are ignored with one line each; a link applies once; a link never carries the
 session token `s`, and opening one changes nothing of the sender's session.
 

@@ -27,7 +27,7 @@ from ui.text import plain
 VIEW = {"layer": LAYER, "head": HEAD, "step": STEP}  # a link's selection → the widgets it presets
 MAX_LINK_CHARS = 8000  # a longer URL is refused by some proxies (and Tornado's 64 KB header cap)
 # `dtype` names the weights a link's run used: a weights variant (fp32, q4_0, …; what the sidebar
-# offers) or, in links made before variants existed, a float dtype.
+# offers) or a float dtype's name (float32 is fp32).
 DTYPES = ("float32", "float16", "bfloat16", *VARIANT_NAMES)
 LINK_PARAMS = ("prompt", "example", *setting_table(config().limits), *VIEW, "model", "dtype")
 

@@ -212,7 +212,8 @@ def _variant(name: str) -> str:
 
 
 def _weights_of(trace: Trace | None, dtype: str) -> str:
-    """The weights variant a trace was made with (older traces: its dtype's), or this session's."""
+    """The weights variant a trace was made with (a trace without a decoder record: its dtype's),
+    or this session's."""
     if trace is not None:
         return trace.decoder.weights if trace.decoder is not None else dtype
     chosen = session_model()

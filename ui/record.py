@@ -11,6 +11,7 @@ they live under their widget keys.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -24,23 +25,24 @@ from ui.sessions import new_token
 from ui.state import AppState, app_state, serving_results
 
 _TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{8,32}")
+Put = Callable[[AppState, Any], None]  # sets one kept item in a session
 
 
-def _set_widget(key: str) -> Any:
+def _set_widget(key: str) -> Put:
     def put(state: AppState, value: Any) -> None:
         if st.session_state.get(key) != value:  # a widget's own key holds it already
             st.session_state[key] = value
     return put
 
 
-def _set(concern: str | None, name: str) -> Any:
+def _set(concern: str | None, name: str) -> Put:
     def put(state: AppState, value: Any) -> None:
         setattr(state if concern is None else getattr(state, concern), name, value)
     return put
 
 
 # Each kept item (its name in the record) and where it lives in the session.
-KEPT = {
+KEPT: dict[str, Put] = {
     "trace": _set("run", "trace"),
     "prompt": _set_widget(keys.PROMPT),
     "experiments": _set(None, "experiments"),

@@ -16,6 +16,7 @@ import streamlit as st
 
 from engine import GenerationSettings, LoadedModel, Trace
 from engine.records.experiments import Experiments
+from engine.serving.record import ServingRun
 from ui.link_params import OpenedLink
 from ui.results import RemoteResults, ServingResults
 from ui.session_model import SessionModel
@@ -166,7 +167,7 @@ def serving_results() -> ServingResults:
     return app_state().serving
 
 
-def last_serving_run() -> tuple[str, Any] | None:
+def last_serving_run() -> tuple[str, ServingRun] | None:
     """(label, ServingRun) of the session's last stream run, for the KV page's block tables."""
     found = serving_results()
     return None if found.run is None else (found.label, found.run)
