@@ -15,6 +15,7 @@ import pytest
 from engine.remote.loadfile import load_loadtest, load_to_bytes
 from engine.remote.record import LoadRun
 from ui.results import RemoteResults
+from ui.shared import SESSIONS
 from ui.state import state_of
 
 from .test_app import fresh
@@ -70,7 +71,8 @@ def test_no_server_is_one_clear_message_and_the_page_keeps_working(monkeypatch):
     at.run()
     assert not at.exception
     assert any("No server answers at that URL" in e.value for e in at.error)
-    assert state_of(at.session_state).remote is None  # nothing was sent, nothing kept
+    state = state_of(at.session_state)  # nothing was sent, nothing kept
+    assert state.remote.run is None and "serving_engine" not in (SESSIONS.copy(state.token) or {})
 
 
 def test_at_the_default_address_it_offers_to_start_vllm_or_says_how_to_install_it(monkeypatch):
