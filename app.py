@@ -1,8 +1,9 @@
 """Inference Explorer — the entry point: router, shared sidebar, session restore.
 
-Shared objects (the model turn lock, the model store, session records), the configuration and
-the session's typed state (`loaded_model()`, `session_model()`, `generation_settings()`,
-`current_trace()`) live in pages/state.py; the sidebar here sets them.
+The configuration is ui/config.py's, the shared objects (the model turn, the model store, the
+session records) ui/shared.py's, and the session's typed state (`loaded_model()`,
+`session_model()`, `generation_settings()`, `current_trace()`) ui/state.py's; the sidebar here
+sets the model and the settings.
 """
 
 from __future__ import annotations
@@ -14,28 +15,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import streamlit as st  # noqa: E402
 
-from engine import EngineError, GenerationSettings  # noqa: E402
+from engine import GenerationSettings  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
-from pages.common import model_turn  # noqa: E402
-from pages.links import open_link, share_view  # noqa: E402
-from pages.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
-from pages.sidebar_settings import (  # noqa: E402
+from ui import shared  # noqa: E402
+from ui.config import config  # noqa: E402
+from ui.experiment import run_experiment  # noqa: E402
+from ui.keys import MODEL_SOURCE, WEIGHTS  # noqa: E402
+from ui.links import open_link, share_view  # noqa: E402
+from ui.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
+from ui.record import restore_session  # noqa: E402
+from ui.session_model import SessionModel  # noqa: E402
+from ui.sidebar_settings import (  # noqa: E402
     DECODER_HELP,
-    WEIGHTS_KEY,
     WEIGHTS_LABELS,
     decoder_line,
     preset_settings,
     setting_table,
 )
-from pages.state import (  # noqa: E402
-    MODELS,
-    SessionModel,
-    config,
-    message,
-    restore_session,
-    set_generation_settings,
-    set_session_model,
-)
+from ui.state import set_generation_settings, set_session_model  # noqa: E402
+from ui.text import message  # noqa: E402
 
 LIMITS = config().limits
 ASSETS = Path(__file__).parent / "assets"
@@ -48,7 +46,8 @@ def no_model() -> None:
 
 @st.fragment(run_every=1.0)
 def rerun_when_loaded(source: str, weights: str) -> None:
-    if MODELS.peek(source, weights) is not None or MODELS.failure(source, weights) is not None:
+    models = shared.MODELS
+    if models.peek(source, weights) is not None or models.failure(source, weights) is not None:
         st.rerun(scope="app")
 
 
@@ -56,11 +55,11 @@ def loading_in_background(source: str, weights: str) -> None:
     """Hosted mode: the first visitor's page never waits for the model; it loads in a thread and
     this session reruns once it is ready (pages that need it say so meanwhile)."""
     no_model()
-    failed = MODELS.failure(source, weights)
+    failed = shared.MODELS.failure(source, weights)
     if failed is not None:
         st.sidebar.error(message(f"Model not loaded: {failed}"))
         return
-    MODELS.load_in_background(source, weights)
+    shared.MODELS.load_in_background(source, weights)
     st.sidebar.info("Loading the model in the background (a few seconds); everything that does "
                     "not run it works meanwhile.", icon=":material/hourglass:")
     rerun_when_loaded(source, weights)
@@ -69,12 +68,12 @@ def loading_in_background(source: str, weights: str) -> None:
 def sidebar_weights() -> str:
     """The weights variant this session runs (hosted: the ones its memory cap holds together)."""
     choices = config().weights_choices
-    if st.session_state.get(WEIGHTS_KEY) not in choices:  # a forged or stale value
-        st.session_state[WEIGHTS_KEY] = choices[0]
+    if st.session_state.get(WEIGHTS) not in choices:  # a forged or stale value
+        st.session_state[WEIGHTS] = choices[0]
     scope = ("Hosted demo: float32 or q4_0, each shared by every visitor who picks it; run the "
              "app locally for the others. " if config().hosted else "")
     return st.sidebar.selectbox(
-        "Weights", choices, key=WEIGHTS_KEY, format_func=WEIGHTS_LABELS.get,
+        "Weights", choices, key=WEIGHTS, format_func=WEIGHTS_LABELS.get,
         help=f"{scope}How the weights are stored. Fewer bits = fewer bytes every decode step "
              "reads: int8 keeps one scale per row, q4_0 / q4_1 one float16 scale (and minimum) "
              "per 32 weights; the integer variants' matrices run in the native C step, which "
@@ -88,31 +87,25 @@ def sidebar_model() -> None:
     source = "default"
     if not config().hosted:
         custom = st.sidebar.text_input(
-            "Hugging Face id or local folder", key="model_source", placeholder="default: SmolLM2-135M",
+            "Hugging Face id or local folder", key=MODEL_SOURCE, placeholder="default: SmolLM2-135M",
             max_chars=MAX_SOURCE_CHARS,
             help="A causal LM with safetensors weights, already on this machine (offline).")
         source = custom.strip() or "default"
     weights = sidebar_weights()
-    if config().hosted and weights == "fp32" and MODELS.peek(source, weights) is None:
+    models = shared.MODELS
+    if config().hosted and weights == "fp32" and models.peek(source, weights) is None:
         loading_in_background(source, weights)  # the page draws now; it reruns when the model is in
         return
-    loaded = MODELS.peek(source, weights)  # held from here: an eviction cannot undo it
+    loaded = models.peek(source, weights)  # held from here: an eviction cannot undo it
     copy = weights not in FLOAT_DTYPES and loaded is None
     label = (f"Building the {weights} weights: quantizing every matrix and packing the native "
              "step (a few seconds)…" if copy else
              "Loading model… (the very first start converts the GGUF: ~30 s)")
     with st.sidebar.status(label, expanded=copy) as status:
-        try:
-            if loaded is not None:
-                entry = loaded
-            elif copy:  # quantizing is model work: it takes the shared turn like any other
-                with model_turn():
-                    entry = MODELS.get(source, weights)
-            else:
-                entry = MODELS.get(source, weights)
-        except EngineError as err:
+        # quantizing is model work: it takes the shared turn like any other; a float load does not
+        entry = loaded or run_experiment(lambda job: models.get(source, weights), turn=copy)
+        if entry is None:  # the reason is shown
             status.update(label="Model not loaded", state="error", expanded=True)
-            st.error(message(err))
             no_model()
             return
         lm = entry.lm

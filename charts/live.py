@@ -69,7 +69,7 @@ def step_chart(trace: Trace) -> go.Figure:
 def empty_step_chart() -> go.Figure:
     """The step chart's axes before any step: drawn when the page opens, so the browser has
     loaded and laid out its charting library before the model runs — done during the first
-    decode step instead, that work competed with the model for the cores and made the step
+    decode step instead, that work competes with the model for the cores and makes the step
     look several times slower than the next ones (the first-decode-step spike)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=[], y=[], name="prefill step", marker_color=PREFILL_COLOR))

@@ -19,8 +19,9 @@ from engine.remote.loadtest import arrival_times_s
 from engine.remote.record import LoadRun, MetricsSample, RemoteRequest
 from engine.remote.summary import tokens_per_second_window
 
+from .gantt import Bars, Marks, gantt_figure, top_legend
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
-from .serving import QUEUE_COLOR, _top_legend
+from .serving import QUEUE_COLOR
 
 TIME_AXIS = "time since the load started (s)"
 RUNNING_COLOR = DECODE_COLOR  # requests the server is decoding
@@ -79,8 +80,9 @@ def gantt_chart(run: LoadRun) -> go.Figure:
     now = now_ms(run)
     arrivals = [1000.0 * a for a in arrival_times_s(run.config)]
     rows = [f"request {r.id}" for r in run.requests]
-    bars: dict[str, tuple[list, list, list, list]] = {k: ([], [], [], [])
-                                                      for k in ("waiting", "ttft", "decode")}
+    bars = {"waiting": Bars("waiting to be sent", QUEUE_COLOR),
+            "ttft": Bars("sent → first token (TTFT)", PREFILL_COLOR),
+            "decode": Bars("decode", DECODE_COLOR)}
     for r, row, arrival in zip(run.requests, rows, arrivals):
         head = f"request {r.id} · “{_short(r.prompt)}”"
         notes = {"waiting": "not yet sent (concurrency limit or arrival time)",
@@ -89,42 +91,24 @@ def gantt_chart(run: LoadRun) -> go.Figure:
                  "decode": f"{r.output_tokens} tokens in {len(r.chunk_ms)} chunks · finish: "
                            f"{r.finish}"}
         for name, span in request_spans(r, arrival, now).items():
-            if span is None:
-                continue
-            xs, bases, ys, hover = bars[name]
-            xs.append((span[1] - span[0]) / 1000.0)
-            bases.append(span[0] / 1000.0)
-            ys.append(row)
-            hover.append(f"{head}<br>{notes[name]}<br>{span[0] / 1000:.2f} → "
-                         f"{span[1] / 1000:.2f} s ({span[1] - span[0]:,.0f} ms)")
-    fig = go.Figure()
-    for name, label, color in (("waiting", "waiting to be sent", QUEUE_COLOR),
-                               ("ttft", "sent → first token (TTFT)", PREFILL_COLOR),
-                               ("decode", "decode", DECODE_COLOR)):
-        xs, bases, ys, hover = bars[name]
-        fig.add_trace(go.Bar(x=xs or [None], base=bases or [None], y=ys or [None],
-                             orientation="h", name=label, marker_color=color, hovertext=hover,
-                             hoverinfo="text"))
-    marks = {"done": ("done", "line-ns-open", DONE), "error": ("error", "x", ERROR),
-             "stopped": ("stopped", "circle-open", STOPPED)}
-    for kind, (label, symbol, color) in marks.items():
+            if span is not None:
+                bars[name].add(span[0] / 1000.0, (span[1] - span[0]) / 1000.0, row,
+                               f"{head}<br>{notes[name]}<br>{span[0] / 1000:.2f} → "
+                               f"{span[1] / 1000:.2f} s ({span[1] - span[0]:,.0f} ms)")
+    marks = []
+    for kind, symbol, color in (("done", "line-ns-open", DONE), ("error", "x", ERROR),
+                                ("stopped", "circle-open", STOPPED)):
         ended = [(r, row, mark[1]) for r, row in zip(run.requests, rows)
                  if (mark := end_mark(r, now)) is not None and mark[0] == kind]
-        fig.add_trace(go.Scatter(
-            x=[t / 1000.0 for _, _, t in ended] or [None], y=[row for _, row, _ in ended] or [None],
-            mode="markers", name=label,
-            marker={"symbol": symbol, "size": 14 if kind == "done" else 11, "color": color,
-                    "line": {"width": 2, "color": color}},
-            hovertext=[_end_text(r, t) for r, _, t in ended], hoverinfo="text",
-            showlegend=bool(ended) or kind == "done"))
-    fig.update_layout(height=min(150 + 24 * len(rows), 760), barmode="overlay", bargap=0.3,
-                      margin={"l": 10, "r": 10, "b": 10}, hovermode="closest",
-                      title_text="Every request over time, as the client saw it")
-    _top_legend(fig, 6)
-    fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
-    fig.update_yaxes(title_text="request", categoryorder="array", categoryarray=rows,
-                     autorange="reversed")
-    return fig
+        marks.append(Marks(
+            kind, [t / 1000.0 for _, _, t in ended] or [None], [row for _, row, _ in ended] or [None],
+            [_end_text(r, t) for r, _, t in ended],
+            {"symbol": symbol, "size": 14 if kind == "done" else 11, "color": color,
+             "line": {"width": 2, "color": color}}, showlegend=bool(ended) or kind == "done"))
+    return gantt_figure(rows, list(bars.values()), marks,
+                        title="Every request over time, as the client saw it",
+                        height=min(150 + 24 * len(rows), 760), legend_entries=6,
+                        time_axis=TIME_AXIS)
 
 
 def _end_text(r: RemoteRequest, t_ms: float) -> str:
@@ -174,7 +158,7 @@ def throughput_chart(run: LoadRun) -> go.Figure:
                       annotation_position="top left")
     fig.update_layout(height=330, margin={"l": 10, "r": 10, "b": 10},
                       title_text="Tokens per second", hovermode="closest")
-    _top_legend(fig, 2, per_row=2)
+    top_legend(fig, 2, per_row=2)
     fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero")
     return fig
@@ -215,7 +199,7 @@ def server_chart(run: LoadRun) -> go.Figure:
     counts = [v for s in samples for v in (s.running, s.waiting) if v is not None]
     fig.update_layout(height=420, margin={"l": 10, "r": 10, "b": 10}, hovermode="closest",
                       title_text="The server's own gauges (/metrics, about every 0.5 s)")
-    _top_legend(fig, len(fig.data), per_row=4)
+    top_legend(fig, len(fig.data), per_row=4)
     fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=1, col=1,
                      range=[0, max(counts, default=1.0) * 1.15 + 0.5])

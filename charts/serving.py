@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from engine.serving.metrics import summarize_stream, tokens_per_step
 from engine.serving.record import RequestRecord, ServingRun, StepRecord
 
+from .gantt import Bars, Marks, gantt_figure, top_legend
 from .live import DECODE_COLOR, PREFILL_COLOR
 from .tokens import piece_text, visible
 
@@ -35,17 +36,6 @@ GRID_COLUMNS = 32
 MAX_GRID_BLOCKS = 1024  # cells drawn; a larger pool shows its first blocks (the caption says so)
 TIME_AXIS = "time since the stream started (ms)"
 WINDOW_MS = 1000.0  # the throughput line: tokens made in the last second of the stream
-
-
-def _top_legend(fig: go.Figure, entries: int, per_row: int = 6) -> None:
-    """The title at the very top, the legend in rows under it, above the plot (not over the
-    title, nor under the toolbar at the right)."""
-    rows = max(1, -(-entries // per_row))
-    fig.update_layout(title={"y": 1.0, "yref": "container", "yanchor": "top", "pad": {"t": 10},
-                             "x": 0, "xref": "paper"},
-                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0,
-                              "xanchor": "left"},
-                      margin={"t": 44 + 24 * rows})
 
 
 def request_color(request: int) -> str:
@@ -88,7 +78,8 @@ def gantt_chart(run: ServingRun) -> go.Figure:
     finished; its arrival marked in the request's own colour (the block grid's)."""
     now = _now_ms(run)
     rows = [f"request {r.id}" for r in run.requests]
-    parts = {name: ([], [], [], []) for name in ("queue", "prefill", "decode")}
+    bars = {"queue": Bars("queue wait", QUEUE_COLOR), "prefill": Bars("prefill", PREFILL_COLOR),
+            "decode": Bars("decode", DECODE_COLOR)}
     for r, row in zip(run.requests, rows):
         p = phases(r, now)
         notes = {"queue": f"waited {_span(p.queue):.0f} ms",
@@ -97,41 +88,25 @@ def gantt_chart(run: ServingRun) -> go.Figure:
                  "decode": f"{len(r.token_ids)} tokens · finish: {r.finish}"}
         for name, span in (("queue", p.queue), ("prefill", p.prefill), ("decode", p.decode)):
             if span is not None and span[1] >= span[0]:
-                xs, bases, ys, hover = parts[name]
-                xs.append(max(span[1] - span[0], 0.0))
-                bases.append(span[0])
-                ys.append(row)
-                hover.append(f"request {r.id} · {name}<br>{span[0]:.0f} → {span[1]:.0f} ms "
-                             f"({span[1] - span[0]:.0f} ms)<br>{notes[name]}")
-    fig = go.Figure()
-    for name, color in (("queue", QUEUE_COLOR), ("prefill", PREFILL_COLOR), ("decode", DECODE_COLOR)):
-        xs, bases, ys, hover = parts[name]
-        fig.add_trace(go.Bar(x=xs or [None], base=bases or [None], y=ys or [None], orientation="h",
-                             name={"queue": "queue wait"}.get(name, name), marker_color=color,
-                             hovertext=hover, hoverinfo="text"))
+                bars[name].add(span[0], max(span[1] - span[0], 0.0), row,
+                               f"request {r.id} · {name}<br>{span[0]:.0f} → {span[1]:.0f} ms "
+                               f"({span[1] - span[0]:.0f} ms)<br>{notes[name]}")
     done = [(r, row) for r, row in zip(run.requests, rows) if phases(r, now).end is not None]
-    fig.add_trace(go.Scatter(
-        x=[r.token_ms[-1] for r, _ in done] or [None], y=[row for _, row in done] or [None],
-        mode="markers", name="done", marker={"symbol": "line-ns-open", "size": 16,
-                                             "color": "#000000", "line": {"width": 2}},
-        hovertext=[f"request {r.id} done at {r.token_ms[-1]:.0f} ms ({r.finish}): "
-                   f"{len(r.token_ids)} tokens, TTFT {r.ttft_ms:.0f} ms" for r, _ in done],
-        hoverinfo="text"))
-    fig.add_trace(go.Scatter(
-        x=[r.spec.arrival_ms for r in run.requests], y=rows, mode="markers",
-        name="arrival (the request's colour)",
-        marker={"symbol": "square", "size": 11, "color": [request_color(r.id) for r in run.requests],
-                "line": {"color": "#000000", "width": 1}},
-        hovertext=[f"request {r.id} arrived at {r.spec.arrival_ms:.0f} ms" for r in run.requests],
-        hoverinfo="text"))
-    fig.update_layout(height=min(140 + 26 * len(rows), 720), barmode="overlay", bargap=0.3,
-                      margin={"l": 10, "r": 10, "b": 10}, hovermode="closest",
-                      title_text="Every request over time")
-    _top_legend(fig, 5)
-    fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
-    fig.update_yaxes(title_text="request", categoryorder="array", categoryarray=rows,
-                     autorange="reversed")
-    return fig
+    marks = [
+        Marks("done", [r.token_ms[-1] for r, _ in done] or [None],
+              [row for _, row in done] or [None],
+              [f"request {r.id} done at {r.token_ms[-1]:.0f} ms ({r.finish}): "
+               f"{len(r.token_ids)} tokens, TTFT {r.ttft_ms:.0f} ms" for r, _ in done],
+              {"symbol": "line-ns-open", "size": 16, "color": "#000000", "line": {"width": 2}}),
+        Marks("arrival (the request's colour)", [r.spec.arrival_ms for r in run.requests], rows,
+              [f"request {r.id} arrived at {r.spec.arrival_ms:.0f} ms" for r in run.requests],
+              {"symbol": "square", "size": 11,
+               "color": [request_color(r.id) for r in run.requests],
+               "line": {"color": "#000000", "width": 1}}),
+    ]
+    return gantt_figure(rows, list(bars.values()), marks, title="Every request over time",
+                        height=min(140 + 26 * len(rows), 720), legend_entries=5,
+                        time_axis=TIME_AXIS)
 
 
 def _span(span: tuple[float, float] | None) -> float:
@@ -193,7 +168,7 @@ def block_grid_chart(run: ServingRun, step: int | None = None) -> go.Figure:
     rows = (pool + cols - 1) // cols
     fig.update_layout(height=110 + 26 * rows, barmode="overlay", bargap=0.12, title_text=title,
                       margin={"l": 10, "r": 10, "b": 10}, hovermode="closest")
-    _top_legend(fig, len(fig.data), per_row=8)
+    top_legend(fig, len(fig.data), per_row=8)
     fig.update_layout(legend_title_text="block of:")
     ticks = list(range(0, cols, 4 if cols > 8 else 1))
     fig.update_xaxes(title_text=f"physical block id: row start + column (each cell: {size} token "
@@ -244,7 +219,7 @@ def throughput_chart(run: ServingRun) -> go.Figure:
         hovertemplate="%{y} requests in the step<extra></extra>"), secondary_y=True)
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "b": 10},
                       title_text="Tokens per second and batch size")
-    _top_legend(fig, 3)
+    top_legend(fig, 3)
     fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
     fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="batch size (requests)", secondary_y=True, showgrid=False,
@@ -269,7 +244,7 @@ def _grouped(fig: go.Figure, runs: dict[str, ServingRun], colors: dict[str, str]
     for col, (unit, _) in enumerate(panels, start=1):
         fig.update_yaxes(title_text=unit, rangemode="tozero", row=1, col=col)
     fig.update_layout(height=380, barmode="group", margin={"l": 10, "r": 10, "b": 10})
-    _top_legend(fig, len(runs))
+    top_legend(fig, len(runs))
     return fig
 
 
@@ -300,7 +275,7 @@ def per_request_chart(runs: dict[str, ServingRun], colors: dict[str, str]) -> go
                                                "<extra></extra>"))
     fig.update_layout(height=360, barmode="group", margin={"l": 10, "r": 10, "b": 10},
                       title_text="Per request: time to first token and end to end")
-    _top_legend(fig, len(fig.data))
+    top_legend(fig, len(fig.data))
     fig.update_yaxes(title_text="latency since arrival (ms)", rangemode="tozero")
     fig.update_xaxes(title_text="request")
     return fig
@@ -351,7 +326,7 @@ def speculation_chart(rows: list[tuple[str, float, float, float, float]]) -> go.
                            text=f"{speedup:.2f}× · {accept:.0%} of drafts accepted")
     fig.update_layout(height=360, barmode="group", margin={"l": 10, "r": 10, "b": 10},
                       title_text="Speculative decoding vs plain greedy, measured")
-    _top_legend(fig, 2)
+    top_legend(fig, 2)
     fig.update_yaxes(title_text="output tokens/s", range=[0, top * 1.35])
     fig.update_xaxes(title_text="prompt")
     return fig

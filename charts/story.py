@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from engine.lens.wording import size
 from engine.records.trace import Step
 
+from .formatting import size
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR, topk_chart
 from .tokens import piece_text, visible
 

@@ -2,7 +2,7 @@
 
 Kept apart from engine/__main__.py (the other commands) because choosing the weights and the
 decoder is most of its work: float weights load the model in that dtype; an integer variant is
-`apply_variant`'s copy of the float32 model with a native decoder over it (engine/sharing/models.py
+`apply_variant`'s copy of the float32 model with a native decoder over it (engine/models.py
 `build_variant`, the same the app uses), and the run says on stderr which decoder ran and why.
 `--speculate prompt-lookup` runs engine/serving/speculative_trace.py's SpeculativeRun instead
 (greedy, KV cache on, verify forwards in transformers); its trace carries the speculation record.
@@ -89,8 +89,8 @@ def chosen_weights(weights: str | None, dtype: str | None) -> tuple[str, str | N
 def run_command(args: argparse.Namespace, print_summary) -> int:
     from .forward import prepare_prompt
     from .loader import load_model
+    from .models import build_variant
     from .runner import Run
-    from .sharing.models import build_variant
 
     settings = GenerationSettings(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -156,8 +156,8 @@ def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings,
                      options: tuple[int, int], print_summary) -> int:
     """`run --speculate`: the weights as asked (an integer variant's copy runs in torch, whose
     forwards verify the drafts), then a SpeculativeRun; its trace carries the speculation."""
+    from .models import build_variant
     from .serving.speculative_trace import SpeculativeRun
-    from .sharing.models import build_variant
 
     if not (args.no_attention and args.no_hidden):
         print(NOT_RECORDED, file=sys.stderr)

@@ -25,21 +25,20 @@ from charts.attention import (
     model_view,
     sequence_labels,
 )
-from engine import EngineError, Trace
+from engine import Trace
 from engine.lens.attention_stats import full_attention, gqa_groups, has_attention, head_roles, head_summary
 from engine.lens.inspect_head import HeadInputs, capture_qkv, explain_head
 from engine.loader import LoadedModel
-from pages.common import memo, model_turn, require_trace, show_chart
-from pages.links import HEAD, LAYER
-from pages.state import config, loaded_model, message
+from ui.common import require_trace, show_chart
+from ui.config import config
+from ui.experiment import run_experiment
+from ui.keys import HEAD, LAYER, MODEL_VIEW
+from ui.memo import memo
+from ui.state import loaded_model
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12  # model view: each head's prefill map as at most TILE × TILE block means
 FRAME_MS = 300  # Play: one decode step per 0.3 s (at most MAX_FRAMES of them, so ≤ 30 s)
-
-# session-state keys (the layer and head ones, LAYER and HEAD, are pages/links.py's: a share link
-# presets them)
-MODEL_VIEW = "model_view"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +103,15 @@ def open_clicked_tile(trace: Trace) -> None:
 
 def model_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     spec = trace.model
-    # model view and head summary: ~1 s together at 450 tokens, so once per trace, not per rerun
-    fig = memo("model_view_memo", (trace, TILE),
+    # model view and head summary: heavy on a long prompt, so once per trace, not per rerun
+    fig = memo("model_view", (trace, TILE),
                lambda: model_view(trace.steps[0].attention, trace.attention_layers, TILE))
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "
                f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open that layer "
                f"and head in the other tabs (now: layer {focus.layer}, head {focus.head}).")
     show_chart(fig, key=MODEL_VIEW, on_select=partial(open_clicked_tile, trace), selection_mode="points",
                name="model view")
-    summary = memo("head_summary_memo", (trace,), lambda: head_summary(trace))
+    summary = memo("head_summary", (trace,), lambda: head_summary(trace))
     roles = head_roles(summary)
     table = pd.DataFrame([{
         "layer": layer, "head": h, "entropy (nats)": summary["entropy"][li, h],
@@ -131,7 +130,7 @@ def decode_steps_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None
         return
     t = len(trace.prompt_token_ids)
     # every step's frame is built once per trace and layer: the browser plays them, no reruns
-    fig = memo("decode_chart_memo", (trace, focus.layer), lambda: decode_steps_chart(
+    fig = memo("decode_chart", (trace, focus.layer), lambda: decode_steps_chart(
         focus.weights, focus.labels, t, [s.piece for s in trace.steps[1:]], FRAME_MS))
     show_chart(fig, key="attn_decode_chart", name=f"decode steps layer {focus.layer}")
     shown = decode_frame_steps(steps, *focus.weights.shape[:2])
@@ -168,14 +167,12 @@ def one_head_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     pos = st.select_slider("Token", range(len(ids)), value=len(ids) - 1,
                            format_func=lambda i: labels[i], key="attn_pos")
 
-    def forward() -> HeadInputs:
-        with st.spinner(f"Running the model to read layer {layer}'s q, k and v…"), model_turn():
-            return capture_qkv(lm, ids, layer, config().limits.sequence_tokens)
+    def forward() -> HeadInputs | None:
+        return run_experiment(lambda job: capture_qkv(lm, ids, layer, config().limits.sequence_tokens),
+                              spinner=f"Running the model to read layer {layer}'s q, k and v…")
 
-    try:  # one forward per trace and layer
-        inputs = memo("qkv_memo", (trace, lm.model, layer), forward)
-    except EngineError as err:
-        st.error(message(err))
+    inputs = memo("qkv", (trace, lm.model, layer), forward)  # one forward per trace and layer
+    if inputs is None:  # the reason is shown
         return
     steps = explain_head(inputs, head, pos)
     d = inputs.query.shape[-1]

@@ -8,9 +8,9 @@ show is computed by engine/records/compare.py from the two traces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import streamlit as st
@@ -25,7 +25,7 @@ from charts.compare import (
 )
 from charts.formatting import count, duration, rate, size
 from charts.tokens import piece_text, visible
-from engine import EngineError, Run, Trace, TraceFormatError
+from engine import EngineError, GenerationSettings, LoadedModel, Run, Trace, TraceFormatError
 from engine.lens.attention_stats import full_attention
 from engine.lens.compare import (
     CHANGES,
@@ -44,24 +44,19 @@ from engine.lens.compare import (
 from engine.records.examples import examples
 from engine.settings import weights_name
 from engine.timing.disturbance import assess
-from pages.common import BUDGET_NOTE, memo, model_turn, no_trace_notice, show_chart
-from pages.state import (
-    COMPARE_A,
-    MODELS,
-    compare_run,
-    config,
-    current_trace,
-    keep_compare_a,
-    keep_compare_run,
-    message,
-    plain,
-    session_model,
-)
-from pages.traces import read_viewable
+from ui import shared
+from ui.common import no_trace_notice, show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.keys import COMPARE_A, COMPARE_HEAD, COMPARE_LAYER, COMPARE_UPLOAD
+from ui.memo import memo
+from ui.record import keep_compare_a, keep_compare_run
+from ui.state import app_state, compare_run, current_trace, session_model
+from ui.text import message, plain
+from ui.traces import read_viewable
 
 CURRENT = "The current trace"
 LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Attention page)
-ERROR = "compare_error"  # session key: why the last try to open run B failed
 B_SOURCES = ("An example", "A trace file", "Run A again with one change", CURRENT)
 HIGHLIGHT = "background-color: #fde0c5; font-weight: 600"  # a setting that differs
 
@@ -77,7 +72,7 @@ def header() -> None:
 
 
 def _open_file(read: Callable[[], bytes | Path]) -> Trace:
-    """A trace file read as the Generate page reads one (pages/traces.py): size-capped, checked,
+    """A trace file read as the Generate page reads one (ui/traces.py): size-capped, checked,
     viewable."""
     return read_viewable(read).trace
 
@@ -109,16 +104,21 @@ def choose_a() -> tuple[str, Trace]:
     return f"example “{choice}”", example_trace(choice)
 
 
+def set_error(text: str | None) -> None:
+    """Why the last try to set run B failed (shown under the choice until run B is set)."""
+    app_state().page.compare_error = text
+
+
 def _set_b(label: str, read: Callable[[], Trace]) -> None:
     try:
         keep_compare_run(label, read())
-        st.session_state.pop(ERROR, None)
+        set_error(None)
     except EngineError as err:
-        st.session_state[ERROR] = f"{label}: {err}"
+        set_error(message(f"{label}: {err}"))
 
 
 def _upload_b() -> None:
-    upload = st.session_state.get("compare_upload")
+    upload = st.session_state.get(COMPARE_UPLOAD)
     if upload is None:
         return
 
@@ -139,7 +139,7 @@ def choose_b(a: Trace) -> None:
             _set_b(f"example “{title}”", lambda: example_trace(title))
     elif source == "A trace file":
         st.file_uploader("Trace file (.npz, from “Download trace”)", type=["npz"],
-                         key="compare_upload", on_change=_upload_b,
+                         key=COMPARE_UPLOAD, on_change=_upload_b,
                          max_upload_size=config().limits.upload_mb)
     elif source == CURRENT:
         if current_trace() is None:
@@ -148,8 +148,9 @@ def choose_b(a: Trace) -> None:
             _set_b("the current trace", current_trace)
     else:
         rerun_form(a)
-    if ERROR in st.session_state:
-        st.error(message(st.session_state[ERROR]))
+    error = app_state().page.compare_error
+    if error is not None:
+        st.error(error)
 
 
 def rerun_form(a: Trace) -> None:
@@ -166,10 +167,7 @@ def rerun_form(a: Trace) -> None:
     st.caption(f"Run B re-runs run A's prompt and settings (its seed, its recorded layers) on the "
                f"loaded model, at most {limits.new_tokens} new tokens here.")
     if st.button("Run again with this change", type="primary", icon=":material/play_arrow:"):
-        try:
-            rerun(a, change, prompt)
-        except EngineError as err:
-            st.session_state[ERROR] = f"re-run: {err}"
+        rerun(a, change, prompt)
 
 
 def change_label(a: Trace, change: Change) -> str:
@@ -196,7 +194,7 @@ def rerun_model(a: Trace, change: Change):
             raise EngineError(f"run A's weights are {a.model.dtype}: only float32 ↔ float16 here")
         if lm.spec.dtype != want:
             with st.spinner(f"Loading the model with {want} weights…"):
-                lm = MODELS.get(chosen.source, want).lm
+                lm = shared.MODELS.get(chosen.source, want).lm
     weights = a.decoder.weights if a.decoder is not None else None
     if change != "dtype" and weights is not None and weights != weights_name(chosen.weights):
         raise EngineError(f"run A decoded with {weights} weights and the sidebar has "
@@ -212,29 +210,37 @@ def rerun_model(a: Trace, change: Change):
 def rerun(a: Trace, change: Change, prompt: str) -> None:
     """Run A's prompt and settings again with one change; the result becomes run B."""
     limits = config().limits
-    lm = rerun_model(a, change)
-    settings = rerun_settings(a, change, limits.new_tokens, limits.prompt_tokens)
-    bar = st.progress(0.0, text="Waiting for the model…")
-    try:
-        with model_turn() as stop:
-            chosen = session_model()
-            # the session's own weights: its shared native decoder, as the live run uses it
-            options = chosen.run_options() if chosen is not None and lm is chosen.lm else {}
-            run = Run(lm, prompt, settings, stop_event=stop, **options)
-            bar.progress(0.0, text=f"Prefill of {len(run.prompt_ids)} prompt tokens…")
-            for step in run:
-                bar.progress((step.index + 1) / settings.max_new_tokens,
-                             text=f"Step {step.index + 1} of at most {settings.max_new_tokens}")
-    finally:
-        bar.empty()
-    trace = run.trace()
-    if stop.is_set() and trace.stop_reason == "stopped":
-        trace = replace(trace, stop_reason="limit")
-        st.info(BUDGET_NOTE.format(s=limits.click_s or 0))
+    prepared = run_experiment(lambda job: (rerun_model(a, change), rerun_settings(
+        a, change, limits.new_tokens, limits.prompt_tokens)), turn=False, cut=False,
+        failed="re-run: ", on_error=set_error)
+    if prepared is None:
+        return
+    lm, settings = prepared
+    trace = run_experiment(lambda job: rerun_trace(lm, prompt, settings, job),
+                           progress="Waiting for the model…", failed="re-run: ",
+                           on_error=set_error, cut=lambda t: t.stop_reason == "limit")
+    if trace is None:
+        return
     if not trace.steps:
-        raise EngineError("the run ended before its first token")
+        set_error(message("re-run: the run ended before its first token"))
+        return
     keep_compare_run(change_label(a, change), trace)
-    st.session_state.pop(ERROR, None)
+    set_error(None)
+
+
+def rerun_trace(lm: LoadedModel, prompt: str, settings: GenerationSettings, job: Job) -> Trace:
+    """The re-run, its progress step by step; stopped by the per-click budget: marked so."""
+    chosen = session_model()
+    # the session's own weights: its shared native decoder, as the live run uses it
+    options = chosen.run_options() if chosen is not None and lm is chosen.lm else {}
+    run = Run(lm, prompt, settings, stop_event=job.stop, **options)
+    job.progress(0.0, f"Prefill of {len(run.prompt_ids)} prompt tokens…")
+    for step in run:
+        job.progress((step.index + 1) / settings.max_new_tokens,
+                     f"Step {step.index + 1} of at most {settings.max_new_tokens}")
+    trace = run.trace()
+    return replace(trace, stop_reason="limit") if job.spent and trace.stop_reason == "stopped" \
+        else trace
 
 
 # ---- the comparison -----------------------------------------------------------------------
@@ -330,11 +336,11 @@ def attention_section(a: Trace, b: Trace) -> None:
         st.info(pair.note)
         return
     c1, c2, c3 = st.columns([1, 1, 2])
-    for key, options in (("compare_layer", pair.layers), ("compare_head", range(pair.heads))):
+    for key, options in ((COMPARE_LAYER, pair.layers), (COMPARE_HEAD, range(pair.heads))):
         if st.session_state.get(key) not in options:
             st.session_state.pop(key, None)
-    layer = c1.selectbox("Layer", pair.layers, key="compare_layer")
-    head = c2.selectbox("Head", range(pair.heads), key="compare_head")
+    layer = c1.selectbox("Layer", pair.layers, key=COMPARE_LAYER)
+    head = c2.selectbox("Head", range(pair.heads), key=COMPARE_HEAD)
     rows = c3.radio("Rows", ["prompt (prefill)", "prompt + generated (decode rows)"],
                     horizontal=True, key="compare_rows")
     if pair.note:

@@ -12,11 +12,14 @@ from engine import LoadedModel, Trace
 from engine.lens.embeddings import EmbeddingIndex
 from engine.lens.rope import angles, score_by_distance
 from engine.lens.tokens import probe_token, prompt_word
-from pages.common import memo, model_turn, no_trace_notice, show_chart
-from pages.state import current_trace, loaded_model, plain, session_model
+from ui.common import no_trace_notice, show_chart
+from ui.experiment import run_experiment
+from ui.keys import EMB_PICK, EMB_PROBE
+from ui.memo import memo
+from ui.state import app_state, current_trace, loaded_model, session_model
+from ui.text import plain
 
 SAMPLE = " The king and the queen walked to Paris."
-PICK, PROBE, FOLLOWS = "emb_pick", "emb_probe", "emb_follows"  # widget keys; the trace they follow
 
 
 @st.cache_data(show_spinner=False)
@@ -36,13 +39,14 @@ def token_label(lm: LoadedModel, token_id: int) -> str:
     return visible(piece_text(lm.tokenizer.convert_ids_to_tokens(int(token_id))))
 
 
-def embedding_index() -> EmbeddingIndex:
-    """The normalized table, built once per loaded model and shared by all sessions."""
+def embedding_index() -> EmbeddingIndex | None:
+    """The normalized table, built once per loaded model and shared by all sessions (None: it
+    could not be built, the reason shown)."""
     entry = session_model().entry
-    if "embedding_index" not in entry.extras:
-        with st.spinner("Normalizing the embedding table…"), model_turn():
-            entry.extra("embedding_index", EmbeddingIndex)
-    return entry.extra("embedding_index", EmbeddingIndex)
+    if "embedding_index" in entry.extras:
+        return entry.extras["embedding_index"]
+    return run_experiment(lambda job: entry.extra("embedding_index", EmbeddingIndex),
+                          spinner="Normalizing the embedding table…")
 
 
 def prompt_tokens(lm: LoadedModel, trace: Trace | None) -> tuple[list[int], int | None]:
@@ -63,15 +67,15 @@ def follow_trace(trace: Trace | None, ids: list[int], start: int | None) -> None
     """A new trace resets the picker to a word of its prompt and clears the typed probe, so
     the page never keeps showing a token from a run that is gone (so does a picker Streamlit
     dropped while another page was open)."""
-    state = st.session_state
-    if FOLLOWS not in state or state[FOLLOWS] is not trace or state.get(PICK) not in ids:
-        st.session_state[FOLLOWS] = trace
-        st.session_state[PICK] = start
-        st.session_state[PROBE] = ""
+    page = app_state().page
+    if page.follows is None or page.follows[0] is not trace or st.session_state.get(EMB_PICK) not in ids:
+        page.follows = (trace,)
+        st.session_state[EMB_PICK] = start
+        st.session_state[EMB_PROBE] = ""
 
 
 def use_word_initial(text: str) -> None:
-    st.session_state[PROBE] = text
+    st.session_state[EMB_PROBE] = text
 
 
 def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
@@ -79,9 +83,9 @@ def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
     """The picker, the probe box, which token was probed, and its 10 nearest tokens; returns
     the probed token id and its neighbours' ids (the map shows the same ones)."""
     st.subheader("Nearest tokens")
-    chosen = st.selectbox("Token (from the last prompt)" if traced else "Token", ids, key=PICK,
+    chosen = st.selectbox("Token (from the last prompt)" if traced else "Token", ids, key=EMB_PICK,
                           format_func=lambda i: token_label(lm, i))
-    probe = st.text_input("…or probe any word", key=PROBE, placeholder="e.g.  dog", max_chars=100,
+    probe = st.text_input("…or probe any word", key=EMB_PROBE, placeholder="e.g.  dog", max_chars=100,
                           help="Its first token is used; a leading space matters (below).")
     probed = probe_token(lm.tokenizer, probe) if probe else None
     if probed is not None:
@@ -107,18 +111,18 @@ def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int,
     """The probed token, its neighbours, the prompt's tokens and a vocabulary sample on the 2
     directions of largest variance."""
     st.subheader("A 2-D map")
-    if not (st.button("Draw the map (PCA)", icon=":material/scatter_plot:")
-            or st.session_state.get("map_on")):
+    page = app_state().page
+    if not (st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or page.map_on):
         return
-    st.session_state["map_on"] = True
+    page.map_on = True
     shown = [chosen, *neighbour_ids, *ids]
-
-    def project() -> tuple:
-        with st.spinner("Projecting the embeddings (PCA)…"), model_turn():  # an SVD on the cores:
-            return index.pca_map(shown, background=1500)  # not while another visitor's run is timed
-
-    coords, sample, background = memo(  # one SVD per model and token choice
-        "pca_memo", (index, tuple(shown)), project)
+    projected = memo(  # one SVD per model and token choice, in the model turn: an SVD on the
+        "pca", (index, tuple(shown)), lambda: run_experiment(  # cores, not while another
+            lambda job: index.pca_map(shown, background=1500),  # visitor's run is timed
+            spinner="Projecting the embeddings (PCA)…"))
+    if projected is None:  # the reason is shown
+        return
+    coords, sample, background = projected
     near = [token_label(lm, i) for i in neighbour_ids]
     probed = token_label(lm, chosen)
     figure = embedding_map(
@@ -159,6 +163,8 @@ def page() -> None:
         st.info("This page reads the model's embedding table: load a model in the sidebar.")
         st.stop()
     index = embedding_index()
+    if index is None:
+        st.stop()
     spec = lm.spec
     st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
                f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -14,63 +14,50 @@ from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from charts.report import report_html
-from engine import EngineError, Run, Trace, TraceFormatError, summarize
+from engine import Run, Trace, TraceFormatError, summarize
 from engine.records.tracefile import trace_to_bytes
-from engine.timing.metrics import replay_pace
-from pages.common import disturbance_warning, model_turn, show_chart
-from pages.lens_section import logit_lens_section
-from pages.links import STEP
-from pages.state import (
-    MAX_PROMPT_CHARS,
-    config,
+from ui.common import disturbance_warning, show_chart
+from ui.config import MAX_PROMPT_CHARS, config
+from ui.experiment import limit_text, run_experiment
+from ui.keys import PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
+from ui.memo import memo
+from ui.record import keep_new_trace, keep_prompt, keep_trace
+from ui.replay import REPLAY_MAX_S, LiveSlots, ask_replay, replay, replay_asked, trace_waits
+from ui.sections.lens import logit_lens_section
+from ui.state import (
+    app_state,
     current_experiments,
     current_trace,
     generation_settings,
-    keep,
-    keep_new_trace,
     loaded_model,
-    message,
     pending_run,
-    plain,
     session_model,
     set_pending_run,
 )
-from pages.traces import open_example, open_trace_file, shipped_examples
+from ui.text import message, plain
+from ui.traces import open_example, open_trace_file, shipped_examples
 
 SAMPLES = {s["title"]: s["prompt"] for s in
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
 # The live chart redraws at most this often, the first time this long after the run starts: the
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
-# after a redraw measured several times slower than the others (the first-decode-step spike).
+# after a redraw runs several times slower than the others (the first-decode-step spike).
 CHART_EVERY_S = 1.0
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}
-REPLAY_MAX_S, REPLAY_STEP_MAX_S = 20.0, 2.0  # a replay holds a server thread this long at most
-# A run stopped before its first token has no trace to keep; the page shows it (its prompt, no
-# answer) instead of the previous run's answer. Page-local: other pages keep the last trace.
-@dataclass(frozen=True, slots=True)
-class Slots:
-    """The places a (possibly partial) trace is drawn into, live and when done."""
-
-    banner: st.delta_generator.DeltaGenerator
-    chips: st.delta_generator.DeltaGenerator
-    answer: st.delta_generator.DeltaGenerator
-    metrics: st.delta_generator.DeltaGenerator
-    chart: st.delta_generator.DeltaGenerator
+VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the status line
 
 
 def use_sample() -> None:
-    st.session_state["prompt"] = SAMPLES[st.session_state["sample"]]
+    st.session_state[PROMPT] = SAMPLES[st.session_state[SAMPLE]]
 
 
 def opened(error: str | None) -> None:
     """A trace file (an upload, a shipped example) opened: replay it, or say under the uploader
-    in one message what is wrong with it. (Opening it is pages/links.py's: a share link opens an
+    in one message what is wrong with it. (Opening it is ui/traces.py's: a share link opens an
     example too.)"""
     if error is None:
-        st.session_state["replay"] = True
-        st.session_state.pop("upload_error", None)
-    else:
-        st.session_state["upload_error"] = error
+        ask_replay("trace")
+    app_state().page.upload_error = error
 
 
 def _upload_bytes(upload) -> bytes:
@@ -80,9 +67,9 @@ def _upload_bytes(upload) -> bytes:
 
 
 def load_upload() -> None:
-    upload = st.session_state.get("upload")
+    upload = st.session_state.get(UPLOAD)
     if upload is None:
-        st.session_state.pop("upload_error", None)
+        app_state().page.upload_error = None
         return
     opened(open_trace_file(lambda: _upload_bytes(upload), upload.name[:120]))
 
@@ -109,10 +96,10 @@ def header() -> None:
 
 def prompt_form() -> tuple[str, bool, bool]:
     """The prompt box with its samples, Generate (or Ctrl+Enter) and Stop."""
-    st.selectbox("Sample prompts", list(SAMPLES), index=None, key="sample", on_change=use_sample,
+    st.selectbox("Sample prompts", list(SAMPLES), index=None, key=SAMPLE, on_change=use_sample,
                  placeholder="Pick a sample prompt…")
     with st.form("generate_form", border=False):
-        prompt = st.text_area("Prompt", key="prompt", height=100, max_chars=MAX_PROMPT_CHARS,
+        prompt = st.text_area("Prompt", key=PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
                               placeholder="Ask the model something… (Ctrl+Enter to generate)")
         generate = st.form_submit_button("Generate", type="primary", icon=":material/play_arrow:")
     stop = st.button("Stop", icon=":material/stop:", help="Stop the running generation; the tokens "
@@ -131,48 +118,49 @@ def shown_trace(stop: bool) -> Trace | None:
         if pending is not None:
             set_pending_run(trace)
         else:
-            keep("trace", trace)
+            keep_trace(trace)
     return trace
 
 
-def show(trace: Trace, slots: Slots, tag: str, draw_chart: bool = True) -> None:
+def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> None:
     """Draw a (possibly partial) trace into the live slots."""
-    slots.chips.markdown(token_chips_html(trace), unsafe_allow_html=True)
+    slots["chips"].markdown(token_chips_html(trace), unsafe_allow_html=True)
     show_answer(trace, slots)
     show_metrics(trace, slots)
     if not trace.steps:
-        show_chart(empty_step_chart(), where=slots.chart, key=f"steps-{tag}-empty", name="steps")
+        show_chart(empty_step_chart(), where=slots["chart"], key=f"steps-{tag}-empty", name="steps")
     elif draw_chart:
-        show_chart(step_chart(trace), where=slots.chart, key=f"steps-{tag}-{len(trace.steps)}",
+        show_chart(step_chart(trace), where=slots["chart"], key=f"steps-{tag}-{len(trace.steps)}",
                    name="steps")
 
 
-def show_answer(trace: Trace, slots: Slots) -> None:
+def show_answer(trace: Trace, slots: LiveSlots) -> None:
     """The generated text as plain text (readable, copyable), below its chips."""
     if not trace.output_text:
-        slots.answer.caption("No token yet: the prefill is running." if trace.stop_reason == "running"
+        slots["answer"].caption("No token yet: the prefill is running." if trace.stop_reason == "running"
                              else "No answer: the run ended before its first token.")
         return
-    with slots.answer.container():
+    with slots["answer"].container():
         st.caption("Answer as plain text (the button at its right copies it):")
         st.code(trace.output_text, language=None, wrap_lines=True)
 
 
-def show_empty(slots: Slots) -> None:
+def show_empty(slots: LiveSlots) -> None:
     """Before the first run: the live parts, empty. Drawn now, the browser has loaded their code
-    before the model runs (loaded during the first decode step, it competed with the model)."""
-    show_chart(empty_step_chart(), where=slots.chart, key="steps-none", name="steps")
-    slots.answer.code("The answer will appear here as plain text.", language=None)
-    with slots.metrics.container():
+    before the model runs (loaded during the first decode step, it would compete with the
+    model)."""
+    show_chart(empty_step_chart(), where=slots["chart"], key="steps-none", name="steps")
+    slots["answer"].code("The answer will appear here as plain text.", language=None)
+    with slots["metrics"].container():
         for col, name in zip(st.columns(5), ("TTFT", "Last ITL", "Mean ITL", "Decode rate",
                                              "KV cache")):
             col.metric(name, "–")
 
 
-def show_metrics(trace: Trace, slots: Slots) -> None:
+def show_metrics(trace: Trace, slots: LiveSlots) -> None:
     s = summarize(trace)
     last = trace.itl_ms[-1] if trace.itl_ms else None
-    with slots.metrics.container():
+    with slots["metrics"].container():
         cols = st.columns(5)
         cols[0].metric("TTFT", duration(s.ttft_ms),
                        help="Time to first token: tokenization + prefill of the whole prompt.")
@@ -185,7 +173,7 @@ def show_metrics(trace: Trace, slots: Slots) -> None:
                             f"{trace.kv_bytes:,} B.")
 
 
-def run_generation(prompt: str, slots: Slots) -> Trace | None:
+def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
     """Run the model on the prompt, drawing every step; the finished (or stopped) run's trace,
     or None when it could not start (the reason shown)."""
     lm = loaded_model()
@@ -193,84 +181,75 @@ def run_generation(prompt: str, slots: Slots) -> Trace | None:
         st.error("No model is loaded yet — see the sidebar (it may still be loading). You can "
                  "still upload a trace below.")
         return None
-    try:
-        keep("prompt", prompt)
-        budget = threading.Event()  # set when the hosted per-click budget is spent
-        run = Run(lm, prompt, generation_settings(), stop_event=budget,
-                  **session_model().run_options())
-        set_pending_run(run.trace())  # until the first token: this run, no answer
-        try:
-            with model_turn(budget):
-                drawn = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
-                for step in run:
-                    trace = run.trace()
-                    if step.index == 0:
-                        keep_new_trace(trace)  # results computed on the old trace go
-                    else:
-                        keep("trace", trace)
-                    redraw = time.monotonic() - drawn >= CHART_EVERY_S
-                    show(trace, slots, "live", redraw)
-                    drawn = time.monotonic() if redraw else drawn
-        finally:
-            if run.stop_reason == "running":  # interrupted: Stop, or the page left mid-run
-                stopped = replace(run.trace(), stop_reason="stopped")
-                if run.steps:
-                    keep("trace", stopped)
-                else:
-                    set_pending_run(stopped)
-        trace = run.trace()
-        if budget.is_set() and trace.stop_reason == "stopped":
-            trace = replace(trace, stop_reason="limit")
-        if trace.steps:
-            keep("trace", trace)
-        else:
-            set_pending_run(trace)
-        return trace
-    except EngineError as err:
-        st.error(message(err))
+    keep_prompt(prompt)
+    budget = threading.Event()  # set when the hosted per-click budget is spent
+    run = run_experiment(lambda job: Run(lm, prompt, generation_settings(), stop_event=budget,
+                                         **session_model().run_options()), turn=False, cut=False)
+    if run is None:  # the prompt was refused: the reason is shown
         return None
+    set_pending_run(run.trace())  # until the first token: this run, no answer
+    if run_experiment(lambda job: decode(run, slots), stop=budget, cut=False) is None:
+        return None
+    trace = run.trace()
+    if budget.is_set() and trace.stop_reason == "stopped":
+        trace = replace(trace, stop_reason="limit")
+    keep_run(trace)
+    return trace
 
 
-def replay_waits(trace: Trace, speed: float | None) -> list[float]:
-    """Seconds before each step of a replay at `speed` × the recorded pace (None: at once). The
-    pace is `replay_pace`'s, with its bounds scaled so that a slowed replay still ends within
-    REPLAY_MAX_S."""
-    if speed is None:
-        return [0.0] * len(trace.steps)
-    slower = min(speed, 1.0)
-    return [w / speed for w in replay_pace(trace, REPLAY_MAX_S * slower, REPLAY_STEP_MAX_S * slower)]
+def keep_run(trace: Trace) -> None:
+    """A run's trace as the session's, or, before its first token, as the pending run."""
+    if trace.steps:
+        keep_trace(trace)
+    else:
+        set_pending_run(trace)
 
 
-def replay(trace: Trace, slots: Slots) -> None:
+def decode(run: Run, slots: LiveSlots) -> Run:
+    """Every step of the run, drawn live and kept (Stop, or leaving the page, keeps what ran)."""
+    try:
+        drawn = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
+        for step in run:
+            trace = run.trace()
+            if step.index == 0:
+                keep_new_trace(trace)  # results computed on the old trace go
+            else:
+                keep_trace(trace)
+            redraw = time.monotonic() - drawn >= CHART_EVERY_S
+            show(trace, slots, "live", redraw)
+            drawn = time.monotonic() if redraw else drawn
+    finally:
+        if run.stop_reason == "running":  # interrupted: Stop, or the page left mid-run
+            keep_run(replace(run.trace(), stop_reason="stopped"))
+    return run
+
+
+def replay_trace(trace: Trace, slots: LiveSlots) -> None:
     """Show a recorded trace step by step at the chosen speed, under a banner saying so."""
-    label = st.session_state.get("replay_speed") or "1×"
+    label = st.session_state.get(REPLAY_SPEED) or "1×"
     speed = REPLAY_SPEEDS.get(label, 1.0)
     pace = "all at once" if speed is None else f"at {label} its recorded pace"
-    slots.banner.info(
-        f"**Replay** of a recorded trace ({plain(trace.created_at)}, {plain(trace.model.name)} on "
-        f"{plain(trace.device)}), {pace}: the model is not running, every time shown is the "
-        f"recorded one. A replay lasts at most {REPLAY_MAX_S:.0f} s; its speed is set at the "
-        "bottom of the page.", icon=":material/replay:")
-    if speed is None:
-        return  # the page draws the whole trace next
-    for n, wait in enumerate(replay_waits(trace, speed), start=1):
-        time.sleep(wait)
-        show(trace.prefix(n), slots, "replay", n % 8 == 1)
+    banner = (f"**Replay** of a recorded trace ({plain(trace.created_at)}, {plain(trace.model.name)} "
+              f"on {plain(trace.device)}), {pace}: the model is not running, every time shown is "
+              f"the recorded one. A replay lasts at most {REPLAY_MAX_S:.0f} s; its speed is set at "
+              "the bottom of the page.")
+    waits = [] if speed is None else trace_waits(trace, speed)  # instant: the page draws it next
+    replay(slots, banner, waits, lambda n: show(trace.prefix(n), slots, "replay", n % 8 == 1))
 
 
 def summary(trace: Trace) -> None:
     """Why the run ended, and on what."""
     reason = {"eos": "the model ended its answer", "length": "the token limit was reached",
               "stopped": "you pressed Stop", "running": "still running",
-              "limit": f"this demo's limit of {config().limits.click_s or 0:.0f} s of model time "
-                       "per click was reached"}[trace.stop_reason]
+              "limit": f"{limit_text()} was reached"}[trace.stop_reason]
     st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
                f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on "
                f"{plain(trace.device)}" + decoded_by(trace) + ".")
 
 
 def decoded_by(trace: Trace) -> str:
-    """", weights q4_0 (89.9 MB), decode steps by the native C step" — empty for older traces."""
+    """", weights q4_0 (89.9 MB), decode steps by the native C step" — empty for a trace without
+    a decoder record."""
     d = trace.decoder
     if d is None:
         return ""
@@ -293,27 +272,16 @@ def why_this_token(trace: Trace) -> None:
 
 
 def trace_file_bytes(trace: Trace) -> bytes:
-    """The trace file with this session's experiment results, serialized once per (trace,
-    results) pair. Bytes, not a deferred callable: Streamlit stores a deferred download's file
-    unreferenced, and another session's rerun can delete it before the browser fetches it (a
-    four-visitor test saw "download canceled")."""
+    """The trace file with this session's experiment results, made once per (trace, results)
+    pair (bytes, not a deferred callable: see ui/memo.py `file_bytes`)."""
     found = current_experiments()
-    memo = st.session_state.get("_trace_file")
-    if memo is None or memo[0] is not trace or memo[1] is not found:
-        memo = (trace, found, trace_to_bytes(trace, found))
-        st.session_state["_trace_file"] = memo
-    return memo[2]
+    return memo("trace_file", (trace, found), lambda: trace_to_bytes(trace, found))
 
 
 def report_file_bytes(trace: Trace) -> bytes:
-    """The run's HTML report (charts/report.py), made once per (trace, results) pair: bytes for
-    the same reason as `trace_file_bytes`."""
+    """The run's HTML report (charts/report.py), made once per (trace, results) pair."""
     found = current_experiments()
-    memo = st.session_state.get("_report_file")
-    if memo is None or memo[0] is not trace or memo[1] is not found:
-        memo = (trace, found, report_html(trace, found).encode("utf-8"))
-        st.session_state["_report_file"] = memo
-    return memo[2]
+    return memo("report_file", (trace, found), lambda: report_html(trace, found).encode("utf-8"))
 
 
 def download(trace: Trace) -> None:
@@ -334,32 +302,32 @@ def replay_section(trace: Trace | None) -> None:
     """Replay the current trace, or a trace file, at a chosen speed (no model needed)."""
     row = st.container(horizontal=True, vertical_alignment="bottom")
     row.segmented_control("Replay speed", list(REPLAY_SPEEDS), default="1×", required=True,
-                          key="replay_speed",
+                          key=REPLAY_SPEED,
                           help="Relative to the recorded pace, for the current trace and for an "
                                f"uploaded file; a replay lasts at most {REPLAY_MAX_S:.0f} s "
                                "whatever the file says.")
     if trace is not None and trace.steps and row.button("Replay current trace",
                                                         icon=":material/replay:"):
-        st.session_state["replay"] = True
+        ask_replay("trace")
         st.rerun()
-    with st.expander("Replay a trace file",
-                     expanded=trace is None or "upload_error" in st.session_state):
-        st.file_uploader("Trace file (.npz)", type=["npz"], key="upload", on_change=load_upload,
+    error = app_state().page.upload_error
+    with st.expander("Replay a trace file", expanded=trace is None or error is not None):
+        st.file_uploader("Trace file (.npz)", type=["npz"], key=UPLOAD, on_change=load_upload,
                          max_upload_size=config().limits.upload_mb,
                          help="A file from “Download trace”: it replays at the speed above, "
                               "no model needed.")
-        if "upload_error" in st.session_state:
-            st.error(message(st.session_state["upload_error"]))
+        if error is not None:
+            st.error(message(error))
 
 
 header()
-PROMPT, GENERATE, STOP = prompt_form()
-SLOTS = Slots(st.empty(), st.empty(), st.empty(), st.empty(), st.empty())
+TYPED, GENERATE, STOP = prompt_form()
+SLOTS = LiveSlots.make(*VIEWS)
 TRACE = shown_trace(STOP)
 if GENERATE:
-    TRACE = run_generation(PROMPT, SLOTS) or shown_trace(False)
-elif st.session_state.pop("replay", False) and TRACE is not None and TRACE.steps:
-    replay(TRACE, SLOTS)
+    TRACE = run_generation(TYPED, SLOTS) or shown_trace(False)
+elif replay_asked("trace") and TRACE is not None and TRACE.steps:
+    replay_trace(TRACE, SLOTS)
 if TRACE is None:
     show_empty(SLOTS)
     st.info("Generate a trace above, open an example run or upload a trace file below.")

@@ -1,4 +1,7 @@
-"""KV cache: what it saves, what it costs, and the tricks that shrink it — measured."""
+"""KV cache: what it saves, what it costs, and the tricks that shrink it — measured.
+
+`page()` at the bottom reads like the page's table of contents: one function per tab.
+"""
 
 from __future__ import annotations
 
@@ -15,27 +18,22 @@ from charts.kvcache import (
     recorded_blocks_chart,
     variant_chart,
 )
-from engine import EngineError, LoadedModel, Trace
+from engine import LoadedModel, Trace
 from engine.kv.cachelab import cache_on_off, compare_caches
 from engine.kv.kvcache import CacheConfig
 from engine.kv.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.kv.paging import paged_layout
 from engine.serving.metrics import peak_step
 from engine.serving.record import ServingRun
-from pages.common import BUDGET_NOTE, model_turn, no_trace_notice, show_chart
-from pages.state import (
-    config,
-    current_experiments,
-    current_trace,
-    keep_experiments,
-    last_serving_run,
-    loaded_model,
-    message,
-    plain,
-)
+from ui.common import no_trace_notice, show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.record import keep_experiments
+from ui.state import current_experiments, current_trace, last_serving_run, loaded_model
+from ui.text import plain
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
-MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
+KV_MODELS = load_models(Path(__file__).parents[1] / "assets" / "kv_models.json")
 
 
 def live_memory(trace: Trace | None) -> None:
@@ -69,19 +67,16 @@ def cache_on_vs_off(lm: LoadedModel | None) -> None:
                              help="Without the cache every step recomputes the whole "
                                   f"sequence: {offered[-1]} tokens takes a while on two cores.")
     if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
-        bar, found = st.progress(0.0), []
-        try:
-            with model_turn() as stop:
-                for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
-                                           limits.new_tokens, stop):
-                    found.append(result)
-                    bar.progress(len(found) / len(lengths), text=f"{result.new_tokens} tokens done")
-            if stop.is_set():
-                st.info(BUDGET_NOTE.format(s=limits.click_s))
-            keep_experiments(cache_on_off=tuple(found))
-        except EngineError as err:
-            st.error(message(err))
-        bar.empty()
+
+        def on_off(job: Job) -> tuple:
+            found = []
+            for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
+                                       limits.new_tokens, job.stop):
+                found.append(result)
+                job.progress(len(found) / len(lengths), f"{result.new_tokens} tokens done")
+            return tuple(found)
+
+        run_experiment(on_off, progress="", keep=lambda found: keep_experiments(cache_on_off=found))
     found = current_experiments().cache_on_off
     if found:
         st.dataframe(pd.DataFrame([{"new tokens": r.new_tokens,
@@ -96,7 +91,7 @@ def cache_on_vs_off(lm: LoadedModel | None) -> None:
 
 
 def calculator(lm: LoadedModel | None) -> None:
-    models = MODELS + ([from_spec(lm.spec)] if lm is not None else [])
+    models = KV_MODELS + ([from_spec(lm.spec)] if lm is not None else [])
     c1, c2, c3 = st.columns(3)
     context = c1.number_input("Context length (tokens)", 1, 1_000_000, 4096, step=1024)
     batch = c2.number_input("Batch (sequences)", 1, 1024, 1)
@@ -135,21 +130,19 @@ def shrinking_it(trace: Trace | None, lm: LoadedModel | None) -> None:
     if st.button("Measure memory and quality", icon=":material/science:"):
         configs = [CacheConfig("int8"), CacheConfig("int4"), CacheConfig("window", window, sinks),
                    CacheConfig("window", window, 0)]
-        bar, runs = st.progress(0.0), []
-        try:
-            with model_turn() as stop:
-                for run in compare_caches(lm, list(trace.prompt_token_ids),
-                                          list(trace.output_token_ids), configs,
-                                          limits.sequence_tokens):
-                    runs.append(run)
-                    bar.progress(len(runs) / (len(configs) + 1), text=run.config.label)
-                    if stop.is_set():
-                        st.info(BUDGET_NOTE.format(s=limits.click_s))
-                        break
-            keep_experiments(cache_variants=tuple(runs))
-        except EngineError as err:
-            st.error(message(err))
-        bar.empty()
+
+        def variants(job: Job) -> tuple:
+            runs = []
+            for run in compare_caches(lm, list(trace.prompt_token_ids),
+                                      list(trace.output_token_ids), configs, limits.sequence_tokens):
+                runs.append(run)
+                job.progress(len(runs) / (len(configs) + 1), run.config.label)
+                if job.spent:
+                    break
+            return tuple(runs)
+
+        run_experiment(variants, progress="",
+                       keep=lambda runs: keep_experiments(cache_variants=runs))
     runs = current_experiments().cache_variants
     if runs:
         st.dataframe(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),
@@ -247,18 +240,19 @@ def modelled_blocks(trace: Trace | None) -> None:
                "grow together, each takes the next free block), not recorded.")
 
 
-st.title("KV cache")
-st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
-           "them instead of recomputing them — memory traded for time.")
-TRACE, LM = current_trace(), loaded_model()
-TABS = st.tabs(["Live memory", "Cache on vs off", "Calculator", "Shrinking it", "Paged blocks"])
-with TABS[0]:
-    live_memory(TRACE)
-with TABS[1]:
-    cache_on_vs_off(LM)
-with TABS[2]:
-    calculator(LM)
-with TABS[3]:
-    shrinking_it(TRACE, LM)
-with TABS[4]:
-    paged_blocks(TRACE)
+def page() -> None:
+    st.title("KV cache")
+    st.caption("Each decode step needs every earlier token's keys and values. The KV cache keeps "
+               "them instead of recomputing them — memory traded for time.")
+    trace, lm = current_trace(), loaded_model()
+    tabs = {"Live memory": lambda: live_memory(trace),
+            "Cache on vs off": lambda: cache_on_vs_off(lm),
+            "Calculator": lambda: calculator(lm),
+            "Shrinking it": lambda: shrinking_it(trace, lm),
+            "Paged blocks": lambda: paged_blocks(trace)}
+    for tab, draw in zip(st.tabs(list(tabs)), tabs.values()):
+        with tab:
+            draw()
+
+
+page()

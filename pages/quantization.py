@@ -7,7 +7,7 @@ import streamlit as st
 
 from charts.quant import calculator_chart, overhead_chart, study_chart
 from charts.tokens import chip, piece_text
-from engine import EngineError, LoadedModel
+from engine import LoadedModel
 from engine.kernels.microbench import cached_ceilings, ceilings
 from engine.quant import VARIANT_NAMES
 from engine.quant.calculator import (
@@ -30,16 +30,12 @@ from engine.quant.study import (
 )
 from engine.quant.variants import SCOPE
 from engine.timing.disturbance import ADVICE
-from pages.common import BUDGET_NOTE, model_turn, show_chart
-from pages.state import (
-    config,
-    current_experiments,
-    keep_experiments,
-    loaded_model,
-    message,
-    plain,
-    session_model,
-)
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, budget_note, run_experiment
+from ui.record import keep_experiments
+from ui.state import current_experiments, loaded_model, session_model
+from ui.text import plain
 
 # Llama-style shapes from each config.json that assets/kv_models.json links (hidden, FFN,
 # layers, heads, KV heads, head_dim, vocabulary, tied): the parameter count is computed from them
@@ -172,27 +168,23 @@ def run_comparison(lm: LoadedModel | None) -> None:
                                          if hosted else "."))
     if not st.button("Run the comparison", icon=":material/compress:", type="primary"):
         return
-    try:
-        plan = StudyPlan(tuple(chosen) or ("fp32",), plan.prompts, plan.new_tokens,
-                         plan.grid_layers)
-        with st.status("Measuring the variants…", expanded=True) as status:
-            bar = st.progress(0.0, text="Waiting for the model…")
-            with model_turn() as stop:
-                from engine.quant.study import run_study
+    plan = StudyPlan(tuple(chosen) or ("fp32",), plan.prompts, plan.new_tokens, plan.grid_layers)
 
-                lm = reference_model(lm)
+    def study(job: Job) -> QuantStudy:
+        from engine.quant.study import run_study
 
-                bar.progress(0.0, text="Reading this machine's memory bandwidth…")
-                bandwidth = _bandwidth(lm)
-                study = run_study(lm, plan, bandwidth,
-                                  say=lambda text, done: bar.progress(min(done, 1.0), text=text),
-                                  stop=stop.is_set)
-            status.update(label=f"Measured {len(study.variants)} variant(s)", state="complete",
-                          expanded=False)
-    except EngineError as err:
-        st.error(message(err))
-        return
-    keep_experiments(quant_study=study)
+        ref = reference_model(lm)
+        job.progress(0.0, "Reading this machine's memory bandwidth…")
+        return run_study(ref, plan, _bandwidth(ref), say=job.say, stop=job.stop.is_set)
+
+    with st.status("Measuring the variants…", expanded=True) as status:
+        found = run_experiment(study, progress="Waiting for the model…", cut=False,
+                               keep=lambda found: keep_experiments(quant_study=found))
+        if found is None:  # the reason is shown in the status
+            status.update(state="error", expanded=True)
+            return
+        status.update(label=f"Measured {len(found.variants)} variant(s)", state="complete",
+                      expanded=False)
     st.rerun()  # redraw from the top: the grid check above is part of the study
 
 
@@ -251,8 +243,8 @@ def results_table(study: QuantStudy) -> None:
         st.warning("A step read faster than the measured ceiling: the ceiling was read in a "
                    "slow moment, or the weights fit in the CPU caches. Measure the ceilings "
                    "again on the Prefill vs decode page.")
-    if study.stopped:
-        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
+    if study.stopped:  # the note stays with the results it explains
+        st.info(budget_note())
 
 
 def _ppl_agreement(study: QuantStudy) -> float:

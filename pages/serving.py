@@ -3,8 +3,6 @@ with prefix sharing, speculative decoding — each measured (engine/serving/).""
 
 from __future__ import annotations
 
-import math
-import threading
 import time
 from dataclasses import dataclass, replace
 
@@ -18,34 +16,37 @@ from charts.serving import (
     throughput_chart,
 )
 from engine import EngineError
-from engine.clock import MachineSample, others_share
 from engine.serving.metrics import passed_over, peak_step, run_prefix, summarize_stream
 from engine.serving.record import ServingConfig, ServingRun
-from pages.common import BUDGET_NOTE, model_turn, show_chart
-from pages.serving_sections import (
+from ui.common import show_chart
+from ui.experiment import Job, run_experiment
+from ui.keys import (
+    SERVING_BATCH,
+    SERVING_COUNT,
+    SERVING_LENGTHS,
+    SERVING_PREFIX,
+    SERVING_PROMPTS,
+    SERVING_STREAM,
+)
+from ui.record import keep_serving
+from ui.replay import LiveSlots, paced, replay, replay_asked, step_frames
+from ui.sections.serving import (
     STREAMS,
     YOUR_STREAM,
     batching_section,
     busy_warning,
-    files_section,
+    cpu_watch,
     serving_caps,
+    serving_files_section,
     sharing_section,
     speculation_section,
     stream_specs,
 )
-from pages.state import (
-    config,
-    generation_settings,
-    keep_serving,
-    loaded_model,
-    message,
-    plain,
-    serving_results,
-    session_model,
-)
+from ui.state import generation_settings, loaded_model, serving_results, session_model
+from ui.text import plain
 
 REDRAW_S = 1.0  # the live charts redraw at most this often (a redraw shares the cores with the model)
-REPLAY_S, REPLAY_FRAMES = 20.0, 40  # a replay lasts at most this long, in at most this many frames
+VIEWS = ("gantt", "grid", "rate")  # the live slots, under the status line
 OWN = "My own prompts"
 BLOCK_SIZES = (4, 8, 16, 32)
 
@@ -64,15 +65,15 @@ class StreamForm:
 
 def use_stream() -> None:
     """A sample stream picked: fill the form with its prompts, prefix and output lengths."""
-    stream = STREAMS.get(st.session_state.get("serving_stream"))
+    stream = STREAMS.get(st.session_state.get(SERVING_STREAM))
     if stream is None:
         return
-    st.session_state["serving_prompts"] = "\n".join(r["prompt"] for r in stream["requests"])
-    st.session_state["serving_prefix"] = stream.get("shared_prefix", "")
-    st.session_state["serving_lengths"] = ", ".join(str(r["max_new_tokens"])
-                                                    for r in stream["requests"])
-    st.session_state["serving_count"] = len(stream["requests"])
-    st.session_state["serving_batch"] = stream.get("max_batch", 8)
+    st.session_state[SERVING_PROMPTS] = "\n".join(r["prompt"] for r in stream["requests"])
+    st.session_state[SERVING_PREFIX] = stream.get("shared_prefix", "")
+    st.session_state[SERVING_LENGTHS] = ", ".join(str(r["max_new_tokens"])
+                                                  for r in stream["requests"])
+    st.session_state[SERVING_COUNT] = len(stream["requests"])
+    st.session_state[SERVING_BATCH] = stream.get("max_batch", 8)
 
 
 def header() -> None:
@@ -89,25 +90,25 @@ def stream_form() -> StreamForm | None:
     with one sentence saying what is wrong)."""
     caps = serving_caps()
     st.subheader("A stream of requests")
-    if "serving_prompts" not in st.session_state:
-        st.session_state["serving_stream"] = next(iter(STREAMS))
+    if SERVING_PROMPTS not in st.session_state:
+        st.session_state[SERVING_STREAM] = next(iter(STREAMS))
         use_stream()
-    st.selectbox("Sample stream", [*STREAMS, OWN], key="serving_stream", on_change=use_stream,
+    st.selectbox("Sample stream", [*STREAMS, OWN], key=SERVING_STREAM, on_change=use_stream,
                  help="Fills the form below; edit anything before running.")
-    about = STREAMS.get(st.session_state.get("serving_stream"), {}).get("about")
+    about = STREAMS.get(st.session_state.get(SERVING_STREAM), {}).get("about")
     if about:
         st.caption(about)
     with st.form("serving_form", border=False, enter_to_submit=True):
-        prompts = st.text_area("Prompts, one per line", key="serving_prompts", height=150,
+        prompts = st.text_area("Prompts, one per line", key=SERVING_PROMPTS, height=150,
                                max_chars=20_000, help="Cycled when you ask for more requests "
                                                       "than lines.")
-        prefix = st.text_area("Shared prefix (prepended to every prompt)", key="serving_prefix",
+        prefix = st.text_area("Shared prefix (prepended to every prompt)", key=SERVING_PREFIX,
                               height=80, max_chars=5_000, help="A system prompt every request "
                               "starts with: what prefix sharing saves.")
         c1, c2, c3 = st.columns(3)
-        count = c1.number_input("Requests", 1, caps.requests, key="serving_count",
+        count = c1.number_input("Requests", 1, caps.requests, key=SERVING_COUNT,
                                 help=f"At most {caps.requests} here.")
-        lengths = c2.text_input("Max new tokens per request", key="serving_lengths",
+        lengths = c2.text_input("Max new tokens per request", key=SERVING_LENGTHS,
                                 help=f"Comma-separated, cycled over the requests; each at most "
                                      f"{caps.new_tokens}.")
         arrival = c3.radio("Arrival", ["all at once", "Poisson"], horizontal=True,
@@ -116,7 +117,7 @@ def stream_form() -> StreamForm | None:
         c4, c5, c6, c7 = st.columns(4)
         rate_per_s = c4.number_input("Rate (requests/s)", 0.1, 100.0, 4.0, step=0.5,
                                      key="serving_rate", help="For Poisson arrivals.")
-        max_batch = c5.number_input("Max batch", 1, 32, key="serving_batch",
+        max_batch = c5.number_input("Max batch", 1, 32, key=SERVING_BATCH,
                                     help="Requests decoded together in one forward.")
         block = c6.selectbox("Block size (tokens)", BLOCK_SIZES, index=2, key="serving_block")
         pool = c7.number_input("Block pool (blocks)", 1, caps.pool_slots, 128,
@@ -154,28 +155,18 @@ def stream_form() -> StreamForm | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class LiveSlots:
-    """Where a (partial) run is drawn, live and when done."""
-
-    status: st.delta_generator.DeltaGenerator
-    gantt: st.delta_generator.DeltaGenerator
-    grid: st.delta_generator.DeltaGenerator
-    rate: st.delta_generator.DeltaGenerator
-
-
 def draw_live(run: ServingRun, slots: LiveSlots, tag: str, grid: bool = True) -> None:
     """The Gantt, the block pool after the last step (unless `grid` is False: a finished run's
     pool is drawn with its step slider instead) and tokens/s; `tag` keeps each drawing's chart
     keys unique within a page run (a live run redraws the same slots)."""
     tag = f"{tag}-{len(run.steps)}"
-    show_chart(gantt_chart(run), where=slots.gantt, key=f"serving-gantt-{tag}", name="requests")
+    show_chart(gantt_chart(run), where=slots["gantt"], key=f"serving-gantt-{tag}", name="requests")
     if grid:
-        show_chart(block_grid_chart(run), where=slots.grid, key=f"serving-grid-{tag}",
+        show_chart(block_grid_chart(run), where=slots["grid"], key=f"serving-grid-{tag}",
                    name="blocks")
     else:
-        slots.grid.empty()
-    show_chart(throughput_chart(run), where=slots.rate, key=f"serving-rate-{tag}",
+        slots["grid"].empty()
+    show_chart(throughput_chart(run), where=slots["rate"], key=f"serving-rate-{tag}",
                name="tokens per second")
 
 
@@ -187,55 +178,52 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
         st.error("No model is loaded yet — see the sidebar (it may still be loading). A serving "
                  "file can still be opened below.")
         return
-    from engine.serving.engine import ServingEngine
-
-    budget = threading.Event()
-    try:
-        specs = stream_specs(lm, form.prompts, form.lengths, form.arrival, form.rate_per_s,
-                             generation_settings().chat_template)
-    except (EngineError, ValueError) as err:
-        st.error(message(err))
+    specs = run_experiment(lambda job: stream_specs(
+        lm, form.prompts, form.lengths, form.arrival, form.rate_per_s,
+        generation_settings().chat_template), turn=False, cut=False, errors=(EngineError, ValueError))
+    if specs is None:  # the reason is shown
         return
-    total = sum(s.max_new_tokens for s in specs)
-    bar = slots.status.progress(0.0, text="Waiting for the model…")
-    done, engine, finished, before = 0, None, False, None
-
-    def idle(ms: float) -> None:  # a Streamlit call while the stream waits: Stop lands here
-        bar.progress(min(done / total, 1.0), text=f"{done} tokens so far; the next request "
-                     f"arrives in {ms / 1000:.1f} s")
-
-    try:
-        with model_turn(budget):  # the engine packs weights and allocates its pool: in the turn
-            engine = ServingEngine(lm, specs, form.config, stop_event=budget,
-                                   weights=session_model().weights, on_idle=idle)
-            before, drawn = MachineSample.now(lm.device), time.monotonic()
-            for step in engine:  # the stream's clock pauses while this loop draws
-                done += step.batch_size  # one token per request in the step
-                bar.progress(min(done / total, 1.0), text=f"step {step.index + 1}: {done} of at "
-                             f"most {total} tokens, batch {step.batch_size}, {step.waiting} waiting")
-                if step.index == 0 or time.monotonic() - drawn >= REDRAW_S:
-                    partial = engine.record()  # detokenizes every answer: not every step
-                    keep_serving(run=partial, label=YOUR_STREAM)  # what a Stop click keeps
-                    draw_live(partial, slots, "live")
-                    drawn = time.monotonic()
-            finished = True
-    except (EngineError, ValueError) as err:
-        st.error(message(err))
-    finally:  # Stop (a rerun) lands here too: keep what ran, marked stopped
-        if engine is not None:
-            if not finished:
-                budget.set()
-            share = None if before is None else others_share(before, MachineSample.now(lm.device))
-            keep_serving(("run", share), run=engine.record(), label=YOUR_STREAM)
-    bar.empty()
-    if engine is None:
-        return
-    if budget.is_set():  # the loop ended by itself: the hosted per-click budget was spent
-        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
-    refused = engine.refusals()
+    engine = run_experiment(lambda job: serve_stream(lm, specs, form, slots, job),
+                            progress="Waiting for the model…", where=slots.status,
+                            errors=(EngineError, ValueError))
+    refused = {} if engine is None else engine.refusals()
     if refused:
         st.warning("Refused (they can never fit): " + "; ".join(
             f"request {i}: {plain(why)}" for i, why in refused.items()) + ".")
+
+
+def serve_stream(lm, specs, form: StreamForm, slots: LiveSlots, job: Job):
+    """The stream on the serving engine, drawn live and kept (what ran, if it stops early)."""
+    from engine.serving.engine import ServingEngine
+
+    total, done = sum(s.max_new_tokens for s in specs), 0
+    engine, finished, others = None, False, None
+
+    def idle(ms: float) -> None:  # a Streamlit call while the stream waits: Stop lands here
+        job.progress(done / total, f"{done} tokens so far; the next request arrives in "
+                                   f"{ms / 1000:.1f} s")
+
+    try:  # the engine packs weights and allocates its pool: in the turn
+        engine = ServingEngine(lm, specs, form.config, stop_event=job.stop,
+                               weights=session_model().weights, on_idle=idle)
+        others, drawn = cpu_watch(lm.device), time.monotonic()
+        for step in engine:  # the stream's clock pauses while this loop draws
+            done += step.batch_size  # one token per request in the step
+            job.progress(done / total, f"step {step.index + 1}: {done} of at most {total} "
+                                       f"tokens, batch {step.batch_size}, {step.waiting} waiting")
+            if step.index == 0 or time.monotonic() - drawn >= REDRAW_S:
+                partial = engine.record()  # detokenizes every answer: not every step
+                keep_serving(run=partial, label=YOUR_STREAM)  # what a Stop click keeps
+                draw_live(partial, slots, "live")
+                drawn = time.monotonic()
+        finished = True
+    finally:  # Stop (a rerun) lands here too: keep what ran, marked stopped
+        if engine is not None:
+            if not finished:
+                job.stop.set()
+            share = None if others is None else others()
+            keep_serving(("run", share), run=engine.record(), label=YOUR_STREAM)
+    return engine
 
 
 def mark_stopped() -> None:
@@ -251,22 +239,15 @@ def mark_stopped() -> None:
     keep_serving(run=replace(run, requests=requests, stopped=True), label=YOUR_STREAM)
 
 
-def replay(run: ServingRun, slots: LiveSlots) -> None:
-    """Draw a recorded run again at its recorded pace (faster when it lasted over REPLAY_S), in
-    at most REPLAY_FRAMES frames; no model runs."""
-    slots.status.info(f"**Replay** of a recorded run ({plain(run.created)}, {plain(run.model)}): "
-                      "the model is not running; every time shown is the recorded one.",
-                      icon=":material/replay:")
-    end = max(s.start_ms + s.ms for s in run.steps)
-    pace = max(end / 1000 / REPLAY_S, 1.0)  # recorded seconds per replayed second
-    frames = sorted({max(1, math.ceil(i * len(run.steps) / REPLAY_FRAMES))
-                     for i in range(1, REPLAY_FRAMES + 1)})
-    shown = 0.0
-    for n in frames:
-        at = run.steps[n - 1].start_ms + run.steps[n - 1].ms
-        time.sleep(max(at - shown, 0.0) / 1000 / pace)
-        shown = at
-        draw_live(run_prefix(run, n), slots, "replay")
+def replay_run(run: ServingRun, slots: LiveSlots) -> None:
+    """Draw a recorded run again at its recorded pace (faster when it lasted long), frame by
+    frame; no model runs."""
+    frames = step_frames(len(run.steps))
+    ends = [0.0] + [run.steps[n - 1].start_ms + run.steps[n - 1].ms for n in frames]
+    banner = (f"**Replay** of a recorded run ({plain(run.created)}, {plain(run.model)}): the "
+              "model is not running; every time shown is the recorded one.")
+    replay(slots, banner, paced([(b - a) / 1000 for a, b in zip(ends, ends[1:])]),
+           lambda k: draw_live(run_prefix(run, frames[k - 1]), slots, "replay"))
 
 
 def run_summary(run: ServingRun, label: str) -> None:
@@ -362,14 +343,13 @@ header()
 FORM = stream_form()
 if st.button("Stop", icon=":material/stop:", help="Stop the running stream; what ran is kept."):
     mark_stopped()  # the click's rerun ended the running stream; its last kept state stays
-SLOTS = LiveSlots(st.empty(), st.empty(), st.empty(), st.empty())
+SLOTS = LiveSlots.make(*VIEWS)
 if FORM is not None:
     run_stream(FORM, SLOTS)
-elif st.session_state.pop("serving_replay", False) and serving_results().run is not None \
-        and serving_results().run.steps:
-    replay(serving_results().run, SLOTS)
+elif replay_asked("serving") and serving_results().run is not None and serving_results().run.steps:
+    replay_run(serving_results().run, SLOTS)
 shown_run(SLOTS)
 batching_section(loaded_model())
 sharing_section(loaded_model())
 speculation_section(loaded_model())
-files_section()
+serving_files_section()

@@ -4,9 +4,6 @@ API, live — the client's timings per request and per token, and the server's o
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import streamlit as st
 
 from charts.remote import gantt_chart, load_at, server_chart, throughput_chart
@@ -15,22 +12,25 @@ from engine.remote.cli import DEFAULT_PROMPTS
 from engine.remote.client import RemoteError, normalize_base_url
 from engine.remote.compare import chat_text
 from engine.remote.record import LoadConfig, LoadRun
-from pages.common import show_chart
-from pages.serving_engine_results import compare_section, results_section
-from pages.serving_engine_sections import (
-    REPLAY,
+from ui.common import show_chart
+from ui.keys import REMOTE_PROMPTS
+from ui.record import keep_remote
+from ui.replay import LiveSlots, even_frames, paced, replay, replay_asked
+from ui.sections.serving_engine import (
     YOUR_LOAD,
     Server,
     cut_short,
     default_tokenizer,
-    files_section,
     hosted,
+    load_files_section,
     server_section,
 )
-from pages.state import keep_remote, message, plain, remote_results
+from ui.sections.serving_engine_results import compare_section, results_section
+from ui.state import remote_results
+from ui.text import message, plain
 
 MAX_REQUESTS, MAX_NEW_TOKENS, MAX_CONCURRENCY = 64, 256, 64  # one load from this page, locally
-REPLAY_S, REPLAY_FRAMES = 20.0, 40  # a replay lasts at most this long, in at most this many frames
+VIEWS = ("gantt", "rate", "server")  # the live slots, under the status line
 CONCURRENCY, POISSON = "Concurrency limit", "Poisson rate"
 
 
@@ -58,10 +58,10 @@ def hosted_notice() -> None:
 def load_form(server: Server) -> LoadConfig | None:
     """The load; None until submitted (or on bad input, with one sentence saying why)."""
     st.subheader("The load")
-    if "remote_prompts" not in st.session_state:
-        st.session_state["remote_prompts"] = "\n".join(DEFAULT_PROMPTS)
+    if REMOTE_PROMPTS not in st.session_state:
+        st.session_state[REMOTE_PROMPTS] = "\n".join(DEFAULT_PROMPTS)
     with st.form("remote_form", border=False, enter_to_submit=True):
-        prompts = st.text_area("Prompts, one per line", key="remote_prompts", height=140,
+        prompts = st.text_area("Prompts, one per line", key=REMOTE_PROMPTS, height=140,
                                max_chars=20_000, help="Eight sample questions to start; cycled "
                                "when you ask for more requests than lines.")
         c1, c2, c3, c4 = st.columns(4)
@@ -108,23 +108,13 @@ def load_form(server: Server) -> LoadConfig | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class LiveSlots:
-    """Where a (partial) load is drawn, live and when done."""
-
-    status: st.delta_generator.DeltaGenerator
-    gantt: st.delta_generator.DeltaGenerator
-    rate: st.delta_generator.DeltaGenerator
-    server: st.delta_generator.DeltaGenerator
-
-
 def draw_live(run: LoadRun, slots: LiveSlots, tag: str) -> None:
     """The Gantt, tokens/s and the server's gauges; `tag` keeps each drawing's chart keys unique
     within a page run (a live load redraws the same slots)."""
-    show_chart(gantt_chart(run), where=slots.gantt, key=f"remote-gantt-{tag}", name="requests")
-    show_chart(throughput_chart(run), where=slots.rate, key=f"remote-rate-{tag}",
+    show_chart(gantt_chart(run), where=slots["gantt"], key=f"remote-gantt-{tag}", name="requests")
+    show_chart(throughput_chart(run), where=slots["rate"], key=f"remote-rate-{tag}",
                name="tokens per second")
-    show_chart(server_chart(run), where=slots.server, key=f"remote-server-{tag}",
+    show_chart(server_chart(run), where=slots["server"], key=f"remote-server-{tag}",
                name="server gauges")
 
 
@@ -140,9 +130,8 @@ def progress_text(run: LoadRun) -> tuple[float, str]:
 
 def run_load(config: LoadConfig, slots: LiveSlots) -> None:
     """Send the load; the progress at every snapshot (about 2/s), the charts once a second; kept
-    at every snapshot, so a
-    reload does not lose it. Stop (or leaving the page) stops the streams and keeps what came.
-    The model turn is not taken: the server is another process."""
+    at every snapshot, so a reload does not lose it. Stop (or leaving the page) stops the
+    streams and keeps what came. The model turn is not taken: the server is another process."""
     from engine.remote.loadtest import LoadTest
 
     bar = slots.status.progress(0.0, text=f"Asking {plain(config.base_url)} for its models…")
@@ -168,19 +157,16 @@ def run_load(config: LoadConfig, slots: LiveSlots) -> None:
     bar.empty()
 
 
-def replay(run: LoadRun, slots: LiveSlots) -> None:
-    """Draw a recorded load again at its recorded pace (faster when it lasted over REPLAY_S),
-    in at most REPLAY_FRAMES frames; nothing is sent."""
-    slots.status.info(f"**Replay** of a recorded load ({plain(run.created)}, "
-                      f"{plain(run.server)}): nothing is sent; every time shown is the recorded "
-                      "one.", icon=":material/replay:")
+def replay_load(run: LoadRun, slots: LiveSlots) -> None:
+    """Draw a recorded load again at its recorded pace (faster when it lasted long), frame by
+    frame; nothing is sent."""
     end = max([s.t_ms for s in run.samples] + [t for r in run.requests for t in r.chunk_ms],
               default=0.0)
-    frames = max(1, min(REPLAY_FRAMES, int(end / 250) + 1))
-    pace = max(end / 1000 / REPLAY_S, 1.0)  # recorded seconds per replayed second
-    for k in range(1, frames + 1):
-        time.sleep(end / frames / 1000 / pace)
-        draw_live(load_at(run, end * k / frames), slots, f"replay-{k}")
+    moments = even_frames(end)
+    banner = (f"**Replay** of a recorded load ({plain(run.created)}, {plain(run.server)}): "
+              "nothing is sent; every time shown is the recorded one.")
+    replay(slots, banner, paced([moments[0] / 1000] * len(moments)),
+           lambda k: draw_live(load_at(run, moments[k - 1]), slots, f"replay-{k}"))
 
 
 def load_caption(run: LoadRun, label: str) -> None:
@@ -222,12 +208,12 @@ else:
     FORM = load_form(server_section())
     st.button("Stop", icon=":material/stop:", help="Stop the running load: the streams end and "
               "what arrived is kept.")  # its click's rerun ends the running load (see run_load)
-SLOTS = LiveSlots(st.empty(), st.empty(), st.empty(), st.empty())
+SLOTS = LiveSlots.make(*VIEWS)
 if FORM is not None:
     run_load(FORM, SLOTS)
-elif st.session_state.pop(REPLAY, False) and remote_results().run is not None:
-    replay(remote_results().run, SLOTS)
+elif replay_asked("load") and remote_results().run is not None:
+    replay_load(remote_results().run, SLOTS)
 SHOWN = shown_load(SLOTS)
 if SHOWN is not None:
     compare_section(SHOWN, remote_results().label)
-files_section()
+load_files_section()

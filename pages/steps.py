@@ -9,8 +9,8 @@ from charts import piece_text
 from charts.formatting import duration
 from engine import Trace, summarize
 from engine.timing.disturbance import assess, cpu_share, expected_threads
-from pages.common import disturbance_warning, require_trace
-from pages.state import plain
+from ui.common import disturbance_warning, require_trace
+from ui.text import plain
 
 
 def _ms(value: float | None, digits: int = 1) -> float | None:

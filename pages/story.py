@@ -34,12 +34,12 @@ from engine import Trace
 from engine.lens import cost_notice, notice, weights_notice, wording
 from engine.lens.attention_stats import full_attention
 from engine.lens.rope import angles
-from pages.common import memo, require_trace, show_chart
-from pages.state import plain
+from ui.common import require_trace, show_chart
+from ui.keys import STORY_NEXT, STORY_PREVIOUS, STORY_STAGE
+from ui.memo import memo
+from ui.state import app_state
+from ui.text import plain
 
-STAGE = "story_stage"  # the stage picker's widget key
-AT = "story_at"  # the stage shown, kept while the visitor is on other pages
-NEXT, PREVIOUS = "story_next", "story_previous"  # button keys: the keyboard script clicks them
 LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Attention page)
 
 
@@ -220,24 +220,25 @@ STAGES = (
 
 
 def go(delta: int) -> None:
-    st.session_state[AT] = min(max(st.session_state.get(AT, 0) + delta, 0), len(STAGES) - 1)
+    page = app_state().page
+    page.story_at = min(max(page.story_at + delta, 0), len(STAGES) - 1)
 
 
 def jumped() -> None:
-    st.session_state[AT] = st.session_state[STAGE]
+    app_state().page.story_at = st.session_state[STORY_STAGE]
 
 
 def navigation() -> int:
     """← Previous, the progress, Next →, and a picker to jump to any stage; the stage shown."""
-    at = min(max(int(st.session_state.get(AT, 0)), 0), len(STAGES) - 1)
-    st.session_state[STAGE] = at  # the picker follows the buttons and the keys
+    at = min(max(int(app_state().page.story_at), 0), len(STAGES) - 1)
+    st.session_state[STORY_STAGE] = at  # the picker follows the buttons and the keys
     back, progress, jump, forward = st.columns([1.2, 2.6, 3.2, 1.2], vertical_alignment="bottom")
-    back.button("← Previous", key=PREVIOUS, on_click=go, args=(-1,), disabled=at == 0,
+    back.button("← Previous", key=STORY_PREVIOUS, on_click=go, args=(-1,), disabled=at == 0,
                 width="stretch", help="Or ← / PageUp")
-    forward.button("Next →", key=NEXT, on_click=go, args=(1,), disabled=at == len(STAGES) - 1,
+    forward.button("Next →", key=STORY_NEXT, on_click=go, args=(1,), disabled=at == len(STAGES) - 1,
                    width="stretch", type="primary", help="Or → / PageDown")
     progress.progress((at + 1) / len(STAGES), text=f"Stage {at + 1} of {len(STAGES)}")
-    jump.selectbox("Jump to a stage", range(len(STAGES)), key=STAGE, on_change=jumped,
+    jump.selectbox("Jump to a stage", range(len(STAGES)), key=STORY_STAGE, on_change=jumped,
                    format_func=lambda i: f"{i + 1}. {STAGES[i].title}", label_visibility="collapsed")
     return at
 
@@ -265,7 +266,7 @@ if (!window.__storyKeys) {
   });
 }
 </script>
-""".replace("NEXT", NEXT).replace("PREVIOUS", PREVIOUS)
+""".replace("NEXT", STORY_NEXT).replace("PREVIOUS", STORY_PREVIOUS)
 
 
 def keyboard() -> None:

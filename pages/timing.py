@@ -25,9 +25,12 @@ from engine.timing.sweeps import (
     prefill_timer,
     sweep_points,
 )
-from pages.common import BUDGET_NOTE, disturbance_warning, model_turn, require_trace, show_chart
-from pages.state import config, current_experiments, keep_experiments, loaded_model
-from pages.timing_kernels import dtype_section, kernels_section
+from ui.common import disturbance_warning, require_trace, show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.record import keep_experiments
+from ui.sections.timing_kernels import dtype_section, kernels_section
+from ui.state import app_state, current_experiments, loaded_model
 
 Points = dict[str, tuple[Work, float]]
 PHASE_WIDTH = 224  # px: the longest phase label ("decode, eager (static cache)") in full
@@ -66,13 +69,14 @@ def ceilings_control(trace, lm) -> Ceilings | None:
     measure = st.button("Measure this machine's ceilings", icon=":material/speed:",
                         help="Reads a 1 GB buffer and times a matmul (a few seconds). Each press "
                              "measures again; the best figures are kept.")
-    asked = st.session_state.get("ceilings_for") == (device, dtype)  # measured this session
+    page = app_state().page
+    asked = page.ceilings_for == (device, dtype)  # measured this session
     ceil = cached_ceilings(device, dtype) if asked and not measure else None  # a file: no turn
     if measure or (asked and ceil is None):
-        with st.spinner("Measuring memory bandwidth and matmul speed (a few seconds)…"), \
-                model_turn():
-            ceil = ceilings(device, dtype, refresh=measure)
-        st.session_state["ceilings_for"] = (device, dtype)
+        ceil = run_experiment(lambda job: ceilings(device, dtype, refresh=measure), cut=False,
+                              spinner="Measuring memory bandwidth and matmul speed (a few "
+                                      "seconds)…")
+        page.ceilings_for = (device, dtype)
     return ceil
 
 
@@ -161,18 +165,20 @@ def _sweeps(lm) -> dict:
 
 def run_sweep(key: str, timer, rate, sizes: list[int], x_title: str) -> None:
     """Every size `REPEATS` times, round-robin; keeps the points (median + every repeat)."""
-    bar, found = st.progress(0.0, text="Measuring…"), []
     total = REPEATS * len(sizes)
-    with model_turn() as stop:
+
+    def sweep(job: Job) -> list:
+        found = []
         for m in interleaved(sizes, timer, REPEATS):
             found.append(m)
-            bar.progress(len(found) / total, text=f"Round {m.repeat + 1} of {REPEATS}: "
-                                                  f"{x_title} {m.size} → {m.ms:.1f} ms")
-            if stop.is_set():
-                st.info(BUDGET_NOTE.format(s=config().limits.click_s))
+            job.progress(len(found) / total, f"Round {m.repeat + 1} of {REPEATS}: "
+                                             f"{x_title} {m.size} → {m.ms:.1f} ms")
+            if job.spent:
                 break
-    keep_experiments(sweeps={**current_experiments().sweeps, key: sweep_points(found, rate)})
-    bar.empty()
+        return sweep_points(found, rate)
+
+    run_experiment(sweep, progress="Measuring…", keep=lambda points: keep_experiments(
+        sweeps={**current_experiments().sweeps, key: points}))
 
 
 def sweeps_section(lm) -> None:

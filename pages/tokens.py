@@ -13,8 +13,9 @@ from charts.embeddings import language_bars
 from charts.tokens import chips_html, merge_table, piece_text, table_height, token_chips_html
 from engine import LoadedModel, Trace
 from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
-from pages.common import no_trace_notice, show_chart
-from pages.state import current_trace, loaded_model, plain
+from ui.common import no_trace_notice, show_chart
+from ui.state import current_trace, loaded_model
+from ui.text import plain
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
 

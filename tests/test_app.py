@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pages.state import MODELS
+from ui.shared import MODELS
+from ui.state import state_of
 
 pytestmark = pytest.mark.real_model  # every test here runs the app with the default model
 
@@ -29,8 +30,8 @@ def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:
 def generate(at: AppTest, prompt: str, tokens: int = 4) -> AppTest:
     # AppTest re-runs only the current page after the first run (not the st.navigation entry
     # point), so sidebar widgets cannot be driven here; set the settings they would produce.
-    settings = at.session_state["generation_settings"]
-    at.session_state["generation_settings"] = replace(settings, max_new_tokens=tokens)
+    settings = state_of(at.session_state).settings
+    state_of(at.session_state).settings = replace(settings, max_new_tokens=tokens)
     at.text_area(key="prompt").set_value(prompt)
     at.button[0].click()  # the form's Generate button
     return at.run()
@@ -48,11 +49,11 @@ def test_every_page_without_a_trace_says_how_to_get_one(page):
 def test_sidebar_frame(monkeypatch):
     at = fresh(monkeypatch).run()
     assert not at.exception
-    assert at.session_state["session_model"].lm.spec.layers == 30
+    assert state_of(at.session_state).model.lm.spec.layers == 30
     assert at.sidebar.text_input(key="model_source") is not None
     labels = [t.label for t in at.sidebar.toggle]
     assert labels == ["Chat template", "KV cache", "Record attention", "Presentation mode"]
-    assert at.session_state["generation_settings"].max_prompt_tokens == 1024
+    assert state_of(at.session_state).settings.max_prompt_tokens == 1024
 
 
 def test_hosted_mode_restricts_model_and_limits(monkeypatch):
@@ -60,13 +61,13 @@ def test_hosted_mode_restricts_model_and_limits(monkeypatch):
     assert not at.exception
     assert len(at.sidebar.text_input) == 0, "no model picker in hosted mode"
     assert at.sidebar.slider[0].max == 64
-    assert at.session_state["generation_settings"].max_prompt_tokens == 256
+    assert state_of(at.session_state).settings.max_prompt_tokens == 256
 
 
 def test_generate_then_every_page_shows_the_trace():
     at = generate(fresh().run(), "Say hello.")
     assert not at.exception
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     assert 1 <= len(trace.steps) <= 4 and trace.stop_reason in ("eos", "length")
     assert [m.label for m in at.metric] == ["TTFT", "Last ITL", "Mean ITL", "Decode rate", "KV cache"]
     chips = [m.value for m in at.markdown if "ie-chips" in m.value]
@@ -82,7 +83,7 @@ def test_prompt_over_the_limit_is_a_clear_message(monkeypatch):
     at = generate(at, "many words " * 200)
     assert not at.exception
     assert any("limit is 256" in e.value for e in at.error)
-    assert "trace" not in at.session_state
+    assert state_of(at.session_state).run.trace is None
 
 
 def test_empty_prompt_is_a_clear_message():
@@ -120,14 +121,14 @@ def test_attention_page_runs_the_qkv_forward_once_per_layer(monkeypatch):
         at.selectbox(key="attn_head").set_value(head).run()
         assert not at.exception
     assert len(calls) == 1
-    at.selectbox(key="attn_layer").set_value(at.session_state["trace"].attention_layers[1]).run()
+    at.selectbox(key="attn_layer").set_value(state_of(at.session_state).run.trace.attention_layers[1]).run()
     assert len(calls) == 2  # a new layer needs a new forward
 
 
 def test_attention_page_without_recorded_attention():
     at = fresh().run()
-    settings = at.session_state["generation_settings"]
-    at.session_state["generation_settings"] = replace(settings, max_new_tokens=2, record_attention=False)
+    settings = state_of(at.session_state).settings
+    state_of(at.session_state).settings = replace(settings, max_new_tokens=2, record_attention=False)
     at.text_area(key="prompt").set_value("Hi")
     at.button[0].click()
     at.run()
@@ -157,7 +158,7 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
     batch = next(b for b in at.button if b.label == "Run: Batch → throughput")
     batch.click().run()
     assert not at.exception
-    assert [p.size for p in at.session_state["experiments"].sweeps["batch"]] == [1, 2, 4, 8]
+    assert [p.size for p in state_of(at.session_state).experiments.sweeps["batch"]] == [1, 2, 4, 8]
 
 
 
@@ -167,7 +168,7 @@ def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
     from engine.kernels.microbench import ceilings
 
     assert not at.exception and not at.error
-    result = at.session_state["experiments"].decode_comparison
+    result = state_of(at.session_state).experiments.decode_comparison
     assert result.same_tokens and result.rounds == rounds and result.new_tokens == 32
     kernels = at.dataframe[-1].value
     assert list(kernels["decode step"]) == names
@@ -182,7 +183,7 @@ def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
 
 def with_decoders(at: AppTest, compiled, native) -> None:
     """The session's model with its shared decoders swapped for real ones over the tiny model."""
-    from pages.state import SessionModel
+    from ui.session_model import SessionModel
 
     class TinyDecoders(SessionModel):
         __slots__ = ()
@@ -193,8 +194,8 @@ def with_decoders(at: AppTest, compiled, native) -> None:
         def native_decoder(self):
             return native()
 
-    model = at.session_state["session_model"]
-    at.session_state["session_model"] = TinyDecoders(model.source, model.weights, model.entry)
+    model = state_of(at.session_state).model
+    state_of(at.session_state).model = TinyDecoders(model.source, model.weights, model.entry)
 
 
 @pytest.mark.compile
@@ -239,7 +240,7 @@ def test_timing_page_says_why_native_cannot_run(monkeypatch):
     next(b for b in at.button if b.label == "Compare eager and native C").click().run()
     assert not at.exception
     assert any("C compiler" in e.value for e in at.error)
-    assert at.session_state["experiments"].decode_comparison is None
+    assert state_of(at.session_state).experiments.decode_comparison is None
 
 
 def test_tokens_and_embeddings_pages_with_a_trace():
@@ -265,7 +266,7 @@ def test_kv_cache_page_live_memory_calculator_variants_and_blocks():
     at = generate(fresh().run(), "Write a long story about a dragon.", tokens=8)
     at.switch_page("pages/kvcache.py").run()
     assert not at.exception
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     per_layer = at.dataframe[0].value
     assert (per_layer["measured (B)"] == per_layer["formula (B)"]).all()
     calc = at.dataframe[1].value
@@ -275,7 +276,7 @@ def test_kv_cache_page_live_memory_calculator_variants_and_blocks():
     assert loaded["bytes per token"] == 2 * 30 * 3 * 64 * 2  # the loaded model, fp16 cache
     next(b for b in at.button if b.label == "Measure memory and quality").click().run()
     assert not at.exception
-    runs = at.session_state["experiments"].cache_variants
+    runs = state_of(at.session_state).experiments.cache_variants
     assert [r.config.label for r in runs][:3] == ["full cache", "int8 cache", "int4 cache"]
     assert runs[1].kv_bytes[-1] < runs[0].kv_bytes[-1] and len(runs[1].kl) == len(trace.steps)
     blocks = at.dataframe[-1].value
@@ -288,7 +289,7 @@ def test_kv_cache_on_off_experiment():
     at.multiselect[0].set_value([16])
     next(b for b in at.button if b.label.startswith("Run with and without")).click().run()
     assert not at.exception
-    results = at.session_state["experiments"].cache_on_off
+    results = state_of(at.session_state).experiments.cache_on_off
     assert [r.new_tokens for r in results] == [16] and all(r.same_tokens for r in results)
 
 
@@ -297,7 +298,7 @@ def test_every_page_with_a_replayed_trace():
     from engine.records.tracefile import trace_to_bytes
 
     at = generate(fresh().run(), "The king met the queen.", tokens=3)
-    at.session_state["trace"] = load_trace(trace_to_bytes(at.session_state["trace"]))
+    state_of(at.session_state).run.trace = load_trace(trace_to_bytes(state_of(at.session_state).run.trace))
     for page in PAGES:
         at.switch_page(page).run()
         assert not at.exception, page
@@ -309,9 +310,9 @@ def test_float16_weights_halve_the_kv_cache():
     at.session_state["weights_variant"] = "fp16"
     at.run()
     assert not at.exception
-    lm = at.session_state["session_model"].lm
+    lm = state_of(at.session_state).model.lm
     assert lm.spec.dtype == "float16" and lm.spec.kv_bytes_per_token == 23_040
     at = generate(at, "Say hi.", tokens=3)
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     assert trace.model.dtype == "float16"
     assert trace.steps[-1].kv_bytes == 23_040 * trace.steps[-1].context_len

@@ -14,8 +14,10 @@ from markdown_it import MarkdownIt
 from engine import GenerationSettings, Run
 from engine.experiments import Experiments
 from engine.timing.sweeps import SweepPoint
-from pages.state import LOCK, plain
 from tests.test_app import fresh, generate
+from ui.shared import LOCK
+from ui.state import state_of
+from ui.text import plain
 
 pytestmark = pytest.mark.real_model  # every test here runs the app with the default model
 
@@ -24,13 +26,13 @@ def test_clearing_every_cache_from_a_browser_keeps_the_model_and_the_lock():
     """A browser's "clear cache" message runs cache_data.clear() and cache_resource.clear() for
     the whole process; the shared model (and its lock) must survive it."""
     at = fresh().run()
-    model, lock = at.session_state["session_model"].lm, LOCK
+    model, lock = state_of(at.session_state).model.lm, LOCK
     st.cache_data.clear()
     st.cache_resource.clear()
     again = fresh().run()
     assert not again.exception
-    assert again.session_state["session_model"].lm is model  # no second copy loaded
-    from pages.state import LOCK as lock_after
+    assert state_of(again.session_state).model.lm is model  # no second copy loaded
+    from ui.shared import LOCK as lock_after
 
     assert lock_after is lock
 
@@ -38,13 +40,13 @@ def test_clearing_every_cache_from_a_browser_keeps_the_model_and_the_lock():
 def test_a_visitors_dtype_choice_does_not_swap_another_visitors_model(monkeypatch):
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     first = fresh().run()
-    fp32 = first.session_state["session_model"].lm
+    fp32 = state_of(first.session_state).model.lm
     other = fresh()
     other.session_state["weights_variant"] = "fp16"
     other.run()
-    assert other.session_state["session_model"].lm.spec.dtype == "float16"
+    assert state_of(other.session_state).model.lm.spec.dtype == "float16"
     again = fresh().run()  # a float32 visitor's next session: the same model, not a reload
-    assert again.session_state["session_model"].lm is fp32 and fp32.spec.dtype == "float32"
+    assert state_of(again.session_state).model.lm is fp32 and fp32.spec.dtype == "float32"
 
 
 def test_hosted_mode_offers_the_weights_its_cap_holds_and_says_why(monkeypatch):
@@ -72,32 +74,32 @@ def test_ceilings_are_measured_inside_the_model_turn(monkeypatch):
 
 def test_a_reload_restores_the_trace_prompt_and_experiments_as_a_copy():
     at = generate(fresh().run(), "Name a colour.", tokens=3)
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     token = at.query_params["s"]
     points = (SweepPoint(1, 10.0, 100.0), SweepPoint(2, 11.0, 181.8))
-    from pages.state import SESSIONS
+    from ui.shared import SESSIONS
 
     SESSIONS.put(token, "experiments", Experiments(sweeps={"batch": points}))
     reloaded = fresh()
     reloaded.query_params["s"] = token
     reloaded.run()
     assert not reloaded.exception
-    assert reloaded.session_state["trace"] is trace
+    assert state_of(reloaded.session_state).run.trace is trace
     assert reloaded.session_state["prompt"] == "Name a colour."
-    assert reloaded.session_state["experiments"].sweeps["batch"] == points
+    assert state_of(reloaded.session_state).experiments.sweeps["batch"] == points
     assert reloaded.query_params["s"] != token  # its own record from now on
     stranger = fresh()
     stranger.query_params["s"] = "not-a-known-token"
     stranger.run()
-    assert "trace" not in stranger.session_state
+    assert state_of(stranger.session_state).run.trace is None
 
 
 def test_a_replay_of_slow_steps_ends_within_its_bound(lm):
     trace = Run(lm, "Hi", GenerationSettings(max_new_tokens=3, chat_template=False)).run_all()
     slow = replace(trace, steps=tuple(replace(s, latency_ms=600_000.0) for s in trace.steps))
     at = fresh().run()
-    at.session_state["trace"] = slow
-    at.session_state["replay"] = True
+    state_of(at.session_state).run.trace = slow
+    state_of(at.session_state).page.replays.add("trace")
     start = time.monotonic()
     at.run()
     assert not at.exception and time.monotonic() - start < 25  # recorded: 30 minutes
@@ -119,7 +121,7 @@ def test_hosted_one_head_view_refuses_a_long_uploaded_trace(lm, monkeypatch):
     monkeypatch.setattr(engine.lens.inspect_head, "capture_qkv",
                         lambda lm_, ids, *a: lengths.append(len(ids)) or real(lm_, ids, *a))
     at = fresh(monkeypatch, hosted=True).run()
-    at.session_state["trace"] = _long_trace(lm, 600)
+    state_of(at.session_state).run.trace = _long_trace(lm, 600)
     at.switch_page("pages/attention.py").run()
     assert not at.exception
     assert any("at most 320" in e.value for e in at.error)
@@ -128,7 +130,7 @@ def test_hosted_one_head_view_refuses_a_long_uploaded_trace(lm, monkeypatch):
 
 def test_hosted_cache_experiments_enforce_the_caps(lm, monkeypatch):
     at = fresh(monkeypatch, hosted=True).run()
-    at.session_state["trace"] = _long_trace(lm, 600)
+    state_of(at.session_state).run.trace = _long_trace(lm, 600)
     at.switch_page("pages/kvcache.py").run()
     assert not at.exception
     assert max(at.multiselect[0].options) == "64"
@@ -153,7 +155,7 @@ def test_a_long_model_id_is_one_plain_error(monkeypatch):
     at.session_state["model_source"] = "x~strike~" + "a" * 300  # one 309-character file name
     at.run()
     assert not at.exception
-    assert at.session_state["session_model"] is None
+    assert state_of(at.session_state).model is None
     assert any("\\~strike\\~" in e.value for e in at.sidebar.error)
 
 
@@ -169,16 +171,16 @@ def test_plain_text_renders_as_itself_in_markdown(text):
 
 
 def test_session_records_hold_at_most_their_cap_of_traces(lm):
-    from pages.state import SESSIONS, _size
+    from ui.shared import SESSIONS, record_size
 
     trace = Run(lm, "Hi", GenerationSettings(max_new_tokens=2, chat_template=False)).run_all()
-    assert _size(trace) >= sum(a.nbytes for s in trace.steps for a in (s.attention, s.hidden)
+    assert record_size(trace) >= sum(a.nbytes for s in trace.steps for a in (s.attention, s.hidden)
                                if isinstance(a, np.ndarray))
     assert SESSIONS.nbytes <= SESSIONS.max_bytes
 
 
 def test_hosted_messages_show_no_filesystem_paths(monkeypatch):
-    from pages.state import message
+    from ui.text import message
 
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
     shown = message("the default model file is missing: /usr/lib/python3/site-packages/x.gguf")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import pages.state as state
-from engine.sharing import ModelStore
-from engine.sharing.models import ModelEntry
+from engine.models import ModelEntry, ModelStore
+from ui import config, shared
+from ui.state import state_of
 
 from .test_app import fresh, generate
 
@@ -22,10 +22,10 @@ def test_local_picker_and_the_native_live_run(monkeypatch):
     at = fresh(monkeypatch).run()
     assert not at.exception
     (picker,) = [s for s in at.sidebar.selectbox if s.label == "Weights"]
-    assert [o.split()[0] for o in picker.options] == list(state.LOCAL_WEIGHTS)
+    assert [o.split()[0] for o in picker.options] == list(config.LOCAL_WEIGHTS)
     assert "native C step" in _decoder_caption(at)
     at = generate(at, "Name a colour.", tokens=4)
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     assert (trace.decoder.name, trace.decoder.weights) == ("native", "fp32")
     assert trace.steps[1].attention is not None and trace.steps[1].hidden is not None
     summary = next(c.value for c in at.caption if "tokens generated after" in c.value)
@@ -34,21 +34,21 @@ def test_local_picker_and_the_native_live_run(monkeypatch):
 
 def test_one_visitors_q4_0_never_changes_anothers_model(monkeypatch):
     first = fresh(monkeypatch).run()
-    fp32 = first.session_state["session_model"].lm
+    fp32 = state_of(first.session_state).model.lm
     other = fresh()
     other.session_state["weights_variant"] = "q4_0"
     other.run()
     assert not other.exception
-    chosen = other.session_state["session_model"]
+    chosen = state_of(other.session_state).model
     assert chosen.weights == "q4_0" and chosen.lm is not fp32 and chosen.lm.model is not fp32.model
     assert chosen.entry.stored_bytes < fp32.spec.weight_bytes / 4
     assert "native C step" in _decoder_caption(other)
     other = generate(other, "Name a colour.", tokens=4)
-    trace = other.session_state["trace"]
+    trace = state_of(other.session_state).run.trace
     assert (trace.decoder.name, trace.decoder.weights) == ("native", "q4_0")
     assert trace.decoder.weight_bytes == chosen.native_decoder().weight_bytes
     again = fresh().run()  # a float32 visitor: still the float32 model
-    assert again.session_state["session_model"].lm is fp32
+    assert state_of(again.session_state).model.lm is fp32
 
 
 def test_the_sidebar_says_why_torch_runs(monkeypatch):
@@ -58,7 +58,7 @@ def test_the_sidebar_says_why_torch_runs(monkeypatch):
     assert "torch eager — the native step reads float32 and integer weights, not fp16" in \
         _decoder_caption(at).replace("\\", "")
     at = generate(at, "Say hi.", tokens=3)
-    assert at.session_state["trace"].decoder.name == "torch"
+    assert state_of(at.session_state).run.trace.decoder.name == "torch"
     off = fresh()
     off.session_state["gen_kv_cache"] = False
     off.run()
@@ -69,17 +69,17 @@ def test_a_variant_is_built_inside_the_model_turn(monkeypatch, lm):
     seen = []
 
     def variant(base, weights, tokens):
-        seen.append((weights, state.LOCK.locked()))
+        seen.append((weights, shared.LOCK.locked()))
         return ModelEntry(base, weights=weights, weight_bytes=1)
 
     store = ModelStore(1 << 40, loader=lambda source, dtype: lm, variant=variant)
-    monkeypatch.setattr(state, "MODELS", store)
+    monkeypatch.setattr(shared, "MODELS", store)
     at = fresh(monkeypatch)
     at.session_state["weights_variant"] = "int8"
     at.run()
     assert not at.exception
     assert seen == [("int8", True)]
-    assert at.session_state["session_model"].weights == "int8"
+    assert state_of(at.session_state).model.weights == "int8"
 
 
 def test_a_q4_0_session_studies_against_the_float32_model(monkeypatch):
@@ -93,6 +93,6 @@ def test_a_q4_0_session_studies_against_the_float32_model(monkeypatch):
     next(b for b in at.button if b.label == "Run the comparison").click()
     at.run(timeout=900)
     assert not at.exception
-    study = at.session_state["experiments"].quant_study
+    study = state_of(at.session_state).experiments.quant_study
     kl = {v.name: v.kl_mean for v in study.variants}
     assert kl["fp32"] == 0 and kl["q4_0"] > 0.5  # measured: 1.05 nats on the Gettysburg Address

@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import GenerationSettings, generate_trace
+from ui.state import state_of
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "attention.py")
 
@@ -27,7 +28,7 @@ def trace(tiny_lm):
 
 def open_page(trace) -> AppTest:
     at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["trace"] = trace
+    state_of(at.session_state).run.trace = trace
     return at.run()
 
 

@@ -17,6 +17,7 @@ from engine.files import load_trace
 from engine.lens.compare import token_diff
 from engine.records.examples import examples
 from engine.timing.metrics import summarize
+from ui.state import state_of
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "compare.py")
 
@@ -26,10 +27,11 @@ def traces():
     return {e.title: load_trace(e.path) for e in examples()}
 
 
-def open_page(**state) -> AppTest:
+def open_page(trace=None, model=None, b=None, b_label="") -> AppTest:
+    """The page alone, its session holding this trace, model and run B."""
     at = AppTest.from_file(PAGE, default_timeout=60)
-    for key, value in state.items():
-        at.session_state[key] = value
+    state = state_of(at.session_state)
+    state.run.trace, state.model, state.compare.b, state.compare.label = trace, model, b, b_label
     return at.run()
 
 
@@ -106,12 +108,12 @@ def test_the_same_trace_twice_is_identical_and_its_maps_differ_by_zero(traces):
 
 def test_run_b_is_kept_for_a_reload(traces):
     at = choose_example_b(open_page(), "Long story: KV growth")
-    kept = at.session_state["compare_b"]
+    kept = state_of(at.session_state).compare.b
     assert kept.steps[-1].kv_bytes == traces["Long story: KV growth"].kv_bytes
-    from pages import state
-    assert {"compare_b", "compare_b_label", "compare_a"} <= set(state.KEPT)
+    from ui.record import KEPT
+    assert {"compare_b", "compare_b_label", "compare_a"} <= set(KEPT)
     # a reload restores the kept keys into a new session: the page shows the same comparison
-    again = open_page(compare_b=kept, compare_b_label=at.session_state["compare_b_label"])
+    again = open_page(b=kept, b_label=state_of(at.session_state).compare.label)
     assert any("Long story" in m.value for m in again.markdown if m.value.startswith("**Run A**"))
     assert not any("Choose run B" in i.value for i in again.info)
 
@@ -120,7 +122,7 @@ def test_a_run_without_attention_is_named(traces):
     story = traces["Long story: KV growth"]
     bare = replace(story, attention_layers=(),
                    steps=tuple(replace(s, attention=None) for s in story.steps))
-    at = open_page(compare_b=bare, compare_b_label="bare")
+    at = open_page(b=bare, b_label="bare")
     assert any("run B recorded none" in i.value for i in at.info)
     assert "compare_heatmap_A" not in charts(at)
 
@@ -139,14 +141,14 @@ def test_a_rerun_without_a_model_says_so():
     at.radio(key="compare_b_source").set_value("Run A again with one change").run()
     next(b for b in at.button if b.label == "Run again with this change").click().run()
     assert any("no model is loaded" in e.value for e in at.error)
-    assert "compare_b" not in at.session_state
+    assert state_of(at.session_state).compare.b is None
 
 
 @pytest.fixture(scope="module")
 def tiny_session(tiny_lm):
     from engine import GenerationSettings, generate_trace
-    from engine.sharing.models import ModelEntry
-    from pages.state import SessionModel
+    from engine.models import ModelEntry
+    from ui.session_model import SessionModel
 
     trace = generate_trace(tiny_lm, "The cat sat on the mat.",
                            GenerationSettings(max_new_tokens=6, record_hidden=False))
@@ -155,7 +157,7 @@ def tiny_session(tiny_lm):
 
 def rerun_page(tiny_session, change: str) -> AppTest:
     trace, model = tiny_session
-    at = open_page(trace=trace, session_model=model)
+    at = open_page(trace=trace, model=model)
     at.radio(key="compare_b_source").set_value("Run A again with one change").run()
     at.radio(key="compare_change").set_value(change).run()
     return at
@@ -169,7 +171,7 @@ def click_rerun(at: AppTest) -> AppTest:
 
 def test_a_rerun_with_the_cache_off_on_a_tiny_model(tiny_session):
     at = click_rerun(rerun_page(tiny_session, "kv_cache"))
-    run_b = at.session_state["compare_b"]
+    run_b = state_of(at.session_state).compare.b
     assert not run_b.settings.kv_cache and run_b.kv_bytes == 0
     assert run_b.output_token_ids == tiny_session[0].output_token_ids
     assert not at.get("progress")  # the bar goes once the run is done
@@ -180,13 +182,13 @@ def test_a_rerun_with_an_empty_prompt_is_one_message(tiny_session):
     at.text_area(key="compare_prompt").set_value("   ").run()
     click_rerun(at)
     assert [e.value for e in at.error] == ["re\\-run\\: the prompt is empty"]
-    assert "compare_b" not in at.session_state and not at.get("progress")
+    assert state_of(at.session_state).compare.b is None and not at.get("progress")
 
 
 def test_a_rerun_on_another_model_than_run_a_says_so(tiny_session):
     story = load_trace(next(e for e in examples() if e.name == "story").path)
-    at = open_page(trace=story, session_model=tiny_session[1])
+    at = open_page(trace=story, model=tiny_session[1])
     at.radio(key="compare_b_source").set_value("Run A again with one change").run()
     click_rerun(at)
     assert any("load run A's model" in e.value for e in at.error)
-    assert "compare_b" not in at.session_state
+    assert state_of(at.session_state).compare.b is None

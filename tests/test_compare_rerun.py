@@ -13,8 +13,9 @@ from streamlit.testing.v1 import AppTest
 from engine import GenerationSettings, generate_trace
 from engine.lens.attention_stats import full_attention
 from engine.lens.compare import first_difference, largest_difference, rerun_settings, token_diff
-from engine.sharing.models import ModelEntry
-from pages.state import SessionModel
+from engine.models import ModelEntry
+from ui.session_model import SessionModel
+from ui.state import state_of
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "compare.py")
 PROMPT = "Name three colours of the rainbow."
@@ -50,23 +51,23 @@ def test_chat_template_off_changes_the_prompt_tokens(lm, run_a):
 
 def test_the_page_reruns_run_a_with_the_cache_off_then_without_the_template(lm, run_a):
     at = AppTest.from_file(PAGE, default_timeout=120)
-    at.session_state["trace"] = run_a
-    at.session_state["session_model"] = SessionModel("default", "float32", ModelEntry(lm))
+    state_of(at.session_state).run.trace = run_a
+    state_of(at.session_state).model = SessionModel("default", "float32", ModelEntry(lm))
     at.run()
     at.radio(key="compare_b_source").set_value("Run A again with one change").run()
     at.radio(key="compare_change").set_value("kv_cache").run()
     next(b for b in at.button if b.label == "Run again with this change").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    run_b = at.session_state["compare_b"]
+    run_b = state_of(at.session_state).compare.b
     assert not run_b.settings.kv_cache and run_b.output_token_ids == run_a.output_token_ids
-    assert at.session_state["compare_b_label"] == "re-run with the KV cache off"
+    assert state_of(at.session_state).compare.label == "re-run with the KV cache off"
     assert any(f"the same {len(run_a.steps)} tokens" in s.value for s in at.success)
     assert any("KV cache" in c.value for c in at.caption if c.value.startswith("Highlighted"))
 
     at.radio(key="compare_change").set_value("chat_template").run()
     next(b for b in at.button if b.label == "Run again with this change").click().run()
     assert not at.exception and not at.error
-    run_b = at.session_state["compare_b"]
+    run_b = state_of(at.session_state).compare.b
     assert not run_b.settings.chat_template
     assert any(e.label.startswith("Prompt tokens: different") for e in at.expander)
 
@@ -78,8 +79,8 @@ def test_the_page_refuses_a_rerun_on_other_weights_than_run_as(lm, run_a):
     from engine.records.trace import DecoderUsed
 
     at = AppTest.from_file(PAGE, default_timeout=120)
-    at.session_state["trace"] = replace(run_a, decoder=DecoderUsed("native", None, "q4_0", 9))
-    at.session_state["session_model"] = SessionModel("default", "float32", ModelEntry(lm))
+    state_of(at.session_state).run.trace = replace(run_a, decoder=DecoderUsed("native", None, "q4_0", 9))
+    state_of(at.session_state).model = SessionModel("default", "float32", ModelEntry(lm))
     at.run()
     at.radio(key="compare_b_source").set_value("Run A again with one change").run()
     at.radio(key="compare_change").set_value("chat_template").run()

@@ -15,6 +15,7 @@ import pytest
 from engine import GenerationSettings, generate_trace
 from engine.records.trace import MachineLoad
 from engine.timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT, RULE, assess, step_delayed
+from ui.state import state_of
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_steps_page_marks_delayed_steps_and_warns(quiet_trace, cpu_share, others
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(Path(__file__).parents[1] / "app.py"), default_timeout=180).run()
-    at.session_state["trace"] = _with(quiet_trace, cpu_share, others)
+    state_of(at.session_state).run.trace = _with(quiet_trace, cpu_share, others)
     at.switch_page("pages/steps.py").run()
     assert not at.exception
     table = at.dataframe[0].value
@@ -142,10 +143,10 @@ def test_generate_and_timing_pages_warn_about_a_disturbed_run(quiet_trace, page)
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(Path(__file__).parents[1] / "app.py"), default_timeout=180).run()
-    at.session_state["trace"] = _with(quiet_trace, 0.3, 0.7)
+    state_of(at.session_state).run.trace = _with(quiet_trace, 0.3, 0.7)
     at.switch_page(page).run()
     assert not at.exception
     assert any("timing was disturbed" in w.value for w in at.warning)
-    at.session_state["trace"] = _with(quiet_trace, 0.95, 0.7)
+    state_of(at.session_state).run.trace = _with(quiet_trace, 0.95, 0.7)
     at.run()
     assert not any("timing was disturbed" in w.value for w in at.warning)

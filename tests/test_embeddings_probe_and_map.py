@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from charts.embeddings import embedding_map
 from engine.lens.embeddings import EmbeddingIndex
 from engine.lens.tokens import probe_token, prompt_word
+from ui.state import state_of
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 # Independent of the chart's own constants: the map's plot area measured in Chromium is 896 ×
@@ -139,7 +140,7 @@ def shown(at: AppTest) -> list[str]:
 
 
 def generate(at: AppTest, prompt: str) -> AppTest:
-    at.session_state["generation_settings"] = replace(at.session_state["generation_settings"],
+    state_of(at.session_state).settings = replace(state_of(at.session_state).settings,
                                                       max_new_tokens=2)
     at.text_area(key="prompt").set_value(prompt)
     at.button[0].click()

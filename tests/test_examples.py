@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from engine.files import read_trace_file
 from engine.records.examples import MAX_EXAMPLE_BYTES, examples, record_example
 from engine.records.tracefile import FORMAT_VERSION, META_KEY
+from ui.state import state_of
 
 APP = str(Path(__file__).parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
@@ -65,11 +66,11 @@ def test_every_page_works_on_an_example_with_no_model(example, monkeypatch, tmp_
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state["model_source"] = str(tmp_path)
     at.run()
-    assert at.session_state["session_model"] is None
+    assert state_of(at.session_state).model is None
     opener = next(b for b in at.button if b.key == f"example_{example.name}")
     opener.click().run()
     assert not at.exception
-    assert at.session_state["trace"].prompt == example.prompt
+    assert state_of(at.session_state).run.trace.prompt == example.prompt
     for page in PAGES:
         at.switch_page(page).run()
         assert not at.exception, page

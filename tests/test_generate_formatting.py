@@ -10,6 +10,7 @@ import pytest
 
 from charts.formatting import MAX_CHARS, count, duration, rate, significant, size
 from engine import GenerationSettings, Run
+from ui.state import state_of
 
 from .test_app import fresh
 
@@ -58,7 +59,7 @@ def test_generate_page_metrics_are_short(lm):
     steps = tuple(replace(s, latency_ms=1206.44, kv_bytes=4_147_200) for s in trace.steps)
     trace = replace(trace, steps=steps, tokenize_ms=0.0)
     at = fresh().run()
-    at.session_state["trace"] = trace
+    state_of(at.session_state).run.trace = trace
     at.run()
     assert not at.exception
     values = {m.label: m.value for m in at.metric}

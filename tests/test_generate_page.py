@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 import streamlit as st
 
-import pages.common
+import ui.experiment
 from engine import GenerationSettings, Run
+from ui.state import state_of
 
 from .test_app import fresh, generate
 
@@ -28,14 +29,14 @@ def chips(at) -> str:
 def test_the_answer_is_shown_as_plain_text():
     at = generate(fresh().run(), "Name three colours.", tokens=6)
     assert not at.exception
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     assert trace.output_text.strip()
     assert answer_blocks(at) == [trace.output_text]  # one copyable block, exactly the answer
 
 
 def test_stop_right_after_generate_never_shows_the_previous_answer(monkeypatch):
     at = generate(fresh().run(), "Name three colours.", tokens=4)
-    old = at.session_state["trace"]
+    old = state_of(at.session_state).run.trace
     assert old.output_text.strip() and answer_blocks(at) == [old.output_text]
 
     @contextlib.contextmanager
@@ -45,7 +46,7 @@ def test_stop_right_after_generate_never_shows_the_previous_answer(monkeypatch):
         st.stop()
         yield stop
 
-    monkeypatch.setattr(pages.common, "model_turn", cut_before_the_first_token)
+    monkeypatch.setattr(ui.experiment, "model_turn", cut_before_the_first_token)
     at = generate(at, "Write a poem about the sea.", tokens=4)
     monkeypatch.undo()
     next(b for b in at.button if b.label == "Stop").click()
@@ -59,7 +60,7 @@ def test_stop_right_after_generate_never_shows_the_previous_answer(monkeypatch):
     assert "No answer: the run ended before its first token." in captions
     # the next run replaces it as usual
     at = generate(at, "Say hi.", tokens=3)
-    assert answer_blocks(at) == [at.session_state["trace"].output_text]
+    assert answer_blocks(at) == [state_of(at.session_state).run.trace.output_text]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def sleeps(monkeypatch):
     asked, real = [], time.sleep
 
     def fake(seconds):
-        if sys._getframe(1).f_code.co_filename.endswith("generate.py"):
+        if sys._getframe(1).f_code.co_filename.endswith("replay.py"):
             asked.append(seconds)
         else:
             real(seconds)
@@ -86,10 +87,10 @@ def sleeps(monkeypatch):
 
 def replay(trace, speed: str | None):
     at = fresh().run()
-    at.session_state["trace"] = trace
+    state_of(at.session_state).run.trace = trace
     if speed is not None:
         at.session_state["replay_speed"] = speed
-    at.session_state["replay"] = True
+    state_of(at.session_state).page.replays.add("trace")
     return at.run()
 
 

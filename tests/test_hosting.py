@@ -14,9 +14,12 @@ import pytest
 import yaml
 
 from engine.kv.cachelab import cache_on_off
-from engine.sharing import FairLock, ModelStore
-from pages import state
+from engine.models import ModelStore
 from tests.test_app import fresh, generate
+from ui import shared
+from ui.config import AppConfig
+from ui.state import state_of
+from ui.turns import FairLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,8 +84,8 @@ def budget_of(monkeypatch):
     """Hosted mode with a per-click budget of `seconds` (the real one is 15 s)."""
     def set_budget(seconds: float) -> None:
         monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
-        real = state.AppConfig.from_env()
-        monkeypatch.setattr(state.AppConfig, "from_env", classmethod(
+        real = AppConfig.from_env()
+        monkeypatch.setattr(AppConfig, "from_env", classmethod(
             lambda cls: replace(real, limits=replace(real.limits, click_s=seconds))))
     return set_budget
 
@@ -93,7 +96,7 @@ def test_a_generation_stops_at_the_per_click_budget(budget_of, monkeypatch):
     at = fresh(monkeypatch, hosted=True).run()
     at = generate(at, "Write a long story about a dragon who learns to bake bread.", tokens=64)
     assert not at.exception
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     assert trace.stop_reason == "limit" and 1 <= len(trace.steps) < 64
     assert any("limit of 1 s of model time per click" in c.value for c in at.caption)
 
@@ -103,10 +106,10 @@ def test_the_budget_counts_model_time_not_waiting(budget_of, monkeypatch):
     """A visitor who waited 2 s for another's run still gets the whole budget once it is theirs."""
     budget_of(1.0)
     at = fresh(monkeypatch, hosted=True).run()
-    state.LOCK.acquire()
-    threading.Timer(2.0, state.LOCK.release).start()
+    shared.LOCK.acquire()
+    threading.Timer(2.0, shared.LOCK.release).start()
     at = generate(at, "Say hi.", tokens=2)
-    assert at.session_state["trace"].stop_reason in ("eos", "length")
+    assert state_of(at.session_state).run.trace.stop_reason in ("eos", "length")
 
 
 def test_cache_on_off_ends_at_a_stop_without_a_cut_result(lm):
@@ -124,12 +127,12 @@ def test_a_hosted_page_draws_before_the_model_has_loaded(lm, monkeypatch):
         return lm
 
     store = ModelStore(1 << 30, loader=slow_loader)
-    monkeypatch.setattr(state, "MODELS", store)
+    monkeypatch.setattr(shared, "MODELS", store)
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
     start = time.monotonic()
     at = fresh().run()
     assert time.monotonic() - start < 20 and not at.exception
-    assert at.session_state["session_model"] is None
+    assert state_of(at.session_state).model is None
     assert any("in the background" in i.value for i in at.sidebar.info)
     release.set()
     for _ in range(100):
@@ -137,7 +140,7 @@ def test_a_hosted_page_draws_before_the_model_has_loaded(lm, monkeypatch):
             break
         time.sleep(0.05)
     again = fresh().run()
-    assert again.session_state["session_model"].lm is lm
+    assert state_of(again.session_state).model.lm is lm
 
 
 def test_a_failed_background_load_is_one_message(monkeypatch):
@@ -146,7 +149,7 @@ def test_a_failed_background_load_is_one_message(monkeypatch):
         raise ModelLoadError("the default model file is missing")
 
     store = ModelStore(1 << 30, loader=broken)
-    monkeypatch.setattr(state, "MODELS", store)
+    monkeypatch.setattr(shared, "MODELS", store)
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
     fresh().run()
     for _ in range(100):
@@ -165,15 +168,15 @@ def test_hosted_mode_ignores_a_forged_model_choice(monkeypatch):
     at.session_state["weights_variant"] = "fp16"  # not offered hosted
     at.run()
     assert not at.exception
-    lm = at.session_state["session_model"].lm
+    lm = state_of(at.session_state).model.lm
     assert lm.source == "default" and lm.spec.dtype == "float32"
-    assert at.session_state["session_model"].weights == "fp32"
+    assert state_of(at.session_state).model.weights == "fp32"
 
 
 @pytest.mark.parametrize("value, expected", [(None, 15.0), ("120", 120.0), ("0", 1.0),
                                              ("1e9", 600.0), ("nan", 15.0), ("lots", 15.0)])
 def test_the_click_budget_can_be_set_within_bounds(monkeypatch, value, expected):
-    from pages.state import config
+    from ui.config import config
 
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "1")
     if value is None:

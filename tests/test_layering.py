@@ -35,7 +35,7 @@ ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
                    ("kernels", "kv", "quant", "serving", "remote", "lens", "timing"))
 ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",
-              "engine.sharing")
+              "engine.models")
 
 Graph = dict[str, set[str]]
 Layer = Callable[[str], bool]
@@ -198,14 +198,14 @@ def test_a_cycle_is_found_and_named():
     ("engine.runner", "streamlit"),
     ("engine.kv.cachelab", "charts.kvcache"),
     ("engine.files", "pages.traces"),
-    ("engine.sharing.models", "ui.state"),
+    ("engine.models", "ui.state"),
     ("engine.experiments", "app"),
     ("engine.runner", "engine.kernels.native"),
     ("engine.records.tracefile", "engine.experiments"),
     ("engine.forward", "engine.timing.clock"),
     ("engine", "engine.lens.compare"),
     ("engine.quant.study", "engine.experiments"),
-    ("engine.kernels.native", "engine.sharing.models"),
+    ("engine.kernels.native", "engine.models"),
     ("charts.report", "streamlit"),
     ("charts.attention", "pages.attention"),
     ("charts.live", "ui.session"),
@@ -245,3 +245,10 @@ def test_the_walker_counts_every_kind_of_import(tmp_path):
     assert cycles(graph) == [["engine.kernels.native", "engine.runner"]]
     assert broken_rules(graph) == ["engine.runner imports engine.kernels.native: the engine's "
                                    "core imports only the core"]
+
+
+def test_every_engine_module_sits_in_one_layer(graph):
+    """A new engine module is placed in the core, a subsystem or the top, so a rule covers it."""
+    layers = (core, within(*SUBSYSTEMS), within(*ENGINE_TOP))
+    engine = [m for m in graph if within("engine")(m)]
+    assert [m for m in engine if sum(layer(m) for layer in layers) != 1] == []

@@ -1,4 +1,4 @@
-"""Share links (pages/links.py): a link built from one session opens the same view in a fresh
+"""Share links (ui/links.py, ui/link_params.py): a link built from one session opens the same view in a fresh
 one; bad values are ignored with one line each; a link applies once; a link never carries the
 session token `s`, and opening one changes nothing of the sender's session.
 
@@ -19,8 +19,11 @@ from streamlit.testing.v1 import AppTest
 
 from engine.files import read_trace_file
 from engine.records.examples import examples
-from pages.links import Link, check_view, parse_link, setting_table, share_url
-from pages.state import SESSIONS, AppConfig
+from ui.config import AppConfig
+from ui.link_params import Link, check_view, parse_link, share_url
+from ui.shared import SESSIONS
+from ui.sidebar_settings import setting_table
+from ui.state import state_of
 
 APP = str(Path(__file__).parents[1] / "app.py")
 LIMITS = AppConfig.from_env().limits
@@ -34,11 +37,15 @@ def local_mode(monkeypatch):
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
 
 
-def fresh_app(folder: Path, params: dict[str, str] | None = None, **state) -> AppTest:
-    """The app's first run with this URL's parameters and this session state."""
+def fresh_app(folder: Path, params: dict[str, str] | None = None, trace=None, example=None,
+              **widgets) -> AppTest:
+    """The app's first run with this URL's parameters, this trace (the shipped `example`: its
+    name and created_at) and these widget values."""
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["model_source"] = str(folder)  # no model: links never need one
-    for key, value in state.items():
+    state_of(at.session_state).run.trace = trace
+    state_of(at.session_state).run.example = example
+    for key, value in widgets.items():
         at.session_state[key] = value
     at.query_params.update(params or {})
     return at.run()
@@ -48,9 +55,10 @@ def harness() -> None:
     """app.py's link steps on every run, with the Temperature slider and the selection shown."""
     import streamlit as st
 
-    from pages.links import HEAD, LAYER, STEP, open_link
-    from pages.sidebar_settings import preset_settings
-    from pages.state import restore_session
+    from ui.keys import HEAD, LAYER, STEP
+    from ui.links import open_link
+    from ui.record import restore_session
+    from ui.sidebar_settings import preset_settings
 
     restore_session()
     open_link()
@@ -74,7 +82,7 @@ def sidebar_values(at: AppTest) -> dict[str, object]:
 
 
 SENDER = {  # a session that opened the qa example, changed settings and picked layer/head/step
-    "trace": QA_TRACE, "opened_example": ("qa", QA_TRACE.created_at),
+    "trace": QA_TRACE, "example": ("qa", QA_TRACE.created_at),
     "gen_temperature": 0.7, "gen_seed": 9, "gen_top_k": 40, "gen_kv_cache": False,
     "gen_new_tokens": 100, "attn_layer": 3, "attn_head": 2, "pick": 5}
 
@@ -92,9 +100,9 @@ def test_round_trip_restores_example_settings_layer_head_and_step(tmp_path):
     assert not opened.exception
     assert not [w.value for w in opened.warning]
     assert any("Opened the example" in i.value for i in opened.info)
-    trace = opened.session_state["trace"]
+    trace = state_of(opened.session_state).run.trace
     assert trace.prompt == QA.prompt and trace.output_token_ids == QA_TRACE.output_token_ids
-    assert opened.session_state["opened_example"][0] == "qa"
+    assert state_of(opened.session_state).run.example[0] == "qa"
     assert sidebar_values(opened) == sidebar_values(sender)
     assert sidebar_values(opened)["Temperature"] == 0.7 and sidebar_values(opened)["Seed"] == 9
     assert sidebar_values(opened)["KV cache"] is False and sidebar_values(opened)["Max new tokens"] == 100
@@ -145,7 +153,7 @@ def test_bad_values_are_ignored_with_one_line_each(tmp_path):
     values = sidebar_values(at)
     assert values["Temperature"] == 0.0 and values["Top-p"] == 1.0 and values["Seed"] == 0
     assert values["Top-k"] == 40  # the good values still apply
-    assert "trace" not in at.session_state and at.text_area(key="prompt").value == ""
+    assert state_of(at.session_state).run.trace is None and at.text_area(key="prompt").value == ""
 
 
 def test_a_layer_head_or_step_the_trace_lacks_is_ignored(tmp_path):
@@ -166,7 +174,7 @@ def test_a_prompt_links_selection_waits_for_its_trace(tmp_path):
     later.query_params.update({"prompt": QA.prompt, "layer": "4", "head": "1", "step": "2"})
     later.run()
     assert later.text[0].value == "[None, None, None]"
-    later.session_state["trace"] = QA_TRACE  # the run, done
+    state_of(later.session_state).run.trace = QA_TRACE  # the run, done
     later.run()
     assert later.text[0].value == "[4, 1, 2]"
 
@@ -180,12 +188,12 @@ def test_a_link_never_carries_the_session_token_and_opening_one_leaves_the_sende
     assert before["trace"].prompt != QA.prompt
     assert "s" not in link_params(link) and token not in link
     stranger = fresh_app(tmp_path / "b", {**link_params(link), "prompt": "someone else's prompt"})
-    assert stranger.session_state["trace"].prompt == QA.prompt
+    assert state_of(stranger.session_state).run.trace.prompt == QA.prompt
     next(b for b in stranger.button if b.key == "example_story").click().run()
     after = SESSIONS.copy(token)
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
     sender.run()
-    assert sender.session_state["trace"] is before["trace"]
+    assert state_of(sender.session_state).run.trace is before["trace"]
     with pytest.raises(ValueError):
         share_url("/", {"example": "qa", "s": token})
 
@@ -236,7 +244,7 @@ def test_a_prompt_link_says_whether_this_model_gives_the_same_tokens(tmp_path):
     assert not at.exception
     infos = " ".join(i.value for i in at.info)
     assert "made with Other\\-7B, float16 weights" in infos and "the tokens may differ" in infos
-    name = at.session_state["session_model"].lm.spec.name
+    name = state_of(at.session_state).model.lm.spec.name
     same = AppTest.from_file(APP, default_timeout=180)
     same.query_params.update({"prompt": "Name three colours.", "model": name, "dtype": "float32"})
     same.run()

@@ -10,6 +10,7 @@ import pytest
 from engine import GenerationSettings, generate_trace
 from engine.errors import EngineError
 from engine.lens.logit_lens import logit_lens
+from ui.state import state_of
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_generate_page_shows_the_lens_for_the_picked_step():
     assert not at.exception
     lens = next(d.value for d in at.dataframe if "would predict" in d.value)
     assert len(lens) == 31 and list(lens["layer"])[0] == "embeddings"
-    trace = at.session_state["trace"]
+    trace = state_of(at.session_state).run.trace
     assert lens["its rank"].iloc[-1] == trace.steps[0].chosen_rank + 1
 
 

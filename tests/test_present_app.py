@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from charts.present import MIN_FONT
 from engine.files import read_trace_file
 from engine.records.examples import examples
+from ui.state import state_of
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -85,7 +86,8 @@ def test_every_chart_downloads_the_chosen_format_and_presents_large(app):
 
 
 def test_attention_charts_follow_the_global_format_and_its_own_switch_is_gone(app):
-    app.session_state["trace"] = read_trace_file(next(e for e in examples() if e.name == "qa").path).trace
+    qa = next(e for e in examples() if e.name == "qa")
+    state_of(app.session_state).run.trace = read_trace_file(qa.path).trace
     app.session_state["chart_format"] = "svg"
     at = app.switch_page("pages/attention.py").run()
     assert not at.exception

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from engine.quant.study import QuantStudy
+from ui.state import state_of
 
 from .test_app import fresh
 
@@ -42,7 +43,7 @@ def test_the_comparison_runs_and_is_kept():
     next(b for b in at.button if b.label == "Run the comparison").click()
     at.run(timeout=900)  # three variants × three prompts, on two shared cores
     assert not at.exception
-    study = at.session_state["experiments"].quant_study
+    study = state_of(at.session_state).experiments.quant_study
     assert isinstance(study, QuantStudy)
     assert [v.name for v in study.variants] == ["fp32", "q4_0", "q3"]
     table = next(d.value for d in at.dataframe if "ITL (ms)" in d.value.columns)

@@ -8,6 +8,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from charts.report import report_html
+from ui.state import state_of
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 LABEL = "Download report (HTML)"
@@ -33,8 +34,8 @@ def test_generate_offers_the_report_of_the_current_trace(tmp_path, monkeypatch):
     assert labels == ["Download trace", LABEL]  # side by side, trace first
     button = report_button(at)
     assert button.proto.url  # bytes handed to Streamlit now, not a deferred callable
-    trace, held, data = at.session_state["_report_file"]
-    assert trace is at.session_state["trace"]
+    (trace, held), data = state_of(at.session_state).memos["report_file"]
+    assert trace is state_of(at.session_state).run.trace
     text = data.decode("utf-8")
     assert text.startswith("<!DOCTYPE html>") and trace.prompt in text
     # the made-at time differs, the rest is this trace's report
@@ -42,8 +43,9 @@ def test_generate_offers_the_report_of_the_current_trace(tmp_path, monkeypatch):
     strip = "report made "
     assert text.split(strip)[0] == fresh.split(strip)[0]
     at.run()  # a rerun reuses the bytes
-    assert at.session_state["_report_file"][2] is data
+    assert state_of(at.session_state).memos["report_file"][1] is data
 
     next(b for b in at.button if b.key == "example_story").click().run()
-    assert at.session_state["_report_file"][2] is not data  # a new trace, a new report
-    assert at.session_state["trace"].prompt in at.session_state["_report_file"][2].decode()
+    state = state_of(at.session_state)
+    assert state.memos["report_file"][1] is not data  # a new trace, a new report
+    assert state.run.trace.prompt in state.memos["report_file"][1].decode()

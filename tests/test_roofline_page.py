@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-import pages.timing_kernels as timing_kernels
+import ui.sections.timing_kernels as timing_kernels
 from tests.test_app import fresh, generate
+from ui.state import state_of
 
 
 def test_phase_column_fits_and_dtypes_are_measured(monkeypatch):
@@ -30,5 +31,5 @@ def test_phase_column_fits_and_dtypes_are_measured(monkeypatch):
     assert first["time ÷ float32's"] == 1.0 and first["greedy tokens = float32's"] == "yes"
     assert (result["ms per token (median)"] > 0).all()
     assert any("decoded fastest" in m.value for m in at.markdown)
-    kept = at.session_state["experiments"].dtype_comparison  # kept: a reload and a download
+    kept = state_of(at.session_state).experiments.dtype_comparison  # kept: a reload and a download
     assert [r.dtype for r in kept.runs] == ["float32", "float16", "bfloat16"]  # carry it

@@ -14,7 +14,9 @@ import pytest
 
 from engine.remote.loadfile import load_loadtest, load_to_bytes
 from engine.remote.record import LoadRun
-from pages.state import RemoteResults
+from ui.results import RemoteResults
+from ui.shared import SESSIONS
+from ui.state import state_of
 
 from .test_app import fresh
 from .test_charts_remote import make_run
@@ -35,12 +37,16 @@ def _unused_url() -> str:
     return f"http://127.0.0.1:{port}/v1"  # closed again: nothing answers there
 
 
-def _page(monkeypatch, hosted=False, url: str | None = None, **state):
+def _page(monkeypatch, hosted=False, url: str | None = None, remote: RemoteResults | None = None,
+          replay: bool = False):
     at = fresh(monkeypatch, hosted=hosted).run()
     if url is not None:
         at.session_state["remote_url"] = url
-    for key, value in state.items():
-        at.session_state[key] = value
+    state = state_of(at.session_state)
+    if remote is not None:
+        state.remote = remote
+    if replay:
+        state.page.replays.add("load")
     at.switch_page(PAGE).run()
     assert not at.exception
     return at
@@ -65,11 +71,12 @@ def test_no_server_is_one_clear_message_and_the_page_keeps_working(monkeypatch):
     at.run()
     assert not at.exception
     assert any("No server answers at that URL" in e.value for e in at.error)
-    assert "serving_engine" not in at.session_state  # nothing was sent, nothing kept
+    state = state_of(at.session_state)  # nothing was sent, nothing kept
+    assert state.remote.run is None and "serving_engine" not in (SESSIONS.copy(state.token) or {})
 
 
 def test_at_the_default_address_it_offers_to_start_vllm_or_says_how_to_install_it(monkeypatch):
-    import pages.serving_engine_sections as sections
+    import ui.sections.serving_engine as sections
     from engine import EngineError
 
     url = _unused_url()  # stands in for the default address, where nothing answers here
@@ -107,8 +114,8 @@ def test_hosted_mode_sends_nothing_and_offers_only_files(monkeypatch):
 
 def test_a_saved_load_replays_in_the_same_views_without_a_server(monkeypatch):
     saved: LoadRun = load_loadtest(load_to_bytes(make_run()))
-    at = _page(monkeypatch, hosted=True, serving_engine=RemoteResults(saved, "file saved.json"),
-               _remote_replay=True)
+    at = _page(monkeypatch, hosted=True, remote=RemoteResults(saved, "file saved.json"),
+               replay=True)
     assert any("**Replay** of a recorded load" in i.value for i in at.info)
     titles = _titles(at)
     assert "Every request over time, as the client saw it" in titles
@@ -119,7 +126,7 @@ def test_a_saved_load_replays_in_the_same_views_without_a_server(monkeypatch):
     assert table["metric"].tolist()[:3] == ["TTFT mean", "TTFT p50", "TTFT p90"]
     assert table["server /metrics (ms)"].tolist()[1].startswith("–")  # empty histograms
     # the still-running request and the unsent one are kept as stopped (a replayed file is final)
-    shown = at.session_state["serving_engine"].run
+    shown = state_of(at.session_state).remote.run
     assert [r.finish for r in shown.requests] == ["length", "error", "stopped", "stopped"]
     assert any("request 1: the server closed the stream" in w.value for w in at.warning)
     assert not [b for b in at.button if b.label == "Run the same load here"]  # a file: no re-run
@@ -137,7 +144,7 @@ def test_a_real_load_runs_is_kept_and_compared_with_this_apps_engine(monkeypatch
     _run_button(at, "Run the load").click()
     at.run(timeout=300)
     assert not at.exception, at.exception
-    run = at.session_state["serving_engine"].run
+    run = state_of(at.session_state).remote.run
     assert isinstance(run, LoadRun) and len(run.requests) == 3 and not run.stopped
     assert all(r.finish in ("length", "stop") and 1 <= r.output_tokens <= 8 for r in run.requests)
     assert all(0 < r.ttft_ms <= r.e2e_ms for r in run.requests)
@@ -149,7 +156,7 @@ def test_a_real_load_runs_is_kept_and_compared_with_this_apps_engine(monkeypatch
     _run_button(at, "Run the same load here").click()
     at.run(timeout=600)
     assert not at.exception, at.exception
-    found = at.session_state["serving_engine"]
+    found = state_of(at.session_state).remote
     assert found.local is not None and len(found.agreement) == 3
     assert all(a.explained for a in found.agreement)  # equal, or parted at a near-tie
     side = next(t.value for t in at.table if "throughput (tokens/s)" in t.value.columns)
@@ -160,7 +167,7 @@ def test_a_real_load_runs_is_kept_and_compared_with_this_apps_engine(monkeypatch
 def test_the_why_sentence_claims_only_what_the_numbers_back():
     from engine.remote.compare import Agreement, SideBySide
     from engine.remote.summary import ClientStats, ServerStats
-    from pages.serving_engine_results import why_text
+    from ui.sections.serving_engine_results import why_text
 
     rows = [SideBySide("server (m)", 64, 40.0, 300.0, 400.0, 65.0, 140.0, 2500.0),
             SideBySide("this app's engine", 64, 10.0, 900.0, 1400.0, 100.0, 900.0, 9000.0)]

@@ -10,6 +10,7 @@ import pytest
 from engine.serving.metrics import peak_step
 from engine.serving.record import ServingRun
 from engine.serving.servingfile import load_serving, serving_to_bytes
+from ui.state import state_of
 
 from .test_app import fresh
 
@@ -74,7 +75,7 @@ def test_a_stream_runs_is_drawn_kept_and_its_file_round_trips():
     at = _submit(_page(), "What is the capital of Italy?\nName a yellow fruit.", "6, 3", 3,
                  serving_batch=2)
     assert not at.exception
-    run = at.session_state["serving"].run
+    run = state_of(at.session_state).serving.run
     assert isinstance(run, ServingRun) and len(run.requests) == 3
     assert [len(r.token_ids) <= n for r, n in zip(run.requests, (6, 3, 6))] == [True] * 3
     assert all(r.finish in ("eos", "length") for r in run.requests)
@@ -120,14 +121,14 @@ def test_the_kv_page_without_a_serving_run_says_its_picture_is_computed():
 
 
 def test_static_vs_continuous_and_prefix_sharing_are_measured_and_kept(monkeypatch):
-    import pages.serving_sections as sections
+    import ui.sections.serving as sections
 
     at = _submit(_page(), "Say hi.\nCount to three.\nName a colour.\nSay bye.", "2, 12, 2, 12", 4,
                  serving_batch=2)
     next(b for b in at.button if b.label == "Run this stream both ways").click()
     at.run(timeout=600)
     assert not at.exception
-    static, continuous = at.session_state["serving"].batching
+    static, continuous = state_of(at.session_state).serving.batching
     assert (static.config.scheduler, continuous.config.scheduler) == ("static", "continuous")
     assert [r.token_ids for r in static.requests] == [r.token_ids for r in continuous.requests]
     assert "Static vs continuous batching, same stream" in _titles(at)
@@ -141,7 +142,7 @@ def test_static_vs_continuous_and_prefix_sharing_are_measured_and_kept(monkeypat
     next(b for b in at.button if b.label == "Run it with and without sharing").click()
     at.run(timeout=600)
     assert not at.exception
-    off, on = at.session_state["serving"].sharing
+    off, on = state_of(at.session_state).serving.sharing
     assert not off.config.prefix_sharing and on.config.prefix_sharing
     assert sum(r.cached_tokens for r in on.requests) > 0 == sum(r.cached_tokens for r in off.requests)
     assert [r.token_ids for r in off.requests] == [r.token_ids for r in on.requests]
@@ -151,7 +152,7 @@ def test_static_vs_continuous_and_prefix_sharing_are_measured_and_kept(monkeypat
 
 
 def test_speculation_highlights_the_drafted_tokens(monkeypatch):
-    import pages.serving_sections as sections
+    import ui.sections.serving as sections
 
     monkeypatch.setattr(sections, "SPECULATION", [{**s, "max_new_tokens": 24}
                                                   for s in sections.SPECULATION])
@@ -159,7 +160,7 @@ def test_speculation_highlights_the_drafted_tokens(monkeypatch):
     next(b for b in at.button if b.label == "Measure it on two samples").click()
     at.run(timeout=600)
     assert not at.exception
-    found = at.session_state["serving"].speculation
+    found = state_of(at.session_state).serving.speculation
     assert [title for title, _, _ in found] == ["Rewrite (pays)", "Free writing (does not pay)"]
     title, pieces, cmp = found[0]
     assert cmp.equal and len(pieces) == len(cmp.result.token_ids)

@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest
 from engine.files import load_trace
 from engine.lens import cost_notice, notice, weights_notice
 from engine.records.examples import examples
+from ui.state import state_of
 
 from .test_story_notice import with_hidden, without_attention
 
@@ -34,7 +35,7 @@ def story(trace) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["model_source"] = "/nonexistent"
     if trace is not None:
-        at.session_state["trace"] = trace
+        state_of(at.session_state).run.trace = trace
     at.run()
     at.switch_page("pages/story.py").run()
     assert not at.exception
@@ -116,7 +117,7 @@ def test_jump_previous_and_a_new_trace():
     at.switch_page("pages/story.py").run()
     shows_stage(at, TRACES["qa"], 4)
     story_trace = TRACES["story"]
-    at.session_state["trace"] = story_trace  # a new trace: the same stage, its own numbers
+    state_of(at.session_state).run.trace = story_trace  # a new trace: the same stage, its own numbers
     at.run()
     shows_stage(at, story_trace, 4)
 

@@ -1,7 +1,7 @@
 """Parts of the Serving engine page (pages/serving_engine.py): the server it talks to (and the
 local vLLM it can start), the tokenizer its chat template comes from, and load-test files.
 
-Not a page (app.py lists the pages). Module globals here live as long as the Streamlit process
+Module globals here live as long as the Streamlit process
 (this module is imported once, unlike a page script, which runs afresh on every rerun): the
 vLLM server the page started must outlive the rerun that started it, and every session shares it.
 """
@@ -19,8 +19,12 @@ from engine import EngineError
 from engine.remote import server as vllm
 from engine.remote.client import RemoteError, list_models, normalize_base_url
 from engine.remote.record import LoadRun
-from pages.common import bytes_once, opened_file
-from pages.state import config, keep_remote, message, plain, remote_results
+from ui.config import config
+from ui.files import RecordFiles, files_section
+from ui.memo import memo
+from ui.record import keep_remote
+from ui.state import remote_results
+from ui.text import message, plain
 
 DEFAULT_URL = f"http://127.0.0.1:{vllm.DEFAULT_PORT}/v1"
 FILE_MB = 16  # a load-test file uploaded here (the format allows more; a page needs no more)
@@ -80,17 +84,15 @@ class Server:
 def probe(url: str, force: bool = False) -> Server:
     """The server's models, asked once per URL per session (and again on "List models"): an
     unreachable address costs no wait on every rerun."""
-    memo = st.session_state.get("_remote_probe")
-    if not force and memo is not None and memo.url == url:
-        return memo
-    try:
-        found = Server(url, tuple(list_models(normalize_base_url(url), timeout=3.0)))
-        if not found.models:
-            found = Server(url, (), f"{url} serves no model")
-    except RemoteError as err:
-        found = Server(url, (), str(err))
-    st.session_state["_remote_probe"] = found
-    return found
+
+    def ask() -> Server:
+        try:
+            models = tuple(list_models(normalize_base_url(url), timeout=3.0))
+        except RemoteError as err:
+            return Server(url, (), str(err))
+        return Server(url, models) if models else Server(url, (), f"{url} serves no model")
+
+    return memo("remote_probe", (url,), ask, fresh=force)
 
 
 def server_section() -> Server:
@@ -174,33 +176,22 @@ def cut_short(run: LoadRun) -> LoadRun:
     return replace(run, requests=requests, stopped=True)
 
 
-REPLAY = "_remote_replay"  # set: the next page run replays the shown load
-
-
-def files_section() -> None:
-    """Download the shown load; open a load-test file (never re-run: its views are drawn from
-    the file) and replay it in the live views above."""
+def load_files() -> RecordFiles:
     from engine.remote.loadfile import load_loadtest, load_to_bytes
 
-    st.subheader("Load-test files")
-    found = remote_results()
-    row = st.container(horizontal=True)
-    if found.run is not None:
-        row.download_button("Download this load", data=bytes_once("_remote_file", found.run,
-                                                              load_to_bytes),
-                            on_click="ignore", file_name="inference-explorer.loadtest.json",
-                            mime="application/json", help="Every request's chunk times, "
-                            "tokens and text, and every /metrics sample, as JSON (no pickle): "
-                            "opened again here, it shows without a server.")
-        if row.button("Replay it", icon=":material/replay:",
-                      help="Draw the load again at its recorded pace (at most 20 s)."):
-            st.session_state[REPLAY] = True
-            st.rerun()
-    opened = opened_file("Open a load-test file (.json)", "remote_upload", FILE_MB, load_loadtest)
-    if opened is not None:
-        keep_remote(run=opened[0], label=f"file {opened[1]}")
-        st.session_state[REPLAY] = True
-        st.rerun()
+    return RecordFiles(
+        "Load-test files", "load", "load", "Download this load", "inference-explorer.loadtest.json",
+        "Every request's chunk times, tokens and text, and every /metrics sample, as JSON (no "
+        "pickle): opened again here, it shows without a server.", "Open a load-test file (.json)",
+        "remote_upload", FILE_MB, load_to_bytes, load_loadtest)
+
+
+def load_files_section() -> None:
+    """Download the shown load; open a load-test file (never re-run: its views are drawn from
+    the file) and replay it in the live views above."""
+    run = remote_results().run
+    files_section(load_files(), run, run is not None,
+                  lambda opened, label: keep_remote(run=opened, label=label))
 
 
 def hosted() -> bool:

@@ -1,13 +1,13 @@
-"""The Serving page's comparison sections (static vs continuous, prefix sharing, speculative
-decoding) and its file section; not a page itself (app.py lists the pages)."""
+"""The Serving page's sample streams and caps, its comparison sections (static vs continuous,
+prefix sharing, speculative decoding) and its file section."""
 
 from __future__ import annotations
 
 import json
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -20,25 +20,22 @@ from charts.serving import (
     sharing_chart,
     speculation_chart,
 )
-from engine import EngineError, LoadedModel
+from engine import LoadedModel
 from engine.clock import MachineSample, others_share
 from engine.errors import InputError
 from engine.serving.metrics import summarize_stream
 from engine.serving.record import RequestSpec, ServingConfig, ServingRun
 from engine.timing.disturbance import ADVICE, OTHERS_LIMIT, RULE
 from engine.timing.metrics import percentile
-from pages.common import BUDGET_NOTE, bytes_once, model_turn, opened_file, show_chart
-from pages.state import (
-    config,
-    generation_settings,
-    keep_serving,
-    message,
-    plain,
-    serving_results,
-    session_model,
-)
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.files import RecordFiles, files_section
+from ui.record import keep_serving
+from ui.state import generation_settings, serving_results, session_model
+from ui.text import plain
 
-SAMPLES = json.loads((Path(__file__).parents[1] / "assets" / "serving_streams.json").read_text())
+SAMPLES = json.loads((Path(__file__).parents[2] / "assets" / "serving_streams.json").read_text())
 STREAMS: dict[str, dict[str, Any]] = {s["title"]: s for s in SAMPLES["streams"]}
 SPECULATION: list[dict[str, Any]] = SAMPLES["speculation"]  # prompts: engine/serving/speculative.py
 SPECULATION_PROMPTS = {"rewrite": "REWRITE_PROMPT", "free": "FREE_PROMPT"}  # the bench's samples
@@ -48,6 +45,8 @@ def speculation_prompt(sample: dict[str, Any]) -> str:
     from engine.serving import speculative
 
     return getattr(speculative, SPECULATION_PROMPTS[sample["sample"]])
+
+
 SHARED_STREAM = "Same system prompt"
 YOUR_STREAM = "your stream"  # the label of a stream run on this page (a file's is "file …")
 FILE_MB = 20  # a serving file: JSON of token ids, times and block tables
@@ -115,40 +114,34 @@ def busy_warning(share: float | None, what: str = "this run", runs: tuple[Servin
                    f"best. {ADVICE}", icon=":material/speed:")
 
 
-def serve_all(lm: LoadedModel, runs: list[tuple[tuple[RequestSpec, ...], ServingConfig]],
-              say: Callable[[str, float], None]) -> tuple[list[ServingRun], float | None, bool]:
-    """Run several streams one after another under one model turn: the runs, other programs'
-    CPU share meanwhile, and whether the per-click budget cut them short."""
+def cpu_watch(device: Any) -> Callable[[], float | None]:
+    """From now on: a function that says other programs' share of the CPUs since this call."""
+    before = MachineSample.now(device)
+    return lambda: others_share(before, MachineSample.now(device))
+
+
+Runs = list[tuple[tuple[RequestSpec, ...], ServingConfig]]
+
+
+def serve_all(lm: LoadedModel, runs: Runs, label: str
+              ) -> tuple[tuple[ServingRun, ...], float | None] | None:
+    """Run several streams one after another under one model turn: the runs and other programs'
+    CPU share meanwhile (None: they did not run, the reason shown)."""
     from engine.serving.engine import ServingEngine
 
-    budget = threading.Event()
-    done: list[ServingRun] = []
-    with model_turn(budget):
-        before = MachineSample.now(lm.device)
+    def work(job: Job) -> tuple[tuple[ServingRun, ...], float | None]:
+        others, done = cpu_watch(lm.device), []
         for i, (specs, cfg) in enumerate(runs):
-            engine = ServingEngine(lm, specs, cfg, stop_event=budget,
+            engine = ServingEngine(lm, specs, cfg, stop_event=job.stop,
                                    weights=session_model().weights)
+            sharing = "on" if cfg.prefix_sharing else "off"
             for step in engine:
-                say(f"{cfg.scheduler} batching, prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
-                    f": step {step.index + 1}", (i + 0.5) / len(runs))
+                job.progress((i + 0.5) / len(runs), f"{cfg.scheduler} batching, prefix sharing "
+                                                    f"{sharing}: step {step.index + 1}")
             done.append(engine.record())
-        share = others_share(before, MachineSample.now(lm.device))
-    return done, share, budget.is_set()
+        return tuple(done), others()
 
-
-def _run_with_bar(lm: LoadedModel, runs: list[tuple[tuple[RequestSpec, ...], ServingConfig]],
-                  label: str) -> tuple[list[ServingRun], float | None] | None:
-    bar = st.progress(0.0, text=f"{label}: waiting for the model…")
-    try:
-        done, share, cut = serve_all(lm, runs, lambda text, x: bar.progress(min(x, 1.0), text=text))
-    except EngineError as err:
-        st.error(message(err))
-        return None
-    finally:
-        bar.empty()
-    if cut:
-        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
-    return done, share
+    return run_experiment(work, progress=f"{label}: waiting for the model…")
 
 
 def batching_section(lm: LoadedModel | None) -> None:
@@ -161,9 +154,9 @@ def batching_section(lm: LoadedModel | None) -> None:
                  "scheduler, the same blocks and batch size."):
         specs = tuple(r.spec for r in base.requests)
         runs = [(specs, replace(base.config, scheduler=s)) for s in ("static", "continuous")]
-        measured = _run_with_bar(lm, runs, "Static vs continuous")
+        measured = serve_all(lm, runs, "Static vs continuous")
         if measured is not None:
-            keep_serving(("batching", measured[1]), batching=tuple(measured[0]))
+            keep_serving(("batching", measured[1]), batching=measured[0])
             found = serving_results()
     if not found.batching:
         st.caption("Run a stream above, then run it with both schedulers here." if base is None
@@ -231,16 +224,14 @@ def sharing_section(lm: LoadedModel | None) -> None:
                "sharing off and on (continuous batching, 16-token blocks).")
     found = serving_results()
     if lm is not None and st.button("Run it with and without sharing", icon=":material/share:"):
-        try:
-            specs = shared_stream_specs(lm)
-        except EngineError as err:
-            st.error(message(err))
+        specs = run_experiment(lambda job: shared_stream_specs(lm), turn=False, cut=False)
+        if specs is None:  # the reason is shown
             return
         need = sum(-(-(len(s.prompt_token_ids) + s.max_new_tokens) // 16) for s in specs)
         runs = [(specs, ServingConfig("continuous", 8, 16, need + 8, on)) for on in (False, True)]
-        measured = _run_with_bar(lm, runs, "Prefix sharing")
+        measured = serve_all(lm, runs, "Prefix sharing")
         if measured is not None:
-            keep_serving(("sharing", measured[1]), sharing=tuple(measured[0]))
+            keep_serving(("sharing", measured[1]), sharing=measured[0])
             found = serving_results()
     if not found.sharing:
         return
@@ -309,62 +300,42 @@ def _measure_speculation(lm: LoadedModel, rounds: int) -> tuple[tuple, float | N
     from engine.serving.speculative import compare_speculation
 
     caps = serving_caps()
-    bar = st.progress(0.0, text="Speculative decoding: waiting for the model…")
-    results = []
-    budget = threading.Event()
-    try:
-        with model_turn(budget):
-            before = MachineSample.now(lm.device)
-            for i, sample in enumerate(SPECULATION):
-                ids = prepare_prompt(lm.tokenizer, speculation_prompt(sample),
-                                     generation_settings().chat_template)
-                if len(ids) > caps.prompt_tokens:
-                    raise InputError(f"The {sample['title']} sample is {len(ids)} tokens; at "
-                                     f"most {caps.prompt_tokens} here.")
 
-                def progress(done: int, total: int, i: int = i) -> None:
-                    bar.progress((i + done / total) / len(SPECULATION),
-                                 text=f"{SPECULATION[i]['title']}: run {done} of {total}")
+    def work(job: Job) -> tuple[tuple, float | None]:
+        others, results = cpu_watch(lm.device), []
+        for i, sample in enumerate(SPECULATION):
+            ids = prepare_prompt(lm.tokenizer, speculation_prompt(sample),
+                                 generation_settings().chat_template)
+            if len(ids) > caps.prompt_tokens:
+                raise InputError(f"The {sample['title']} sample is {len(ids)} tokens; at most "
+                                 f"{caps.prompt_tokens} here.")
 
-                cmp = compare_speculation(lm, ids, min(sample["max_new_tokens"], caps.new_tokens),
-                                          rounds=rounds, stop_event=budget, progress=progress)
-                tokens = cmp.result.token_ids if cmp.result is not None else ()
-                results.append((sample["title"],
-                                tuple(lm.tokenizer.convert_ids_to_tokens(list(tokens))), cmp))
-            share = others_share(before, MachineSample.now(lm.device))
-    except EngineError as err:
-        st.error(message(err))
-        return None
-    finally:
-        bar.empty()
-    if budget.is_set():
-        st.info(BUDGET_NOTE.format(s=config().limits.click_s or 0))
-    return tuple(results), share
+            def progress(done: int, total: int, i: int = i) -> None:
+                job.progress((i + done / total) / len(SPECULATION),
+                             f"{SPECULATION[i]['title']}: run {done} of {total}")
+
+            cmp = compare_speculation(lm, ids, min(sample["max_new_tokens"], caps.new_tokens),
+                                      rounds=rounds, stop_event=job.stop, progress=progress)
+            tokens = cmp.result.token_ids if cmp.result is not None else ()
+            results.append((sample["title"],
+                            tuple(lm.tokenizer.convert_ids_to_tokens(list(tokens))), cmp))
+        return tuple(results), others()
+
+    return run_experiment(work, progress="Speculative decoding: waiting for the model…")
 
 
-def files_section() -> None:
-    """Download the shown run; open a serving file (no model needed) and replay it."""
+def serving_files() -> RecordFiles:
     from engine.serving.servingfile import load_serving, serving_to_bytes
 
-    st.subheader("Serving files")
-    found = serving_results()
-    row = st.container(horizontal=True)
-    if found.run is not None:
-        row.download_button("Download this run", data=bytes_once("_serving_file", found.run,
-                                                              serving_to_bytes),
-                            on_click="ignore", file_name="inference-explorer.serving.json",
-                            mime="application/json", help="The stream's requests, tokens, "
-                            "times and every step's block tables as JSON: opened again here, "
-                            "it shows without a model.")
-        if found.run.steps and row.button("Replay it", icon=":material/replay:",
-                                          help="Draw the run again at its recorded pace "
-                                               "(at most 20 s)."):
-            st.session_state["serving_replay"] = True
-            st.rerun()
-    opened = opened_file("Open a serving file (.json)", "serving_upload", FILE_MB, load_serving)
-    if opened is not None:
-        keep_serving(run=opened[0], label=f"file {opened[1]}")
-        st.session_state["serving_replay"] = True
-        st.rerun()
+    return RecordFiles(
+        "Serving files", "serving", "run", "Download this run", "inference-explorer.serving.json",
+        "The stream's requests, tokens, times and every step's block tables as JSON: opened "
+        "again here, it shows without a model.", "Open a serving file (.json)", "serving_upload",
+        FILE_MB, serving_to_bytes, load_serving)
 
 
+def serving_files_section() -> None:
+    """Download the shown run; open a serving file (no model needed) and replay it."""
+    run = serving_results().run
+    files_section(serving_files(), run, run is not None and bool(run.steps),
+                  lambda opened, label: keep_serving(run=opened, label=label))

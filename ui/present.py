@@ -1,4 +1,4 @@
-"""Presentation mode and the chart-download format: per-session view preferences (not a page).
+"""Presentation mode and the chart-download format: per-session view preferences.
 
 Presentation mode is this session's `present` toggle, mirrored in the URL as `?present=1` so a
 teacher can open a link straight into it. Nothing here is process-wide: the chart theme is applied
@@ -13,10 +13,9 @@ from typing import Any, Literal
 
 import streamlit as st
 
-PRESENT = "present"  # session-state key of the sidebar toggle
-CHART_FORMAT = "chart_format"  # session-state key: "png" or "svg"
-PAGE_TITLE = "_page_title"  # the page being drawn, for download file names
-_PARAM_SEEN = "_present_param"  # the ?present value this session last acted on
+from ui.keys import CHART_FORMAT, PRESENT
+from ui.state import app_state
+
 FORMATS = ("png", "svg")
 CSS = Path(__file__).resolve().parents[1] / "assets" / "present.css"
 MAX_NAME = 60
@@ -34,7 +33,7 @@ def chart_format() -> ChartFormat:
 
 
 def set_page_title(title: str) -> None:
-    st.session_state[PAGE_TITLE] = title
+    app_state().view.page_title = title
 
 
 def _slug(text: str) -> str:
@@ -62,10 +61,10 @@ def chart_config(fmt: ChartFormat, page: str, name: str = "",
 def _follow_url() -> None:
     """Opening (or editing) the URL with ?present=1 turns the mode on. Leaving it out later does
     not turn it off: switching pages can drop query parameters; the toggle and the Exit button do."""
-    param = st.query_params.get(PRESENT) == "1"
-    if param and st.session_state.get(_PARAM_SEEN) is not True:
+    param, view = st.query_params.get(PRESENT) == "1", app_state().view
+    if param and view.present_param is not True:
         st.session_state[PRESENT] = True
-    st.session_state[_PARAM_SEEN] = param
+    view.present_param = param
 
 
 def _exit() -> None:
@@ -101,4 +100,4 @@ def sidebar_presentation() -> None:
             st.query_params[PRESENT] = "1"
     elif PRESENT in st.query_params:
         del st.query_params[PRESENT]
-    st.session_state[_PARAM_SEEN] = presenting()
+    app_state().view.present_param = presenting()

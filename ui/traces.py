@@ -1,21 +1,18 @@
 """Opening a trace file or a shipped example as the session's trace (the Generate page's buttons,
-share links) and reading one as a second run (Compare runs): one reader, the app's limits.
-
-Not a page (app.py lists the pages).
-"""
+share links) and reading one as a second run (Compare runs): one reader, the app's limits."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-import streamlit as st
-
 from engine import EngineError, TraceFormatError
 from engine.files import TraceFile, read_trace_file
 from engine.records.examples import Example, examples
 from engine.records.tracecheck import check_viewable
-from pages.state import OPENED_EXAMPLE, config, current_trace, keep, keep_new_trace
+from ui.config import config
+from ui.record import keep_example, keep_new_trace
+from ui.state import app_state, current_trace
 
 
 def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
@@ -53,13 +50,13 @@ def open_example(name: str) -> str | None:
     error = open_trace_file(lambda: example.path, f"example {name}")
     trace = current_trace()
     if error is None and trace is not None:
-        keep(OPENED_EXAMPLE, (name, trace.created_at))
+        keep_example(name, trace)
     return error
 
 
 def current_example() -> Example | None:
     """The shipped example the session's trace is, or None (a run of its own, an upload)."""
-    trace, opened = current_trace(), st.session_state.get(OPENED_EXAMPLE)
+    trace, opened = current_trace(), app_state().run.example
     if trace is None or opened is None or opened[1] != trace.created_at:
         return None
     return next((e for e in shipped_examples() if e.name == opened[0]), None)

@@ -8,16 +8,16 @@ import streamlit as st
 
 from charts.tokens import piece_text, visible
 from engine import Trace
-from engine.errors import EngineError
 from engine.lens.logit_lens import logit_lens
-from pages.common import memo, model_turn
-from pages.state import loaded_model, message
+from ui.experiment import run_experiment
+from ui.memo import memo
+from ui.state import loaded_model
 
 
-def _lens_rows(trace: Trace, step_index: int) -> tuple:
-    with st.spinner("Reading every layer's prediction (logit lens)…"), model_turn():
-        return logit_lens(loaded_model(), trace.steps[step_index].hidden,
-                          trace.steps[step_index].token_id)
+def _lens_rows(trace: Trace, step_index: int) -> tuple | None:
+    step = trace.steps[step_index]
+    return run_experiment(lambda job: logit_lens(loaded_model(), step.hidden, step.token_id),
+                          spinner="Reading every layer's prediction (logit lens)…")
 
 
 def logit_lens_section(trace: Trace, step) -> None:
@@ -32,10 +32,8 @@ def logit_lens_section(trace: Trace, step) -> None:
             st.caption("The lens runs this trace's model's final norm and LM head: load the model "
                        "(and weights dtype) that made the trace.")
             return
-        try:
-            rows = memo("lens_memo", (trace, step.index), lambda: _lens_rows(trace, step.index))
-        except EngineError as err:
-            st.error(message(err))
+        rows = memo("lens", (trace, step.index), lambda: _lens_rows(trace, step.index))
+        if rows is None:  # the reason is shown
             return
         st.dataframe(pd.DataFrame([{
             "layer": "embeddings" if r.layer == 0 else f"after layer {r.layer}",

@@ -1,6 +1,6 @@
 """FairLock: one run of the shared model at a time, granted first come, first served.
 
-`threading.Lock` wakes waiters in no set order (eight waiting sessions once finished 7, 6, 5, 4…).
+`threading.Lock` wakes waiters in no set order (eight waiting sessions can finish 7, 6, 5, 4…).
 Here each `acquire` takes a ticket; the lock goes to the oldest ticket. A waiter learns its place
 in the queue (for "you are 2nd in line") and how long the current holder has held the lock, and
 may give up (its ticket leaves the queue, so nobody waits behind a visitor who left).

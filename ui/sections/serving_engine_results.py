@@ -1,7 +1,7 @@
 """The Serving engine page's results (pages/serving_engine.py): what the client measured beside
 what the server's /metrics counted, the server's counters over the load, errors, and the same
 load on this app's engine — side by side, whether the greedy tokens agree, and why the speeds
-differ, from what was measured. Not a page (app.py lists the pages)."""
+differ, from what was measured."""
 
 from __future__ import annotations
 
@@ -22,10 +22,13 @@ from engine.remote.summary import (
 )
 from engine.serving.record import ServingRun
 from engine.timing.disturbance import OTHERS_LIMIT
-from pages.common import model_turn
-from pages.serving_engine_sections import DEFAULT_URL, LOCAL, YOUR_LOAD, hosted
-from pages.serving_sections import busy_warning
-from pages.state import keep_remote, loaded_model, message, plain, remote_results, session_model
+from ui.experiment import Job, run_experiment
+from ui.record import keep_remote
+from ui.results import RemoteResults
+from ui.sections.serving import busy_warning, cpu_watch
+from ui.sections.serving_engine import DEFAULT_URL, LOCAL, YOUR_LOAD, hosted
+from ui.state import loaded_model, remote_results, session_model
+from ui.text import message, plain
 
 CLIENT_VS_SERVER = ("The client's TTFT also holds what the server's cannot see: the HTTP request, "
                     "tokenizing and queueing in its API process, and the trip back; the server's "
@@ -183,42 +186,41 @@ def compare_section(run: LoadRun, label: str) -> None:
                          eager=LOCAL.eager and run.config.base_url == DEFAULT_URL, busy=busy))
 
 
-def run_local(run: LoadRun):  # -> RemoteResults | None
+def run_local(run: LoadRun) -> RemoteResults | None:
     """Run the load's config on the session's model, under the model turn, with progress."""
-    from engine.clock import MachineSample, others_share
     from engine.remote.compare import agreement, local_config, local_requests
     from engine.serving.engine import ServingEngine
+
     model = session_model()
     lm = model.lm
     if model.source != "default" or model.weights != "fp32":
         st.warning("The server serves the default model in float32; this session runs "
                    f"{plain(model.source)} with {plain(model.weights)} weights, so the tokens "
                    "will differ for that reason too.")
-    bar = st.progress(0.0, text="Waiting for the model…")
     total = run.config.requests * run.config.max_new_tokens
-    try:
+
+    def work(job: Job) -> tuple[ServingRun, float | None, tuple[Agreement, ...]]:
         specs = local_requests(lm.tokenizer, run.config)
-        with model_turn() as budget:
-            before = MachineSample.now(lm.device)
-            engine = ServingEngine(lm, specs, local_config(run.config, specs), stop_event=budget,
-                                   weights=model.weights)
-            done = 0
-            for step in engine:
-                done += step.batch_size
-                bar.progress(min(done / total, 1.0), text=f"This app's engine, step "
-                             f"{step.index + 1}: {done} of at most {total} tokens")
-            local: ServingRun = engine.record()
-            share = others_share(before, MachineSample.now(lm.device))
-            bar.progress(1.0, text="Checking where the greedy tokens part (one forward each)…")
-            agree = tuple(agreement(lm, local, run))
-    except (EngineError, ValueError) as err:
-        bar.empty()
-        st.error(f"The local run failed: {message(err)}")
+        others = cpu_watch(lm.device)
+        engine = ServingEngine(lm, specs, local_config(run.config, specs), stop_event=job.stop,
+                               weights=model.weights)
+        done = 0
+        for step in engine:
+            done += step.batch_size
+            job.progress(done / total, f"This app's engine, step {step.index + 1}: {done} of at "
+                                       f"most {total} tokens")
+        local = engine.record()
+        share = others()
+        job.progress(1.0, "Checking where the greedy tokens part (one forward each)…")
+        return local, share, tuple(agreement(lm, local, run))
+
+    found = run_experiment(work, progress="Waiting for the model…", failed="The local run failed: ",
+                           errors=(EngineError, ValueError))
+    if found is None:
         return None
-    bar.empty()
+    local, share, agree = found
     name = f"{lm.spec.name.split(' (')[0]}, {model.weights} weights"
-    keep_remote(local=local, local_name=name, agreement=agree, local_share=share)
-    return remote_results()
+    return keep_remote(local=local, local_name=name, agreement=agree, local_share=share)
 
 
 def side_table(rows: list[SideBySide]) -> pd.DataFrame:

@@ -19,9 +19,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..errors import EngineError
-from ..loader import LoadedModel, load_model
-from ..settings import FLOAT_DTYPES, weights_name
+from .errors import EngineError
+from .loader import LoadedModel, load_model
+from .settings import FLOAT_DTYPES, weights_name
 
 Key = tuple[str, str]  # (source, weights variant)
 NATIVE_TOKENS = 256  # default size of a shared native decoder's cache (prompt + answer)
@@ -50,7 +50,7 @@ class ModelEntry:
         """The shared native decoder for these weights (built once: packing and, the first time
         on this machine, compiling take seconds — call it inside the model turn); raises
         EngineError with the one-line reason it cannot run."""
-        from ..kernels.native import NativeDecoder
+        from .kernels.native import NativeDecoder
 
         def build(lm: LoadedModel) -> Any:
             problem = self.native_problem()
@@ -74,7 +74,7 @@ class ModelEntry:
             return str(got)
         if got is not None:
             return None
-        from ..kernels.native import native_problem
+        from .kernels.native import native_problem
 
         return native_problem(self.lm, self.weights)
 
@@ -110,8 +110,8 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
     """`apply_variant(base, weights)`'s copy and its native decoder over that copy (the copy's
     weights lie on the variant's grid, so the decoder packs its codes losslessly and its steps
     equal a torch forward of the copy). Needs the model lock: it quantizes every matrix."""
-    from ..kernels.native import NativeDecoder, native_problem
-    from ..quant.apply import apply_variant
+    from .kernels.native import NativeDecoder, native_problem
+    from .quant.apply import apply_variant
 
     if weights in FLOAT_DTYPES and weights != "fp32":
         raise EngineError(f"{weights} weights load the model in {FLOAT_DTYPES[weights]}: no copy")
@@ -161,7 +161,7 @@ class ModelStore:
         if weights in FLOAT_DTYPES:
             return ModelEntry(self._loader(source, dtype=FLOAT_DTYPES[weights]), weights=weights,
                               native_tokens=self.native_tokens)
-        from ..quant import VARIANT_NAMES
+        from .quant import VARIANT_NAMES
 
         if weights not in VARIANT_NAMES and not weights.startswith("awq_"):
             raise EngineError(f"unknown weights {weights!r}: use one of {', '.join(VARIANT_NAMES)}")

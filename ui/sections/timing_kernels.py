@@ -13,8 +13,12 @@ from engine.kernels.microbench import raise_bandwidth
 from engine.kv.cachelab import check_sequence
 from engine.timing.dtype_compare import DTYPES, DtypeComparison, compare_dtypes
 from engine.timing.roofline import utilization
-from pages.common import BUDGET_NOTE, model_turn, show_chart
-from pages.state import config, current_experiments, keep_experiments, message, plain, session_model
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, budget_note, run_experiment
+from ui.record import keep_experiments
+from ui.state import current_experiments, session_model
+from ui.text import plain
 
 NEW_TOKENS = 32
 DTYPE_TOKENS = 16  # per dtype and round: 3 dtypes × 2 rounds fit the hosted per-click budget
@@ -32,34 +36,33 @@ def _native():
 
 
 def _compare(trace, lm, compile: bool) -> None:
-    bar = st.progress(0.0, text="Starting…")
-    try:
-        with model_turn() as stop:
-            native, note = _native()
-            lm = session_model().reference().lm
-            if native is None and not compile:
-                raise EngineError(f"The native step cannot run here: {note}")
-            ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
-            check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
+    """The kernels on this trace's prompt; kept as the experiments' `decode_comparison`."""
 
-            def progress(text: str, done: float) -> None:
-                if stop.is_set():
-                    raise EngineError(BUDGET_NOTE.format(s=config().limits.click_s)
-                                      .replace("what was measured is shown", "try again"))
-                bar.progress(done, text=text)
+    def work(job: Job):
+        native, note = _native()
+        lm = session_model().reference().lm
+        if native is None and not compile:
+            raise EngineError(f"The native step cannot run here: {note}")
+        ids = list(trace.prompt_token_ids)[:STATIC_CACHE_TOKENS - NEW_TOKENS]
+        check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
 
-            result = compare_decode(session_model().compiled_decoder(), ids, NEW_TOKENS,
-                                    config().limits.kernel_rounds, say=progress, compile=compile,
-                                    native=native, native_note=note)
-        keep_experiments(decode_comparison=result)
-        if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
-            raise_bandwidth(lm.device, result.bandwidth_gb_s)
-    except EngineError as err:
-        st.error(message(err))
-    else:
-        st.rerun()  # redraw the page: the roofline above gains the decode points
-    finally:
-        bar.empty()
+        def progress(text: str, done: float) -> None:
+            if job.spent:  # a part of the comparison is no comparison
+                raise EngineError(budget_note(kept=False))
+            job.progress(done, text)
+
+        return lm, compare_decode(session_model().compiled_decoder(), ids, NEW_TOKENS,
+                                  config().limits.kernel_rounds, say=progress, compile=compile,
+                                  native=native, native_note=note)
+
+    done = run_experiment(work, progress="Starting…", cut=False,
+                          keep=lambda found: keep_experiments(decode_comparison=found[1]))
+    if done is None:
+        return
+    lm, result = done
+    if result.bandwidth_gb_s:  # a read between the runs may beat a ceiling read when slow
+        raise_bandwidth(lm.device, result.bandwidth_gb_s)
+    st.rerun()  # redraw the page: the roofline above gains the decode points
 
 
 def kernels_section(trace, lm, comparison, ceil) -> None:
@@ -124,22 +127,17 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
 
 
 def _compare_dtypes(trace, lm) -> None:
-    bar = st.progress(0.0, text="Starting…")
-    try:
-        with model_turn() as stop:
-            ids = list(trace.prompt_token_ids)[:DTYPE_PROMPT]
-            lm = session_model().reference().lm  # float32 copies are made from float32 weights
-            check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
-            result = compare_dtypes(lm, ids, DTYPE_TOKENS, config().limits.kernel_rounds,
-                                    say=lambda text, done: bar.progress(done, text=text),
-                                    stop=stop.is_set)
-        keep_experiments(dtype_comparison=result)
-        if result.rounds < config().limits.kernel_rounds:
-            st.info(BUDGET_NOTE.format(s=config().limits.click_s))
-    except EngineError as err:
-        st.error(message(err))
-    finally:
-        bar.empty()
+    """The dtypes on this trace's prompt; kept as the experiments' `dtype_comparison`."""
+    rounds = config().limits.kernel_rounds
+
+    def work(job: Job) -> DtypeComparison:
+        ids = list(trace.prompt_token_ids)[:DTYPE_PROMPT]
+        lm = session_model().reference().lm  # float32 copies are made from float32 weights
+        check_sequence(lm, ids, config().limits.prompt_tokens)  # a file's ids, this model
+        return compare_dtypes(lm, ids, DTYPE_TOKENS, rounds, say=job.say, stop=job.stop.is_set)
+
+    run_experiment(work, progress="Starting…", cut=lambda found: found.rounds < rounds,
+                   keep=lambda found: keep_experiments(dtype_comparison=found))
 
 
 def _dtype_result(result: DtypeComparison) -> None:

@@ -1,9 +1,6 @@
 """The sidebar's generation settings as one table — each setting's widget key, kind, range and
-default — read by the sidebar's widgets (app.py) and by share links (pages/links.py), so a link
-can hold exactly what the sidebar can set.
-
-Not a page (app.py lists the pages).
-"""
+default — read by the sidebar's widgets (app.py) and by share links (ui/links.py), so a link can
+hold exactly what the sidebar can set."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from typing import Any
 import streamlit as st
 
 from engine import Trace
-from pages.state import Limits, config
+from ui.config import Limits, config
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +54,6 @@ class Setting:
         return str(int(value)) if self.kind is not float else f"{value:g}"
 
 
-WEIGHTS_KEY = "weights_variant"  # the sidebar's weights selectbox
 WEIGHTS_LABELS = {"fp32": "fp32 (float32)", "fp16": "fp16 (float16)", "bf16": "bf16 (bfloat16)",
                   "int8": "int8 (per-row scale)", "q4_0": "q4_0 (4-bit, scale per 32)",
                   "q4_1": "q4_1 (4-bit, scale + min per 32)"}

@@ -1,0 +1,69 @@
+"""The app's configuration and limits, read from the environment (hosted demo or local)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# The sidebar's weights variants (engine/quant/variants.py). Hosted: float32 and q4_0 only —
+# the default model's float32 entry with its native decoder and the q4_0 copy with its decoder
+# both stay loaded within HOSTED_MODEL_MB (a third choice would make visitors evict each other's
+# model).
+LOCAL_WEIGHTS = ("fp32", "fp16", "bf16", "int8", "q4_0", "q4_1")
+HOSTED_WEIGHTS = ("fp32", "q4_0")
+HOSTED_MODEL_MB = 2048
+MAX_PROMPT_CHARS = 20_000  # the prompt box and a share link: far above what the token limit lets through
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one click may ask of the shared model; enforced on the server, not only by widgets."""
+
+    prompt_tokens: int
+    new_tokens: int
+    upload_mb: int  # a trace file, as uploaded
+    trace_mb: int  # a trace file, decompressed: what it will hold in memory
+    trace_tokens: int  # prompt + output of a trace file the pages will show
+    click_s: float | None = None  # model time one click may take (None: no limit)
+    kernel_rounds: int = 3  # paired rounds of the decode-kernel comparison
+
+    @property
+    def sequence_tokens(self) -> int:
+        """The longest token sequence an experiment runs the model on (prompt + answer)."""
+        return self.prompt_tokens + self.new_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class AppConfig:
+    hosted: bool
+    limits: Limits
+    model_cache_mb: int  # weights the model store keeps (local: a few dtype/model choices)
+    session_mb: int  # session records kept for reloads, all sessions together
+    session_ttl_s: float
+
+    @classmethod
+    def from_env(cls) -> "AppConfig":
+        if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
+            return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2),
+                       HOSTED_MODEL_MB, 512, 2 * 3600.0)
+        return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
+
+    @property
+    def weights_choices(self) -> tuple[str, ...]:
+        """The sidebar's weights variants: hosted, the two that fit its cap together."""
+        return HOSTED_WEIGHTS if self.hosted else LOCAL_WEIGHTS
+
+
+def _click_s(default: float = 15.0) -> float:
+    """Hosted model time per click: 15 s, or INFERENCE_EXPLORER_CLICK_S (1–600) for a Space on
+    other hardware — and for tests that must not turn a busy machine into a failure."""
+    try:
+        value = float(os.environ.get("INFERENCE_EXPLORER_CLICK_S", default))
+    except ValueError:
+        return default
+    return min(max(value, 1.0), 600.0) if value == value else default
+
+
+def config() -> AppConfig:
+    """Read from the environment on each call (cheap), so tests can switch hosted mode."""
+    return AppConfig.from_env()

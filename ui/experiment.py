@@ -1,0 +1,128 @@
+"""One experiment shape: every page action that runs the shared model goes through
+`run_experiment`, which takes the model turn (showing the queue and its wait estimate), shows
+progress, writes the budget note, turns an engine error into one message and keeps the result.
+A page only describes the form, the work and the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import streamlit as st
+
+from engine import EngineError
+from ui import shared
+from ui.config import config
+from ui.text import message
+
+T = TypeVar("T")
+
+
+def limit_text() -> str:
+    """The hosted per-click budget, in the words every page uses for it."""
+    return f"this demo's limit of {config().limits.click_s or 0:.0f} s of model time per click"
+
+
+def budget_note(kept: bool = True) -> str:
+    """What a page says when an experiment stopped at the per-click budget: with what it kept,
+    or (`kept` False: it needs every part to show anything) that the visitor may try again."""
+    return (f"Stopped at {limit_text()}, so that no visitor waits long for another; "
+            + ("what was measured is shown." if kept else "try again."))
+
+
+@contextlib.contextmanager
+def model_turn(stop: threading.Event | None = None) -> Iterator[threading.Event]:
+    """Hold the process-wide turn while this session runs the shared model: one run at a time,
+    so no visitor's timings are measured while another visitor's forward shares the cores.
+    Waiting visitors are served first come, first served, and see their place in the queue and
+    an estimate. Yields `stop` (or a new event), which is set once this turn has used the hosted
+    per-click budget (`Limits.click_s`): loops check it and end early (see `budget_note`)."""
+    stop = stop or threading.Event()
+    notice = st.empty()
+    lock = shared.LOCK
+
+    def waiting(place: int, held_s: float) -> None:
+        typical = lock.typical_hold_s
+        ahead = ("another visitor's run is using the model; yours is next in the queue" if place == 1
+                 else f"{place} runs are ahead of yours in the queue")
+        estimate = ("" if typical is None else
+                    f" Runs here take about {typical:.0f} s: yours should start in about "
+                    f"{max(typical - held_s, 1) + (place - 1) * typical:.0f} s.")
+        notice.info(f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far).{estimate} "
+                    "Yours starts by itself: keep this page open.", icon=":material/hourglass:")
+
+    budget = config().limits.click_s
+    try:
+        with lock.turn(on_wait=waiting):
+            notice.empty()
+            timer = threading.Timer(budget, stop.set) if budget else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                yield stop
+            finally:
+                if timer is not None:
+                    timer.cancel()
+    finally:
+        notice.empty()
+
+
+@dataclass(slots=True)
+class Job:
+    """A running experiment as its work sees it: the stop event (set when the per-click budget
+    is spent, or by the page), and the progress bar (None: the page draws its own progress)."""
+
+    stop: threading.Event
+    bar: Any = None
+
+    def progress(self, fraction: float, text: str) -> None:
+        if self.bar is not None:
+            self.bar.progress(min(max(fraction, 0.0), 1.0), text=text)
+
+    def say(self, text: str, fraction: float) -> None:
+        """`progress` in the (text, fraction) order of the engine's `say` callbacks."""
+        self.progress(fraction, text)
+
+    @property
+    def spent(self) -> bool:
+        return self.stop.is_set()
+
+
+def run_experiment(work: Callable[[Job], T], *, progress: str | None = None, where: Any = None,
+                   spinner: str | None = None, stop: threading.Event | None = None,
+                   turn: bool = True, failed: str = "",
+                   errors: tuple[type[Exception], ...] = (EngineError,),
+                   cut: bool | Callable[[T], bool] = True,
+                   keep: Callable[[T], None] | None = None,
+                   on_error: Callable[[str], None] | None = None) -> T | None:
+    """`work(job)` under the model turn (`turn` False: a job that needs no turn, like loading a
+    float model); its result, or None after one message for an engine error (or one of
+    `errors`), `failed` before it, shown here or handed to `on_error` (a page that shows it
+    elsewhere). `progress`: a progress bar's first text ("": none), drawn in `where` (default
+    here), which `job.progress` moves; `spinner`: a spinner's text instead. `cut`: whether to
+    say the budget stopped it — True: when the stop event is set; a test of the result; False:
+    the page says it itself. `keep(result)` stores the result in the session record."""
+    job = Job(stop or threading.Event())
+    if progress is not None:
+        job.bar = (st if where is None else where).progress(0.0, text=progress or None)
+    try:
+        with st.spinner(spinner) if spinner else contextlib.nullcontext():
+            with model_turn(job.stop) if turn else contextlib.nullcontext():
+                result = work(job)
+    except errors as err:
+        (on_error or st.error)(message(f"{failed}{err}"))
+        return None
+    finally:
+        if job.bar is not None:
+            job.bar.empty()
+    stopped = cut(result) if callable(cut) else (cut and job.spent)
+    if stopped:
+        st.info(budget_note())
+    if keep is not None:
+        keep(result)
+    return result

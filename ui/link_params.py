@@ -1,0 +1,153 @@
+"""Share links' parameters: what a link asks for (parsed, each value checked) and a link's
+address built from a view's parameters. Pure functions of their inputs and the sidebar's widget
+values; applying a link to the session and the "Share this view" control are ui/links.py's.
+
+A link never carries `s`, the session's private token for reloads: whoever opened a link holding
+it would start from the sender's session record. Its parameters come from whoever wrote the URL,
+so each is checked (kind, range, a known example name) and a bad one is dropped with one line
+saying so; a link never runs the model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import quote, urlencode
+
+import streamlit as st
+
+from engine import Trace
+from engine.quant import VARIANT_NAMES
+from ui.config import MAX_PROMPT_CHARS, Limits, config
+from ui.keys import HEAD, LAYER, STEP
+from ui.sidebar_settings import Setting, setting_table
+from ui.text import plain
+
+VIEW = {"layer": LAYER, "head": HEAD, "step": STEP}  # a link's selection → the widgets it presets
+MAX_LINK_CHARS = 8000  # a longer URL is refused by some proxies (and Tornado's 64 KB header cap)
+# `dtype` names the weights a link's run used: a weights variant (fp32, q4_0, …; what the sidebar
+# offers) or a float dtype's name (float32 is fp32).
+DTYPES = ("float32", "float16", "bfloat16", *VARIANT_NAMES)
+LINK_PARAMS = ("prompt", "example", *setting_table(config().limits), *VIEW, "model", "dtype")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """What a share link asks for, every value checked."""
+
+    prompt: str | None = None
+    example: str | None = None
+    settings: dict[str, int | float | bool] = field(default_factory=dict)  # by setting name
+    view: dict[str, int] = field(default_factory=dict)  # layer, head, step (checked on a trace)
+    model: str | None = None
+    dtype: str | None = None
+
+
+def parse_link(params: Mapping[str, str], limits: Limits, example_names: tuple[str, ...]
+               ) -> tuple[Link, list[str]]:
+    """A link's parameters as a Link, and one line for each value it ignores. Parameters that are
+    not a link's (`s`, another feature's) are left alone."""
+    notes: list[str] = []
+
+    def bad(name: str, why: str) -> None:
+        shown = params[name] if len(params[name]) <= 40 else params[name][:40] + "…"
+        notes.append(f"Ignored the link's {name} “{shown}”: {why}.")
+
+    table = setting_table(limits)
+    settings = {}
+    for name, setting in table.items():
+        if name in params:
+            try:
+                settings[name] = setting.parse(params[name])
+            except ValueError as err:
+                bad(name, str(err))
+    view = {}
+    for name in VIEW:
+        if name in params:
+            if re.fullmatch(r"\d{1,4}", params[name]):
+                view[name] = int(params[name])
+            else:
+                bad(name, "must be a whole number from 0")
+    prompt = params.get("prompt")
+    if prompt is not None and (len(prompt) > MAX_PROMPT_CHARS or not prompt.strip()):
+        bad("prompt", f"must be 1 to {MAX_PROMPT_CHARS:,} characters")
+        prompt = None
+    example = params.get("example")
+    if example is not None and example not in example_names:
+        bad("example", "no example of that name ships with this app")
+        example = None
+    model = params.get("model")
+    if model is not None and len(model) > 200:
+        bad("model", "a model name is at most 200 characters")
+        model = None
+    dtype = params.get("dtype")
+    if dtype is not None and dtype not in DTYPES:
+        bad("dtype", f"must be one of {', '.join(DTYPES)}")
+        dtype = None
+    return Link(prompt, example, settings, view, model, dtype), notes
+
+
+def check_view(view: Mapping[str, int], trace: Trace) -> tuple[dict[str, int], list[str]]:
+    """The layer, head and step that exist in this trace, and a line for each that does not."""
+    valid = {"layer": view.get("layer") in trace.attention_layers,
+             "head": 0 <= view.get("head", -1) < trace.model.heads,
+             "step": 0 <= view.get("step", -1) < len(trace.steps)}
+    kept = {name: value for name, value in view.items() if valid[name]}
+    notes = [f"Ignored the link's {name} {value}: this trace has no {name} {value}."
+             for name, value in view.items() if not valid[name]]
+    return kept, notes
+
+
+
+@dataclass(slots=True)
+class OpenedLink:
+    """The link this session opened: what it asked for, the lines saying what it ignored, and
+    the page it opened on (its notes show there until another page is opened)."""
+
+    link: Link
+    notes: list[str]
+    page: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A link's parameters for this session's view, and what the link reproduces."""
+
+    params: dict[str, str]  # never `s`
+    lines: list[str]  # what the link reproduces, in words
+
+
+def add_settings(params: dict[str, str], table: Mapping[str, Setting],
+                 run: Mapping[str, int | float | bool] | None) -> list[str]:
+    """Put the settings (the run's, else the sidebar's) in `params`: all of them with a prompt (a
+    re-run needs them, whatever the other app's defaults), else those changed from the default.
+    Returns the names of those the sidebar cannot hold (a trace file's temperature 3)."""
+    skipped = []
+    for name, setting in table.items():
+        value = run[name] if run is not None else st.session_state.get(setting.key, setting.default)
+        try:
+            text = setting.text(setting.parse(setting.text(value)))
+        except ValueError:
+            skipped.append(name)
+            continue
+        if "prompt" in params or text != setting.text(setting.default):
+            params[name] = text
+    return skipped
+
+
+def reproduces(prompt_is: str, params: Mapping[str, str]) -> str:
+    """What a re-run of the link's prompt gives, in words."""
+    model = plain(f"{params['model']}, {params['dtype']} weights") if "model" in params else "the same model"
+    if float(params.get("temperature", "0")) == 0:
+        how = "greedy decoding: Generate gives the same tokens"
+    else:
+        how = f"sampled with seed {params.get('seed', '0')}: the same seed gives the same tokens"
+    return (f"Carries {prompt_is}; {how} on {model}. Another model (or weights dtype) loaded "
+            "there may give other tokens.")
+
+
+def share_url(base: str, params: Mapping[str, str]) -> str:
+    if "s" in params:
+        raise ValueError("a share link never carries the session token `s`")
+    return f"{base}?{urlencode(params, quote_via=quote)}" if params else base

@@ -1,0 +1,64 @@
+"""The Serving and Serving engine pages' results, typed with the engine's records: what a session
+keeps of them (and a reload restores)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.remote.compare import Agreement
+from engine.remote.record import LoadRun
+from engine.serving.record import ServingRun
+from engine.serving.speculative import SpeculationComparison
+
+# One sample of the speculative-decoding comparison: its title, the output's token pieces, and
+# the measured comparison.
+SpeculationSample = tuple[str, tuple[str, ...], SpeculationComparison]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ServingResults:
+    """The Serving page's results: the last stream run (`run`) and what it was (`label`: "your
+    stream", "file x.json"); static vs continuous batching on one stream (`batching`: static,
+    continuous); prefix sharing (`sharing`: off, on); speculative decoding per sample
+    (`speculation`); and `others_share`: other programs' share of the CPUs while each of them
+    ran ("run", "batching", "sharing", "speculation"; None: not measured)."""
+
+    run: ServingRun | None = None
+    label: str = ""
+    batching: tuple[ServingRun, ...] = ()
+    sharing: tuple[ServingRun, ...] = ()
+    speculation: tuple[SpeculationSample, ...] = ()
+    others_share: tuple[tuple[str, float | None], ...] = ()
+
+    def share(self, name: str) -> float | None:
+        return dict(self.others_share).get(name)
+
+    @property
+    def nbytes(self) -> int:
+        """About what the session record holds: ~100 bytes per token and per block-table row."""
+        runs = [r for r in (self.run, *self.batching, *self.sharing) if r is not None]
+        return 4096 + sum(100 * (r.output_tokens + sum(len(s.tables) + 1 for s in r.steps))
+                          for r in runs)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RemoteResults:
+    """The Serving engine page's results: the last load (`run`) and what it was (`label`: "your
+    load", "file x.json"); the same load on this app's engine (`local`, with its model and
+    weights in `local_name`) and per request whether the greedy tokens agree (`agreement`);
+    `local_share`: other programs' share of the CPUs while the local run ran (None: not
+    measured)."""
+
+    run: LoadRun | None = None
+    label: str = ""
+    local: ServingRun | None = None
+    local_name: str = ""
+    agreement: tuple[Agreement, ...] = ()
+    local_share: float | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """About what the session record holds: ~100 bytes per token, ~1 KB per /metrics sample."""
+        run, local = self.run, self.local
+        return 4096 + (0 if run is None else 100 * run.output_tokens + 1024 * len(run.samples)) \
+            + (0 if local is None else 100 * (local.output_tokens + len(local.steps)))

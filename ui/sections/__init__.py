@@ -1,0 +1,1 @@
+"""Sections of the pages that are long enough to live apart from their page script."""
