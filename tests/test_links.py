@@ -38,6 +38,7 @@ def fresh_app(folder: Path, params: dict[str, str] | None = None, **state) -> Ap
     """The app's first run with this URL's parameters and this session state."""
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["model_source"] = str(folder)  # no model: links never need one
+    at.session_state["replay_speed"] = "instant"  # an example opens without its recorded pace
     for key, value in state.items():
         at.session_state[key] = value
     at.query_params.update(params or {})

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import pages.timing_kernels as timing_kernels
 from tests.test_app import fresh, generate
+
+pytestmark = pytest.mark.real_model  # the app runs the default model
 
 
 def test_phase_column_fits_and_dtypes_are_measured(monkeypatch):
