@@ -100,6 +100,22 @@ def _vllm_for_marked_tests(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
+def engine_cli() -> Iterator:
+    """`engine_cli(*args)`: `python -m engine ARGS` run as a real process, like subprocess.run
+    with captured text output, forked from one interpreter that imported the engine once
+    (tests/engine_cli.py). Importing the CLI prints nothing, as a real process's output would
+    show."""
+    from tests.engine_cli import EngineCli
+
+    cli = EngineCli()
+    try:
+        assert cli.import_output == "", cli.import_output
+        yield cli.run
+    finally:
+        cli.close()
+
+
+@pytest.fixture(scope="session")
 def lm() -> LoadedModel:
     """SmolLM2-135M-Instruct, the app's real default model (converted once, then cached)."""
     return load_model()
