@@ -117,8 +117,27 @@ def engine_cli() -> Iterator:
 
 @pytest.fixture(scope="session")
 def lm() -> LoadedModel:
-    """SmolLM2-135M-Instruct, the app's real default model (converted once, then cached)."""
-    return load_model()
+    """SmolLM2-135M-Instruct, the app's real default model (converted once, then cached): the
+    app's own model store's entry, so a process that also runs the app (AppTest) loads it once."""
+    from pages.state import MODELS
+
+    return MODELS.get("default", "fp32").lm
+
+
+@pytest.fixture
+def cli_uses_lm(lm, monkeypatch) -> None:
+    """An in-process CLI call that loads the default float32 model gets the session's `lm`
+    (loaded once per process) instead of loading it again; any other model still loads."""
+    import engine.loader
+
+    real = engine.loader.load_model
+
+    def load_model(source=None, device=None, dtype=None, progress=None):
+        if source in (None, "", "default") and device in (None, "cpu") and dtype in (None, "float32"):
+            return lm
+        return real(source, device, dtype, progress)
+
+    monkeypatch.setattr(engine.loader, "load_model", load_model)
 
 
 @pytest.fixture(scope="session")
