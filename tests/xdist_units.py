@@ -24,6 +24,13 @@ import pytest
 UNITS_ENV = "INFERENCE_EXPLORER_XDIST_UNITS"
 VLLM_UNIT = "vllm"
 ORDER = (VLLM_UNIT, "browser", "compile", "real_model")  # then everything else
+# Modules that take longest within their tier (measured), first in it: the last units to go out
+# should be short ones. A stale name here costs only balance.
+LONG = {"test_quant_quality.py", "test_serving_engine.py", "test_speculative.py", "test_app.py",
+        "test_quant_page.py", "test_quant_awq_model.py", "test_kvcache.py", "test_examples.py",
+        "test_quant_model.py", "test_space.py", "test_browser.py",
+        "test_hostile_files.py", "test_structure_imports.py", "test_remote_client_load.py",
+        "test_native_lowbit.py", "test_remote_client.py", "test_timing.py", "test_cli_batch.py"}
 
 
 def name_the_file() -> None:
@@ -31,16 +38,22 @@ def name_the_file() -> None:
     os.environ[UNITS_ENV] = str(Path(tempfile.mkdtemp(prefix="xdist-units-")) / "vllm.json")
 
 
-def order_and_record(items: list[pytest.Item]) -> None:
-    """In a worker: the longest units first (a stable sort: modules keep their tests' order),
-    and the `vllm` tests' ids written for the controller."""
-    def rank(item: pytest.Item) -> int:
-        return next((k for k, mark in enumerate(ORDER) if item.get_closest_marker(mark)),
-                    len(ORDER))
+def unit(item: pytest.Item) -> str:
+    return VLLM_UNIT if item.get_closest_marker(VLLM_UNIT) else item.nodeid.split("::", 1)[0]
 
-    items.sort(key=rank)
+
+def order_and_record(items: list[pytest.Item]) -> None:
+    """In a worker: the longest units first (a stable sort of whole units: a module's tests keep
+    their order), and the `vllm` tests' ids written for the controller."""
+    rank: dict[str, tuple[int, int]] = {}
+    for item in items:
+        tier = next((k for k, mark in enumerate(ORDER) if item.get_closest_marker(mark)), len(ORDER))
+        name = unit(item)
+        long = 0 if Path(name).name in LONG else 1
+        rank[name] = min(rank.get(name, (tier, long)), (tier, long))
+    items.sort(key=lambda item: rank[unit(item)])
     path = Path(os.environ[UNITS_ENV])
-    ids = [item.nodeid for item in items if item.get_closest_marker(VLLM_UNIT)]
+    ids = [item.nodeid for item in items if unit(item) == VLLM_UNIT]
     part = path.with_name(f"{path.name}.{os.environ.get('PYTEST_XDIST_WORKER', 'w')}")
     part.write_text(json.dumps(ids))
     os.replace(part, path)  # whole or not at all: every worker writes the same list
