@@ -44,6 +44,9 @@ def page(url):
 def test_a_stream_runs_and_is_drawn(page):
     page.get_by_role("combobox", name="Sample stream").click()
     page.get_by_role("option", name="Short questions").click()
+    # its 4 requests are in the form (right after the click the page can still read idle
+    # before the rerun that fills the form starts)
+    expect(page.get_by_label("Requests", exact=True)).to_have_value("4", timeout=60_000)
     wait_for_app(page)
     lengths = page.get_by_role("textbox", name="Max new tokens per request")
     lengths.fill("6")
