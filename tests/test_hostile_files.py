@@ -14,6 +14,7 @@ import json
 import tracemalloc
 import warnings
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -115,6 +116,25 @@ def flagged(data: bytes, name: str, bit: int) -> bytes:
     return bytes(out)
 
 
+class _Repeated:
+    """A member's compressor that deflates `chunk` once, ending on a full flush (so what follows
+    owes it nothing), and hands out those bytes each time the same chunk is written: the deflate
+    stream a compressor makes with a sync point before each chunk, without deflating gigabytes."""
+
+    def __init__(self, real, chunk: bytes) -> None:
+        self.real, self.chunk = real, chunk
+        once = zlib.compressobj(9, zlib.DEFLATED, -15)
+        self.block = once.compress(chunk) + once.flush(zlib.Z_FULL_FLUSH)
+
+    def compress(self, data: bytes) -> bytes:
+        if data is self.chunk:
+            return self.real.flush(zlib.Z_FULL_FLUSH) + self.block
+        return self.real.compress(data)
+
+    def flush(self, *mode: int) -> bytes:
+        return self.real.flush(*mode)
+
+
 def bomb(data: bytes, name: str, header: bytes, size: int, fill: bytes = b"\0") -> bytes:
     """`data` with member `name` replaced by `header` and `size` bytes of `fill`, deflated."""
     buffer = io.BytesIO()
@@ -123,8 +143,9 @@ def bomb(data: bytes, name: str, header: bytes, size: int, fill: bytes = b"\0") 
             if member != name:
                 archive.writestr(member, content)
         with archive.open(name, "w", force_zip64=True) as out:
-            out.write(header)
             chunk = fill * ((16 << 20) // len(fill))
+            out._compressor = _Repeated(out._compressor, chunk)
+            out.write(header)
             for _ in range(size // len(chunk)):
                 out.write(chunk)
     return buffer.getvalue()
