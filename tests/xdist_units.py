@@ -4,9 +4,9 @@ A unit of work is a whole module, so its module fixtures (a browser module's pag
 measured results) are set up once, and its tests run in file order; and every `vllm` test is in
 one unit, on one worker, as they read the one shared server's counters before and after their
 load (two loads at once would count each other's tokens). Units go out in the order the workers
-collected them, and the workers put the longest first: the `vllm` unit (it waits for the server),
-then the browser modules, torch.compile, the real model, and the fast tier last, where its many
-small modules fill the gaps at the end.
+collected them, and the workers put the longest first (after the few that must start on a fresh
+worker): the `vllm` unit (it waits for the server), then the browser modules, torch.compile, the
+real model, and the fast tier last, where its many small modules fill the gaps at the end.
 
 The workers know the markers, the controller (which hands out the units) only the test ids: each
 worker writes the ids of the `vllm` tests to a file the controller named in the environment.
@@ -31,6 +31,9 @@ LONG = {"test_quant_quality.py", "test_serving_engine.py", "test_speculative.py"
         "test_quant_model.py", "test_space.py", "test_browser.py",
         "test_hostile_files.py", "test_structure_imports.py", "test_remote_client_load.py",
         "test_native_lowbit.py", "test_remote_client.py", "test_timing.py", "test_cli_batch.py"}
+# Modules that measure the worker process itself (its memory after many runs): they go out
+# before anything else, to a worker no other test has run in yet.
+FRESH = {"test_app_safety.py"}
 
 
 def name_the_file() -> None:
@@ -50,6 +53,8 @@ def order_and_record(items: list[pytest.Item]) -> None:
         tier = next((k for k, mark in enumerate(ORDER) if item.get_closest_marker(mark)), len(ORDER))
         name = unit(item)
         long = 0 if Path(name).name in LONG else 1
+        if Path(name).name in FRESH:
+            tier = -1
         rank[name] = min(rank.get(name, (tier, long)), (tier, long))
     items.sort(key=lambda item: rank[unit(item)])
     path = Path(os.environ[UNITS_ENV])
