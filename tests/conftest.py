@@ -5,7 +5,8 @@ Tiers are pytest markers (registered in pyproject.toml) applied here by path and
 test file does not repeat them: tests/e2e/ → `browser`, the `lm` fixture → `real_model`. A test
 that loads the real model some other way (the app, the CLI) or compiles says so itself
 (`pytestmark = pytest.mark.real_model`, `@pytest.mark.compile`). The fast tier:
-    pytest -m "not browser and not real_model and not compile"
+    pytest -m "not browser and not real_model and not compile and not vllm"
+`make test` runs it first, then the rest, on pytest-xdist workers (tests/xdist_units.py).
 """
 
 from __future__ import annotations
@@ -26,51 +27,66 @@ import torch  # noqa: E402
 
 from engine.loader import LoadedModel, load_model  # noqa: E402
 from engine.spec import spec_from_model  # noqa: E402
+from tests import vllm_session, xdist_units  # noqa: E402
 
 E2E = Path(__file__).resolve().parent / "e2e"
 
 
-VLLM_URL_ENV = "INFERENCE_EXPLORER_VLLM_URL"
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--vllm-in-background", action="store_true",
+                     help="start the vLLM server as the session starts, in the background, so "
+                          "its start overlaps other tests (make test); `vllm` tests wait for it")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: it inherits what its controller set up
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 0:
+        # Each worker's torch (and the servers it starts) gets its share of the cores: OpenMP
+        # threads beyond them spin-wait for a core and burn the time the other workers need.
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+        xdist_units.name_the_file()
+        config.pluginmanager.register(xdist_units.Scheduling(), "xdist_units")
+    if config.getoption("vllm_in_background"):
+        vllm_session.start_in_background()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    vllm_session.stop_started()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if E2E in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.browser)
         if "lm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_model)
+    if os.environ.get(xdist_units.UNITS_ENV) and hasattr(config, "workerinput"):
+        xdist_units.order_and_record(items)
 
 
 @pytest.fixture(scope="session")
 def vllm_url() -> Iterator[str]:
     """The base URL of a real vLLM server (CPU build, the default model in float32): the one
-    INFERENCE_EXPLORER_VLLM_URL names, or one already answering on the default port, or one this
-    session starts from `make vllm`'s venv (eager: about a minute on two cores) and stops at the
-    end. Not installed is a failure, not a skip: `make test` installs it."""
-    from engine.remote.server import (
-        DEFAULT_PORT,
-        SERVED_NAME,
-        healthy,
-        is_installed,
-        start_server,
-    )
+    INFERENCE_EXPLORER_VLLM_URL names (or that --vllm-in-background started), or one already
+    answering on the default port, or one this session starts from `make vllm`'s venv and stops
+    at the end. Not installed is a failure, not a skip: `make test` installs it."""
+    from engine.remote.server import DEFAULT_PORT, healthy, is_installed
 
-    url = os.environ.get(VLLM_URL_ENV) or f"http://127.0.0.1:{DEFAULT_PORT}/v1"
-    if os.environ.get(VLLM_URL_ENV) and not healthy(url):
-        pytest.fail(f"{VLLM_URL_ENV}={url} does not answer")
+    problem = vllm_session.wait_for_background_start()
+    if problem:
+        pytest.fail(problem)
+    url = vllm_session.default_url()
+    if os.environ.get(vllm_session.URL_ENV) and not healthy(url):
+        pytest.fail(f"{vllm_session.URL_ENV}={url} does not answer")
     if healthy(url):
-        os.environ[VLLM_URL_ENV] = url
+        os.environ[vllm_session.URL_ENV] = url
         yield url
         return
     assert is_installed(), "vLLM is not installed: run `make vllm` (make test does)"
-    server = start_server(DEFAULT_PORT, eager=True)
-    print(f"\nvLLM started at {server.base_url} in {server.start_s:.0f} s")
-    from engine.remote.client import StreamResult, stream_completion
-
-    warm = StreamResult()  # its first request pays one-time costs: not any test's timings
-    stream_completion(server.base_url, SERVED_NAME, "Hello", 4, warm, lambda: False)
-    assert warm.finish in ("length", "stop"), warm.error
-    os.environ[VLLM_URL_ENV] = server.base_url
+    server = vllm_session.start_and_warm(DEFAULT_PORT)
+    os.environ[vllm_session.URL_ENV] = server.base_url
     try:
         yield server.base_url
     finally:
@@ -85,9 +101,44 @@ def _vllm_for_marked_tests(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
+def engine_cli() -> Iterator:
+    """`engine_cli(*args)`: `python -m engine ARGS` run as a real process, like subprocess.run
+    with captured text output, forked from one interpreter that imported the engine once
+    (tests/engine_cli.py). Importing the CLI prints nothing, as a real process's output would
+    show."""
+    from tests.engine_cli import EngineCli
+
+    cli = EngineCli()
+    try:
+        assert cli.import_output == "", cli.import_output
+        yield cli.run
+    finally:
+        cli.close()
+
+
+@pytest.fixture(scope="session")
 def lm() -> LoadedModel:
-    """SmolLM2-135M-Instruct, the app's real default model (converted once, then cached)."""
-    return load_model()
+    """SmolLM2-135M-Instruct, the app's real default model (converted once, then cached): the
+    app's own model store's entry, so a process that also runs the app (AppTest) loads it once."""
+    from ui.shared import MODELS
+
+    return MODELS.get("default", "fp32").lm
+
+
+@pytest.fixture
+def cli_uses_lm(lm, monkeypatch) -> None:
+    """An in-process CLI call that loads the default float32 model gets the session's `lm`
+    (loaded once per process) instead of loading it again; any other model still loads."""
+    import engine.loader
+
+    real = engine.loader.load_model
+
+    def load_model(source=None, device=None, dtype=None, progress=None):
+        if source in (None, "", "default") and device in (None, "cpu") and dtype in (None, "float32"):
+            return lm
+        return real(source, device, dtype, progress)
+
+    monkeypatch.setattr(engine.loader, "load_model", load_model)
 
 
 @pytest.fixture(scope="session")

@@ -26,8 +26,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     (["batch", "hi", "--arrival", "poisson", "--rate", "-1"], "rate"),
     (["batch", "hi", "--out", "/no/such/folder/x.json"], "no such folder"),
 ])
-def test_bad_arguments_exit_2_with_one_line(args, says):
-    done = cli(*args)
+def test_bad_arguments_exit_2_with_one_line(args, says, engine_cli):
+    done = engine_cli(*args)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr

@@ -66,8 +66,8 @@ def test_bad_arguments_exit_2_with_one_line(args, message, capsys):
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
 
 
-def test_bad_argument_in_a_real_process_has_no_traceback():
-    result = cli("run", "hi", "--model", "./no/such/folder")
+def test_bad_argument_in_a_real_process_has_no_traceback(engine_cli):
+    result = engine_cli("run", "hi", "--model", "./no/such/folder")
     assert result.returncode == 2
     assert result.stderr.strip() == "error: model folder not found: ./no/such/folder"
 

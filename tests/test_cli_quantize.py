@@ -24,7 +24,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, args, says):
 
 
 @pytest.mark.real_model
-def test_a_study_prints_its_table_and_writes_its_record(tmp_path, capsys):
+def test_a_study_prints_its_table_and_writes_its_record(tmp_path, capsys, cli_uses_lm):
     from engine.quant.study_record import study_from_json
 
     out = tmp_path / "study.json"

@@ -65,6 +65,7 @@ def test_every_page_works_on_an_example_with_no_model(example, monkeypatch, tmp_
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state["model_source"] = str(tmp_path)
+    at.session_state["replay_speed"] = "instant"  # an example opens without its recorded pace
     at.run()
     assert state_of(at.session_state).model is None
     opener = next(b for b in at.button if b.key == f"example_{example.name}")

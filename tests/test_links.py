@@ -43,6 +43,7 @@ def fresh_app(folder: Path, params: dict[str, str] | None = None, trace=None, ex
     name and created_at) and these widget values."""
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["model_source"] = str(folder)  # no model: links never need one
+    at.session_state["replay_speed"] = "instant"  # an example opens without its recorded pace
     state_of(at.session_state).run.trace = trace
     state_of(at.session_state).run.example = example
     for key, value in widgets.items():

@@ -60,7 +60,7 @@ def test_generate_page_shows_the_lens_for_the_picked_step():
     assert lens["its rank"].iloc[-1] == trace.steps[0].chosen_rank + 1
 
 
-def test_cli_lens_prints_every_layer_and_refuses_bad_steps(lm, trace, tmp_path, capsys):
+def test_cli_lens_prints_every_layer_and_refuses_bad_steps(lm, trace, tmp_path, capsys, cli_uses_lm):
     from engine.__main__ import main
     from engine.records.tracefile import save_trace
 

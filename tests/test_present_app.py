@@ -22,6 +22,7 @@ def app(monkeypatch, tmp_path) -> AppTest:
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["model_source"] = str(tmp_path)
+    at.session_state["replay_speed"] = "instant"  # an example opens without its recorded pace
     return at
 
 

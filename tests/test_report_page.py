@@ -18,6 +18,7 @@ def open_example(name: str, tmp_path, monkeypatch) -> AppTest:
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state["model_source"] = str(tmp_path)  # an empty folder: no model loads
+    at.session_state["replay_speed"] = "instant"  # an example opens without its recorded pace
     at.run()
     next(b for b in at.button if b.key == f"example_{name}").click().run()
     assert not at.exception

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import ui.sections.timing_kernels as timing_kernels
 from tests.test_app import fresh, generate
 from ui.state import state_of
+
+pytestmark = pytest.mark.real_model  # the app runs the default model
 
 
 def test_phase_column_fits_and_dtypes_are_measured(monkeypatch):

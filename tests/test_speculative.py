@@ -95,14 +95,16 @@ def test_speculative_equals_plain_greedy_and_generate(lm, samples, name):
 MUTANT_TOKENS = 24
 
 
-def _free_reference(lm, samples) -> tuple[int, ...]:
+@pytest.fixture(scope="module")
+def free_reference(lm, samples) -> tuple[int, ...]:
+    """transformers' greedy tokens for the free-writing prompt: what both mutants must miss."""
     return _generate(lm, samples["free"], MUTANT_TOKENS)
 
 
-def test_accepting_one_draft_too_many_breaks_equality(lm, samples, monkeypatch):
+def test_accepting_one_draft_too_many_breaks_equality(lm, samples, free_reference, monkeypatch):
     """The mutant the equality checks exist for: it keeps one rejected draft. On the prompt
     whose drafts are mostly rejected it must change the answer."""
-    reference = _free_reference(lm, samples)
+    reference = free_reference
     real = speculative.accepted_drafts
     monkeypatch.setattr(speculative, "accepted_drafts",
                         lambda drafts, choice: min(len(drafts), real(drafts, choice) + 1))
@@ -110,9 +112,9 @@ def test_accepting_one_draft_too_many_breaks_equality(lm, samples, monkeypatch):
     assert first_difference(bad.token_ids, reference) is not None
 
 
-def test_not_cropping_rejected_drafts_breaks_equality(lm, samples, monkeypatch):
+def test_not_cropping_rejected_drafts_breaks_equality(lm, samples, free_reference, monkeypatch):
     """The other mutant: rejected drafts' K/V left in the cache shift every later position."""
-    reference = _free_reference(lm, samples)
+    reference = free_reference
     monkeypatch.setattr(DynamicCache, "crop", lambda self, n: None)
     bad = speculative_generate(lm, samples["free"], MUTANT_TOKENS)
     assert first_difference(bad.token_ids, reference) is not None

@@ -10,13 +10,7 @@ import time
 import pytest
 from playwright.sync_api import sync_playwright
 
-from .browser import generate_and_wait, go_to, launch_chromium, streamlit_server, wait_for_app
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
-        yield address
+from .browser import generate_and_wait, go_to, launch_chromium, wait_for_app
 
 
 @pytest.fixture(scope="module")

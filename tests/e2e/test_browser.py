@@ -191,12 +191,11 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
     page.close()
 
 
-def test_crafted_uploads_get_one_message(browser, url, tmp_path):
-    from engine import GenerationSettings, Run, load_model
+def test_crafted_uploads_get_one_message(browser, url, tmp_path, lm):
+    from engine import GenerationSettings, Run
     from engine.records.tracefile import trace_to_bytes
     from tests.test_hostile_files import CASES
 
-    lm = load_model()
     base = trace_to_bytes(Run(lm, "Hi", GenerationSettings(max_new_tokens=3)).run_all())
     page = open_app(browser, url)
     for i, (case, expected) in enumerate((

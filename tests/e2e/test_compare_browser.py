@@ -12,16 +12,15 @@ from engine.files import load_trace
 from engine.lens.compare import token_diff
 from engine.records.examples import examples
 
-from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
+from .browser import go_to, launch_chromium, wait_for_app
 
 TRACES = {e.title: load_trace(e.path) for e in examples()}
 A, B = "Short Q&A", "Five scripts"
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url, \
-            sync_playwright() as pw:
+def page(url):
+    with sync_playwright() as pw:
         chromium = launch_chromium(pw)
         page = chromium.new_page(viewport={"width": 1920, "height": 1080})
         page.goto(url)

@@ -16,7 +16,7 @@ from charts.report import attention_focus, report_html
 from engine.files import load_trace
 from engine.records.examples import EXAMPLES_DIR
 
-from .browser import open_app, streamlit_server, wait_for_app
+from .browser import open_app, wait_for_app
 
 VIEWPORTS = ((1440, 900), (1920, 1080))
 HOSTILE = '</style></script><script>alert("x")</script><img src=x onerror=alert(1)> & "q"'
@@ -92,20 +92,19 @@ def test_hostile_prompt_stays_text_in_the_browser(browser, tmp_path):
     page.close()
 
 
-def test_generate_page_downloads_the_report(browser, tmp_path):
-    with streamlit_server(tmp_path / "streamlit.log") as url:
-        page = open_app(browser, url)
-        page.get_by_role("button", name="Short Q&A").click()
-        page.get_by_text("stopped because").wait_for(timeout=120_000)
-        wait_for_app(page)
-        with page.expect_download() as info:
-            page.get_by_role("button", name="Download report (HTML)").click()
-        download = info.value
-        assert download.suggested_filename.endswith(".html")
-        path = tmp_path / download.suggested_filename
-        download.save_as(path)
-        page.screenshot(path=shots(tmp_path) / "generate-buttons.png")
-        page.close()
+def test_generate_page_downloads_the_report(browser, url, tmp_path):
+    page = open_app(browser, url)
+    page.get_by_role("button", name="Short Q&A").click()
+    page.get_by_text("stopped because").wait_for(timeout=120_000)
+    wait_for_app(page)
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download report (HTML)").click()
+    download = info.value
+    assert download.suggested_filename.endswith(".html")
+    path = tmp_path / download.suggested_filename
+    download.save_as(path)
+    page.screenshot(path=shots(tmp_path) / "generate-buttons.png")
+    page.close()
     text = path.read_text(encoding="utf-8")
     trace = load_trace(EXAMPLES_DIR / "qa.npz")
     assert text.startswith("<!DOCTYPE html>") and trace.output_text.split()[0] in text

@@ -13,7 +13,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from charts.serving import request_color
 
-from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
+from .browser import go_to, launch_chromium, wait_for_app
 
 SHOTS = os.environ.get("SERVING_SHOTS")
 PLOTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(g => ({
@@ -30,9 +30,8 @@ def shot(page, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url, \
-            sync_playwright() as pw:
+def page(url):
+    with sync_playwright() as pw:
         chromium = launch_chromium(pw)
         page = chromium.new_page(viewport={"width": 1440, "height": 900})
         page.goto(url)
@@ -45,6 +44,9 @@ def page(tmp_path_factory):
 def test_a_stream_runs_and_is_drawn(page):
     page.get_by_role("combobox", name="Sample stream").click()
     page.get_by_role("option", name="Short questions").click()
+    # its 4 requests are in the form (right after the click the page can still read idle
+    # before the rerun that fills the form starts)
+    expect(page.get_by_label("Requests", exact=True)).to_have_value("4", timeout=60_000)
     wait_for_app(page)
     lengths = page.get_by_role("textbox", name="Max new tokens per request")
     lengths.fill("6")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
+from .browser import go_to, launch_chromium, wait_for_app
 
 pytestmark = pytest.mark.vllm
 SHOTS = os.environ.get("SERVING_ENGINE_SHOTS")
@@ -29,9 +29,8 @@ def shot(page, name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory, vllm_url):  # the server first: the page asks for its models on load
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as url, \
-            sync_playwright() as pw:
+def page(vllm_url, url):  # vLLM first: the page asks for its models on load
+    with sync_playwright() as pw:
         chromium = launch_chromium(pw)
         page = chromium.new_page(viewport={"width": 1440, "height": 900})
         page.goto(url)

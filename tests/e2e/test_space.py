@@ -15,7 +15,7 @@ import psutil
 import pytest
 from playwright.sync_api import sync_playwright
 
-from engine import GenerationSettings, Run, load_model
+from engine import GenerationSettings, Run
 from engine.files import load_trace
 
 from .browser import APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium, served, start_generation
@@ -60,14 +60,14 @@ def rss(proc: subprocess.Popen) -> int:
     return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
 
 
-def test_a_space_serves_four_visitors_within_its_limits(space_env, tmp_path):
+def test_a_space_serves_four_visitors_within_its_limits(space_env, tmp_path, lm):
     # The visitor's browser runs before the Space starts: its launch is not the Space's start-up.
     with sync_playwright() as pw:
         browser = launch_chromium(pw)
         first = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
         traces = visit(browser, first, *space_env, tmp_path)
         browser.close()
-    check_traces(traces)
+    check_traces(lm, traces)
 
 
 def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> list:
@@ -119,8 +119,8 @@ def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> li
     return traces
 
 
-def check_traces(traces: list) -> None:
-    lm = load_model()  # each visitor's trace equals the engine's own greedy run of their prompt
+def check_traces(lm, traces: list) -> None:
+    """Each visitor's trace equals the engine's own greedy run of their prompt."""
     for prompt, trace in zip(PROMPTS, traces):
         settings = GenerationSettings(max_new_tokens=48, max_prompt_tokens=256)
         expected = Run(lm, prompt, settings).run_all()

@@ -6,22 +6,15 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from .browser import go_to, launch_chromium, streamlit_server, wait_for_app
+from .browser import go_to, launch_chromium, wait_for_app
 
 # The stage headings, in order (pages/story.py STAGES; that module draws a page when imported)
 STAGES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
           "Attention: Q·Kᵀ/√d, softmax, ·V", "Feed-forward network and the residual stream",
           "The next token: a distribution, then a choice", "Prefill vs decode", "The KV cache",
           "Weights in fewer bits"]
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    with streamlit_server(tmp_path_factory.mktemp("server") / "streamlit.log") as address:
-        yield address
 
 
 def open_example_without_model(browser, url: str, width: int, height: int, example: str = "Short Q&A"):

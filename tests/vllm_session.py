@@ -1,0 +1,89 @@
+"""The test session's vLLM server (tests/conftest.py's `vllm_url`): started on first use, or in
+the background when the session starts (`--vllm-in-background`, which `make test` passes), so its
+minute of start-up overlaps other tests instead of holding up the first `vllm` test.
+
+A background start runs in a thread of the process that controls the session (the only process
+without pytest-xdist, the controller with it); the URL and a status file go into the environment,
+which the workers inherit; the controller stops the server when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+URL_ENV = "INFERENCE_EXPLORER_VLLM_URL"
+STATUS_ENV = "INFERENCE_EXPLORER_VLLM_STATUS"  # "ok", or why the background start failed
+WAIT_S = 900.0
+STARTED: list = []  # the servers this process started in the background
+
+
+def default_url() -> str:
+    from engine.remote.server import DEFAULT_PORT
+
+    return os.environ.get(URL_ENV) or f"http://127.0.0.1:{DEFAULT_PORT}/v1"
+
+
+def start_and_warm(port: int):
+    """A vLLM server started (eager: about a minute on two cores) that has answered one short
+    request: the first request pays one-time costs, which must land in no test's timings."""
+    from engine.remote.client import StreamResult, stream_completion
+    from engine.remote.server import SERVED_NAME, start_server
+
+    server = start_server(port, eager=True)
+    print(f"\nvLLM started at {server.base_url} in {server.start_s:.0f} s")
+    warm = StreamResult()
+    stream_completion(server.base_url, SERVED_NAME, "Hello", 4, warm, lambda: False)
+    if warm.finish not in ("length", "stop"):
+        server.stop()
+        raise RuntimeError(f"its first request failed: {warm.error}")
+    return server
+
+
+def start_in_background() -> None:
+    """Start vLLM on the default port in a thread, unless INFERENCE_EXPLORER_VLLM_URL names a
+    server or one answers there already (the fixture then uses it), or vLLM is not installed (the
+    fixture then fails with the reason)."""
+    from engine.remote.server import DEFAULT_PORT, healthy, is_installed
+
+    url = default_url()
+    if os.environ.get(URL_ENV) or healthy(url) or not is_installed():
+        return
+    status = Path(tempfile.mkdtemp(prefix="vllm-start-")) / "status"
+    os.environ[URL_ENV] = url
+    os.environ[STATUS_ENV] = str(status)
+
+    def say(outcome: str) -> None:  # whole or not at all: a reader never sees half of it
+        status.with_suffix(".tmp").write_text(outcome)
+        os.replace(status.with_suffix(".tmp"), status)
+
+    def start() -> None:
+        try:
+            STARTED.append(start_and_warm(DEFAULT_PORT))
+            say("ok")
+        except Exception as err:  # noqa: BLE001 — every test that needs the server reports it
+            say(f"vLLM did not start: {err}")
+
+    threading.Thread(target=start, name="vllm start", daemon=True).start()
+
+
+def wait_for_background_start() -> str | None:
+    """None once a background start has succeeded (or none was made); else why not."""
+    status = os.environ.get(STATUS_ENV)
+    if not status:
+        return None
+    deadline = time.monotonic() + WAIT_S
+    while not Path(status).is_file():
+        if time.monotonic() > deadline:
+            return f"vLLM at {default_url()} did not start within {WAIT_S:.0f} s"
+        time.sleep(1.0)
+    outcome = Path(status).read_text()
+    return None if outcome == "ok" else outcome
+
+
+def stop_started() -> None:
+    while STARTED:
+        STARTED.pop().stop()
