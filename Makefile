@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast lint bench model browser space examples clean llamacpp vllm vllm-start
+.PHONY: setup run test test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start
 
 setup: $(STAMP)
 
@@ -21,8 +21,7 @@ $(STAMP): requirements.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# Convert the default GGUF once into the per-user cache (later starts load the cache; README
-# gives the times measured).
+# Convert the default GGUF once into the per-user cache (later starts load the cache).
 model: setup
 	PYTHON=$(BIN)/python scripts/prepare_model.sh
 
@@ -31,7 +30,7 @@ run: model
 	PYTHON=$(BIN)/python PORT=$(PORT) ADDRESS=$${ADDRESS:-localhost} scripts/serve.sh
 
 # A folder to push to a Hugging Face Docker Space: the tracked files, with the Space card
-# (deploy/README.md) as its README.md. See README, "Deploy your own Space".
+# (deploy/README.md) as its README.md. See docs/hosting.md, "A Hugging Face Space".
 SPACE_DIR ?= build/space
 space:
 	rm -rf $(SPACE_DIR) && mkdir -p $(SPACE_DIR)
@@ -71,12 +70,16 @@ vllm: model
 vllm-start: vllm
 	APP_PYTHON=$(BIN)/python scripts/vllm_start.sh
 
+# The engine installs: its wheel in a fresh venv outside the checkout runs the CLI (.ci/run does this).
+check-wheel: model
+	PYTHON=$(abspath $(BIN)/python) scripts/check_wheel.sh
+
 lint: setup
 	$(BIN)/ruff check .
 
 # The benchmark's peer (optional, heavy): llama.cpp through llama-cpp-python, built from source
 # for this CPU in its own venv, so `make run` and `make test` never need it. `make bench` adds
-# its row when this venv exists. Compiling takes minutes (README gives the time measured).
+# its row when this venv exists. Compiling takes minutes (docs/benchmarks.md).
 LLAMACPP_VENV := .venv-llamacpp
 LLAMACPP_VERSION := 0.3.36
 llamacpp: $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)

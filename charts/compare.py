@@ -1,6 +1,6 @@
 """Figures for comparing two runs: token chips with the first difference marked, both runs' step
 latency and KV cache on shared axes, and one layer/head's attention of both on one colour scale.
-Pure functions of Traces and arrays (engine/records/compare.py computes what they mark)."""
+Pure functions of Traces and arrays (engine/lens/compare.py computes what they mark)."""
 
 from __future__ import annotations
 

@@ -54,32 +54,10 @@ SWEEP_TITLES = {
     "batch": ("Batch → throughput", "sequences decoded together (batch)",
               "decode tokens/s (all sequences)", True),
 }
-# The report's own layout; the token chips are styled by the app's own assets/style.css, copied
-# into the page when it is made (the report must stand alone).
+# The report's own layout (assets/report.css); the token chips are styled by the app's own
+# assets/style.css. Both are copied into the page when it is made (the report must stand alone).
 APP_CSS = asset("style.css")
-STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: #1f2328;
-       margin: 0; background: #fafafa; line-height: 1.5; }
-main { max-width: 1180px; margin: 0 auto; padding: 1.5rem 2rem 3rem; background: white; }
-h1 { margin: 0 0 0.2rem; font-size: 1.9rem; } h2 { margin: 2rem 0 0.6rem; font-size: 1.35rem;
-     border-bottom: 1px solid #ddd; padding-bottom: 0.2rem; }
-.meta { color: #57606a; font-size: 0.92rem; margin: 0.1rem 0; }
-table { border-collapse: collapse; margin: 0.4rem 0; font-size: 0.95rem; }
-th, td { text-align: left; padding: 0.25rem 0.9rem 0.25rem 0; vertical-align: top;
-         border-bottom: 1px solid #eee; }
-td.num { font-variant-numeric: tabular-nums; white-space: nowrap; font-weight: 600; }
-td.how { color: #57606a; }
-pre.text { white-space: pre-wrap; word-break: break-word; background: #f6f8fa; padding: 0.6rem 0.8rem;
-           border-radius: 6px; font-size: 0.92rem; margin: 0.3rem 0; }
-.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 0 2.5rem; }
-.grid table { width: 100%; } .grid th { white-space: nowrap; width: 1%; } .nowrap { white-space: nowrap; }
-.warn { background: #fff8e1; border: 1px solid #f1c21b; border-radius: 6px; padding: 0.6rem 0.8rem; }
-.note { color: #57606a; font-size: 0.9rem; }
-figure { margin: 1rem 0 1.6rem; break-inside: avoid; }
-figcaption { color: #57606a; font-size: 0.9rem; margin-top: 0.2rem; }
-@media (max-width: 900px) { .grid { grid-template-columns: 1fr; } main { padding: 1rem; } }
-@media print { body { background: white; } main { max-width: none; padding: 0; } }
-"""
+STYLE = asset("report.css")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +320,7 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="Inference Explorer {esc(ENGINE_VERSION)}">
 <title>{esc(title)}</title>
-<style>{STYLE}{APP_CSS.read_text()}</style>
+<style>{STYLE.read_text()}{APP_CSS.read_text()}</style>
 <script type="text/javascript">window.PlotlyConfig = {{MathJaxConfig: 'local'}};</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body><main>

@@ -136,7 +136,7 @@ def speculation_json(trace: Trace) -> dict[str, Any] | None:
 
 
 def show_json(trace: Trace) -> dict[str, Any]:
-    """The `show --json` document (stable keys; see README)."""
+    """The `show --json` document (stable keys; see docs/cli.md)."""
     m = trace.model
     used = trace.decoder  # None in format 1–3 files: torch decoded them on the loaded dtype
     return {

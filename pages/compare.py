@@ -3,7 +3,7 @@ run A again with one thing changed (KV cache, chat template, weights dtype, prom
 
 The bottom of the file reads like the page's table of contents: choose A, choose B, then one
 function per section (settings, tokens, numbers, attention), each taking (a, b). Everything they
-show is computed by engine/records/compare.py from the two traces.
+show is computed by engine/lens/compare.py from the two traces.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 #   PORT                        listening port (default 8501; the image sets 7860)
 #   ADDRESS                     listening address (default 0.0.0.0, as a container needs)
 #   PYTHON                      the interpreter (default: .venv/bin/python if present, else python)
-#   INFERENCE_EXPLORER_HOSTED   1 = hosted demo: shared float32 model, hosted limits (read by app.py)
+#   INFERENCE_EXPLORER_HOSTED   1 = hosted demo: shared model (float32 and q4_0), hosted limits (read by app.py)
 #   INFERENCE_EXPLORER_CLICK_S  hosted model time per click in seconds (default 15)
 set -eu
 cd "$(dirname "$0")/.."

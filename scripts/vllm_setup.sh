@@ -1,7 +1,7 @@
 #!/bin/sh
 # `make vllm`: vLLM's CPU build in its own venv, outside the repository (beside the converted model
 # cache, so a clean clone and CI reuse it), and the model folder it serves. vLLM pins its own
-# transformers and torch stack, so it cannot share the app's venv. README gives the times measured.
+# transformers and torch stack, so it cannot share the app's venv (docs/serving-engine.md).
 set -eu
 cd "$(dirname "$0")/.."
 APP_PYTHON="${APP_PYTHON:-.venv/bin/python}"

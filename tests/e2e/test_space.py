@@ -22,8 +22,7 @@ from .browser import APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium,
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Name three fruits.", "Name three planets.", "Name three rivers.", "Name three birds."]
-# A hang, not a speed: speed is measured, not asserted (README: 6.4 s when this was written, 10.0–10.4
-# s on 2026-12-03 on the same kind of VM, with and without that day's changes).
+# A hang, not a speed: speed is measured in bench/browser_bench.py (docs/benchmarks.md), not asserted.
 FIRST_PAGE_S = 60.0
 RSS_BOUND = 4 << 30
 

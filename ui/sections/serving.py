@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -325,13 +326,14 @@ def _measure_speculation(lm: LoadedModel, rounds: int) -> tuple[tuple, float | N
 
 
 def serving_files() -> RecordFiles:
-    from engine.serving.servingfile import load_serving, serving_to_bytes
+    from engine.files import read_record
+    from engine.serving.servingfile import serving_to_bytes
 
     return RecordFiles(
         "Serving files", "serving", "run", "Download this run", "inference-explorer.serving.json",
         "The stream's requests, tokens, times and every step's block tables as JSON: opened "
         "again here, it shows without a model.", "Open a serving file (.json)", "serving_upload",
-        FILE_MB, serving_to_bytes, load_serving)
+        FILE_MB, serving_to_bytes, partial(read_record, "serving"))
 
 
 def serving_files_section() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import streamlit as st
@@ -177,13 +178,14 @@ def cut_short(run: LoadRun) -> LoadRun:
 
 
 def load_files() -> RecordFiles:
-    from engine.remote.loadfile import load_loadtest, load_to_bytes
+    from engine.files import read_record
+    from engine.remote.loadfile import load_to_bytes
 
     return RecordFiles(
         "Load-test files", "load", "load", "Download this load", "inference-explorer.loadtest.json",
         "Every request's chunk times, tokens and text, and every /metrics sample, as JSON (no "
         "pickle): opened again here, it shows without a server.", "Open a load-test file (.json)",
-        "remote_upload", FILE_MB, load_to_bytes, load_loadtest)
+        "remote_upload", FILE_MB, load_to_bytes, partial(read_record, "load-test"))
 
 
 def load_files_section() -> None:

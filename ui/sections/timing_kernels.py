@@ -91,7 +91,7 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
             right.info("Compiling takes minutes and holds the shared model: run the app locally "
                        "to try it.")
         elif right.button("Compile and compare", icon=":material/bolt:",
-                          help="Compiles the decode step (first time: ~3 min on 2 CPUs), then "
+                          help="Compiles the decode step (the first time takes minutes on a small CPU), then "
                                f"decodes this trace's prompt (first "
                                f"{STATIC_CACHE_TOKENS - NEW_TOKENS} tokens) eagerly, compiled "
                                f"and natively, {NEW_TOKENS} tokens × "
