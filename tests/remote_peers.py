@@ -184,12 +184,13 @@ def config(url: str, prompts: tuple[str, ...] = ("hello",), requests: int = 1,
 
 
 def run_load(cfg: LoadConfig, within_s: float = 20.0, poll_s: float = 0.1) -> LoadRun:
-    """The finished run, or a failure if the load does not end within `within_s`."""
+    """The finished run, or a failure if the load does not end within `within_s` (a scripted
+    peer's counters are set before its answer: no settling before the last scrape)."""
     box: dict[str, Any] = {}
 
     def go() -> None:
         try:
-            box["run"] = LoadTest(cfg, poll_s=poll_s).run_all()
+            box["run"] = LoadTest(cfg, poll_s=poll_s, settle_s=0.0).run_all()
         except BaseException as error:  # noqa: BLE001 - handed to the test thread
             box["error"] = error
 

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,10 +28,14 @@ def run_fresh(code: str) -> str:
     return done.stdout
 
 
-def test_importing_the_engine_changes_no_environment_variable():
-    """Every write to os.environ during the imports is attributed to the first non-stdlib frame
-    that made it: torch may set its own variables when the engine imports it, the engine none."""
-    out = run_fresh("""
+@pytest.fixture(scope="module")
+def every_engine_module() -> list[str]:
+    """One fresh interpreter imports every engine module (an import of torch and transformers
+    costs seconds: both checks below share it). Line 1: every write to os.environ during the
+    imports, attributed to the first non-stdlib frame that made it (torch may set its own
+    variables when the engine imports it, the engine none). Line 2: whether the recording
+    attention is registered with transformers after all those imports and after a recording."""
+    return run_fresh("""
         import importlib, os, pkgutil, sysconfig, traceback
 
         stdlib, writes = sysconfig.get_paths()["stdlib"], []
@@ -52,8 +58,31 @@ def test_importing_the_engine_changes_no_environment_variable():
             importlib.import_module(name)
         root = os.path.dirname(engine.__file__)
         print(len(names), sorted({k for k, f in writes if f.startswith(root)}))
-    """)
-    count, ours = out.split(" ", 1)
+
+        import torch
+        from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+        from engine.attention import RECORDING_ATTENTION, AttentionRecorder, recording
+
+        def known():
+            return (RECORDING_ATTENTION in AttentionInterface(),
+                    RECORDING_ATTENTION in ALL_MASK_ATTENTION_FUNCTIONS)
+
+        after_import = known()
+        config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                             attn_implementation="sdpa")
+        model = LlamaForCausalLM(config).eval()
+        with torch.inference_mode(), recording(model, AttentionRecorder()) as recorder:
+            model(input_ids=torch.tensor([[1, 2, 3]]))
+        print(after_import, known(), tuple(recorder.captured[0].shape),
+              model.config._attn_implementation)
+    """).splitlines()
+
+
+def test_importing_the_engine_changes_no_environment_variable(every_engine_module):
+    count, ours = every_engine_module[0].split(" ", 1)
     assert int(count) > 20 and ours.strip() == "[]"
 
 
@@ -77,29 +106,9 @@ def test_the_cli_entry_point_chooses_offline_before_the_hub_reads_it():
     assert out.strip() == "True"
 
 
-def test_recording_attention_registers_only_when_first_used():
-    out = run_fresh("""
-        import torch
-        from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-
-        from engine.attention import RECORDING_ATTENTION, AttentionRecorder, recording
-
-        def known():
-            return (RECORDING_ATTENTION in AttentionInterface(),
-                    RECORDING_ATTENTION in ALL_MASK_ATTENTION_FUNCTIONS)
-
-        after_import = known()
-        config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                             attn_implementation="sdpa")
-        model = LlamaForCausalLM(config).eval()
-        with torch.inference_mode(), recording(model, AttentionRecorder()) as recorder:
-            model(input_ids=torch.tensor([[1, 2, 3]]))
-        print(after_import, known(), tuple(recorder.captured[0].shape),
-              model.config._attn_implementation)
-    """)
-    assert out.strip() == "(False, False) (True, True) (1, 2, 3, 3) sdpa"
+def test_recording_attention_registers_only_when_first_used(every_engine_module):
+    """No engine module registers it when imported; the first recording does."""
+    assert every_engine_module[1].strip() == "(False, False) (True, True) (1, 2, 3, 3) sdpa"
 
 
 def test_ceilings_live_in_a_leaf_module():

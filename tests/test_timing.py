@@ -45,14 +45,14 @@ def test_step_work_follows_the_trace(tiny_lm):
 
 def test_ceilings_are_positive_finite_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "models"))
-    first = microbench.ceilings("cpu", megabytes=16, n=128)
+    first = microbench.ceilings("cpu", megabytes=16, n=128, spread_s=0.0)
     assert not first.cached
     assert 0 < first.bandwidth_gb_s < 1e4 and 0 < first.matmul_tflop_s < 1e4
     assert first.ridge > 0
-    again = microbench.ceilings("cpu", megabytes=16, n=128)
+    again = microbench.ceilings("cpu", megabytes=16, n=128, spread_s=0.0)
     assert again.cached and again.bandwidth_gb_s == first.bandwidth_gb_s
     assert (tmp_path / "ceilings.json").is_file()
-    fresh = microbench.ceilings("cpu", refresh=True, megabytes=16, n=128)
+    fresh = microbench.ceilings("cpu", refresh=True, megabytes=16, n=128, spread_s=0.0)
     assert not fresh.cached
 
 
@@ -81,10 +81,10 @@ def test_utilization_by_hand():
 
 def test_ceilings_follow_the_weights_dtype(tmp_path, monkeypatch):
     monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "models"))
-    half = microbench.ceilings("cpu", "float16", megabytes=16, n=64)
+    half = microbench.ceilings("cpu", "float16", megabytes=16, n=64, spread_s=0.0)
     assert half.dtype == "torch.float16"
-    assert microbench.ceilings("cpu", "float16", megabytes=16, n=64).cached
-    assert not microbench.ceilings("cpu", "float32", megabytes=16, n=64).cached
+    assert microbench.ceilings("cpu", "float16", megabytes=16, n=64, spread_s=0.0).cached
+    assert not microbench.ceilings("cpu", "float32", megabytes=16, n=64, spread_s=0.0).cached
 
 
 def test_ceilings_keep_the_best_reading(tmp_path, monkeypatch):
@@ -94,11 +94,11 @@ def test_ceilings_keep_the_best_reading(tmp_path, monkeypatch):
     assert not microbench.raise_bandwidth("cpu", 1e3)  # nothing stored yet
     assert not (tmp_path / "ceilings.json").exists()
     monkeypatch.setattr(microbench, "measure_bandwidth", lambda *_a, **_k: 40.0)
-    assert microbench.ceilings("cpu", megabytes=16, n=64).bandwidth_gb_s == 40.0
+    assert microbench.ceilings("cpu", megabytes=16, n=64, spread_s=0.0).bandwidth_gb_s == 40.0
     monkeypatch.setattr(microbench, "measure_bandwidth", lambda *_a, **_k: 30.0)
-    assert microbench.ceilings("cpu", refresh=True, megabytes=16, n=64).bandwidth_gb_s == 40.0
+    assert microbench.ceilings("cpu", refresh=True, megabytes=16, n=64, spread_s=0.0).bandwidth_gb_s == 40.0
     assert not microbench.raise_bandwidth("cpu", 35.0)
-    assert microbench.ceilings("cpu", "float16", megabytes=16, n=64).bandwidth_gb_s == 40.0
+    assert microbench.ceilings("cpu", "float16", megabytes=16, n=64, spread_s=0.0).bandwidth_gb_s == 40.0
     assert microbench.raise_bandwidth("cpu", 52.5)
     assert microbench.ceilings("cpu").bandwidth_gb_s == 52.5
     assert microbench.ceilings("cpu", "float16").bandwidth_gb_s == 52.5  # a device figure

@@ -85,8 +85,11 @@ def read_gb_s(buffer: torch.Tensor) -> float:
     return buffer.nbytes / ((clock_ms(buffer.device) - start) / 1000.0) / 1e9
 
 
+SPREAD_S = 1.5  # the bandwidth reads are spread over this many seconds
+
+
 def measure_bandwidth(device: torch.device, megabytes: int = 1024, repeats: int = 8,
-                      spread_s: float = 1.5) -> float:
+                      spread_s: float = SPREAD_S) -> float:
     """GB/s: the best of `repeats` reads of a `bandwidth_buffer`, spread over `spread_s` seconds.
     Spread, because on a shared VM the reading changes with time, in states that last seconds.
     The ceiling is the best this machine showed, so MBU is never flattered (and `ceilings` keeps
@@ -126,10 +129,12 @@ def cached_ceilings(device: torch.device | str, dtype: torch.dtype | str = torch
 
 
 def ceilings(device: torch.device | str, dtype: torch.dtype | str = torch.float32,
-             refresh: bool = False, megabytes: int = 1024, n: int = 1024) -> Ceilings:
+             refresh: bool = False, megabytes: int = 1024, n: int = 1024,
+             spread_s: float = SPREAD_S) -> Ceilings:
     """The measured ceilings for this machine, device and matmul dtype (a model's weights dtype),
     from the cache unless `refresh`; a refresh keeps the best of the new and the stored figures
-    (a ceiling is the best this machine has shown)."""
+    (a ceiling is the best this machine has shown). `megabytes`, `n` and `spread_s` size the
+    measurement (see `measure_bandwidth`, `measure_matmul`)."""
     device = torch.device(device)
     if isinstance(dtype, str):
         dtype = resolve_dtype(dtype, device)
@@ -143,7 +148,8 @@ def ceilings(device: torch.device | str, dtype: torch.dtype | str = torch.float3
         return Ceilings(**{**table[key], "cached": True})
     best_read = max((table[k]["bandwidth_gb_s"] for k in _same_device(table, device)), default=0.0)
     result = Ceilings(device=device_name(device),
-                      bandwidth_gb_s=max(measure_bandwidth(device, megabytes), best_read),
+                      bandwidth_gb_s=max(measure_bandwidth(device, megabytes, spread_s=spread_s),
+                                         best_read),
                       matmul_tflop_s=max(measure_matmul(device, dtype, n),
                                          table.get(key, {}).get("matmul_tflop_s", 0.0)),
                       dtype=str(dtype), measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))

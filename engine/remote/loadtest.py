@@ -31,6 +31,7 @@ from .record import LoadConfig, LoadRun, MetricsSample, RemoteRequest
 
 POLL_S = 0.5
 STOP_GRACE_S = 2.0
+SETTLE_S = 0.3  # vLLM updates its histograms as each request is freed: wait before the last scrape
 
 
 def arrival_times_s(config: LoadConfig) -> list[float]:
@@ -60,14 +61,16 @@ def resolve_model(base_url: str, model: str | None) -> tuple[str, list[str]]:
 
 class LoadTest:
     """Iterate for snapshots (the last one is the finished load); `stop()` from another thread.
-    `render` turns a prompt into the text sent (the chat template), None sends it as typed."""
+    `render` turns a prompt into the text sent (the chat template), None sends it as typed.
+    `settle_s`: the wait before the last /metrics scrape (a scripted peer needs none)."""
 
     def __init__(self, config: LoadConfig, render: Callable[[str], str] | None = None,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, settle_s: float = SETTLE_S) -> None:
         self.config = config
         self.base_url = normalize_base_url(config.base_url)
         self.render = render or (lambda p: p)
         self.poll_s = poll_s
+        self.settle_s = settle_s
         self._stop = threading.Event()
         self._done = threading.Event()  # every stream has ended (or was left after a stop)
         self._lock = threading.Lock()
@@ -108,7 +111,7 @@ class LoadTest:
                 thread.join(max(0.0, deadline - time.perf_counter()))
             self._done.set()
             sampler.join()
-            time.sleep(0.3)  # the server's histograms are updated as each request is freed
+            time.sleep(self.settle_s)
             self._sample()
             finished = True
             yield self.snapshot()
