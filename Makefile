@@ -73,9 +73,10 @@ test-fast: setup
 vllm: model
 	APP_PYTHON=$(BIN)/python PYTHON=$(PYTHON) scripts/vllm_setup.sh
 
-# Start the local vLLM server; prints the base URL once healthy (Ctrl-C stops it).
+# Start the local vLLM server; prints the base URL once healthy; Ctrl-C or SIGTERM to make stops
+# it (`exec`: make passes SIGTERM to its recipe's process, which must be the starter, not a shell).
 vllm-start: vllm
-	APP_PYTHON=$(BIN)/python scripts/vllm_start.sh
+	APP_PYTHON=$(BIN)/python exec scripts/vllm_start.sh
 
 # The engine installs: its wheel in a fresh venv outside the checkout runs the CLI (.ci/run does this).
 check-wheel: model

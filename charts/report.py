@@ -54,10 +54,11 @@ SWEEP_TITLES = {
     "batch": ("Batch → throughput", "sequences decoded together (batch)",
               "decode tokens/s (all sequences)", True),
 }
-# The report's own layout (assets/report.css); the token chips are styled by the app's own
-# assets/style.css. Both are copied into the page when it is made (the report must stand alone).
-APP_CSS = asset("style.css")
-STYLE = asset("report.css")
+# The report's own layout (assets/report.css) and print step (assets/report.js: charts redrawn at
+# the A4 page's width); the token chips are styled by the app's own assets/style.css. All three
+# are copied into the page when it is made (the report must stand alone).
+APP_CSS, STYLE, PRINT_SCRIPT = asset("style.css"), asset("report.css"), asset("report.js")
+PAPER_TEMPLATE = "plotly"  # plotly's own, with automargin: not the process-wide default
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,18 @@ def _machine(trace: Trace) -> str:
     return f'{table}{verdict}<p class="note">{_emphasis(RULE)}</p>'
 
 
+def on_paper(fig: go.Figure) -> go.Figure:
+    """Margins from plotly's automargin, whatever process makes the report: the chart functions
+    leave 10 px margins for the app's charting theme to grow, and in the app's process Streamlit
+    makes its own plotly template (no automargin) the process-wide default, so a report made
+    there (the Generate page's download) cut its tick labels at the figures' edges. The report's
+    figures take plotly's own template and grow their margins to fit every axis label."""
+    fig.update_layout(template=PAPER_TEMPLATE)
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
 class _Figures:
     """Figures as HTML fragments with numbered div ids; plotly.js is in the page's head, once."""
 
@@ -220,6 +233,7 @@ class _Figures:
 
     def __call__(self, fig: go.Figure, caption: str) -> str:
         self.count += 1
+        on_paper(fig)
         body = fig.to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG,
                            div_id=f"figure-{self.count}")
         return f"<figure>{body}<figcaption>{esc(caption)}</figcaption></figure>"
@@ -323,6 +337,7 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
 <style>{STYLE.read_text()}{APP_CSS.read_text()}</style>
 <script type="text/javascript">window.PlotlyConfig = {{MathJaxConfig: 'local'}};</script>
 <script type="text/javascript">{get_plotlyjs()}</script>
+<script type="text/javascript">{PRINT_SCRIPT.read_text()}</script>
 </head><body><main>
 <h1>Inference Explorer report</h1>
 <p class="meta">Run recorded {esc(trace.created_at)} by engine {esc(trace.engine_version)} ·

@@ -11,6 +11,7 @@ from dataclasses import replace
 from html.parser import HTMLParser
 
 import numpy as np
+import plotly.io as pio
 import pytest
 
 from charts.formatting import count, duration, rate, size
@@ -76,6 +77,17 @@ def figures(text: str) -> list[list[dict]]:
     for match in re.finditer(r'Plotly\.newPlot\(\s*"figure-\d+",\s*', text):
         data, _ = json.JSONDecoder().raw_decode(text, match.end())
         found.append(data)
+    return found
+
+
+def layouts(text: str) -> list[dict]:
+    """Each figure's layout, read back from its Plotly.newPlot call (after the data)."""
+    found = []
+    for match in re.finditer(r'Plotly\.newPlot\(\s*"figure-\d+",\s*', text):
+        decoder = json.JSONDecoder()
+        _, end = decoder.raw_decode(text, match.end())
+        layout, _ = decoder.raw_decode(text, re.match(r"\s*,\s*", text[end:]).end() + end)
+        found.append(layout)
     return found
 
 
@@ -151,7 +163,8 @@ def test_one_inlined_plotly_and_no_external_resource(trace, page):
     figures = 4 if attention_focus(trace) is not None else 3
     assert page.count("Plotly.newPlot(") == figures
     scripts = [a for tag, a in parse(page).tags if tag == "script"]
-    assert len(scripts) == 2 + figures and not any("src" in a for a in scripts)
+    # plotly.js, its config, the print step (assets/report.js), one per figure
+    assert len(scripts) == 3 + figures and not any("src" in a for a in scripts)
     for tag, attrs in parse(page).tags:
         for name in ("src", "href", "action", "data"):
             assert not re.match(r"\s*(https?:)?//", attrs.get(name) or ""), (tag, attrs)
@@ -192,6 +205,20 @@ def test_figures_are_the_apps_charts_of_this_run(trace, page):
     assert memory[0]["y"] == [s.kv_bytes / 1024 for s in trace.steps]
 
 
+def test_every_axis_grows_its_margin_whatever_the_process_template(trace, monkeypatch):
+    """A report made where another plotly template is the process-wide default (the app's
+    process: Streamlit's, which has no automargin) still takes plotly's own template and sets
+    automargin on every axis, so no tick label is cut at a figure's edge (the browser test
+    measures the boxes)."""
+    monkeypatch.setattr(pio.templates, "default", "none")
+    found = layouts(report_html(trace, made_at=MADE_AT))
+    assert len(found) == (4 if attention_focus(trace) is not None else 3)
+    for layout in found:
+        axes = [v for k, v in layout.items() if re.fullmatch(r"[xy]axis\d*", k)]
+        assert len(axes) >= 2 and all(axis["automargin"] is True for axis in axes)
+        assert layout["template"]["layout"]["xaxis"]["automargin"] is True
+
+
 HOSTILE = '</style></script><script>alert("x")</script><b onclick=alert(1)>bold</b> & "q"'
 
 
@@ -206,7 +233,7 @@ def test_user_strings_are_escaped_everywhere(trace):
     tags = parse(text)
     names = [tag for tag, _ in tags.tags]
     figures = text.count("Plotly.newPlot(")
-    assert names.count("script") == 2 + figures  # ours only
+    assert names.count("script") == 3 + figures  # ours only: plotly.js, its config, the print step
     assert names.count("style") == 1 and "b" not in names and "img" not in names
     assert not any(k.startswith("on") for _, a in tags.tags for k in a)
     assert tags.text["prompt"] == HOSTILE  # shown as text, exactly

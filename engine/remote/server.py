@@ -27,6 +27,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..errors import EngineError
 
@@ -182,14 +183,57 @@ def start_server(port: int = DEFAULT_PORT, eager: bool = True, timeout_s: float 
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = ServerProcess(process, base_url, log, 0.0)
     atexit.register(server.stop)  # whoever started it (the app, a test session) stops it on exit
-    while not healthy(base_url):
-        if process.poll() is not None or time.perf_counter() - started > timeout_s:
-            server.stop()
-            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
-            raise EngineError("vLLM did not start: " + " | ".join(tail)[-600:])
-        time.sleep(1.0)
+    try:
+        while not healthy(base_url):
+            if process.poll() is not None or time.perf_counter() - started > timeout_s:
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                raise EngineError("vLLM did not start: " + " | ".join(tail)[-600:])
+            time.sleep(1.0)
+    except BaseException:  # a failed start, or Ctrl-C / a stop signal while it starts
+        server.stop()
+        raise
     server.start_s = time.perf_counter() - started
     return server
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """The first stop signal: ignore the next ones (the stop it starts must finish) and unwind."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def serve_until_stopped(start: Callable[[], ServerProcess]) -> int:
+    """Run `start()` (which starts vLLM), then wait until vLLM exits or this process is asked to
+    stop — Ctrl-C (SIGINT), SIGTERM, or a closed terminal (SIGHUP) — and stop vLLM's whole process
+    group; returns the exit status for the command (0 when stopped by a signal).
+
+    vLLM runs in a session of its own, so no terminal signal reaches it: this process must pass the
+    stop on. Python's default SIGTERM and SIGHUP end the process at once, running no `finally` and
+    no atexit, so all three signals become KeyboardInterrupt here; after the first one the others
+    are ignored, so an impatient second Ctrl-C cannot cut the stop short and leave vLLM serving."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
+    server = None
+    try:
+        server = start()
+        print(f"{server.base_url}  (healthy after {server.start_s:.0f} s; log {server.log})",
+              flush=True)
+        code = server.process.wait()
+        print(f"error: vLLM exited by itself (status {code}); see {server.log}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        if server is not None:
+            print("stopping vLLM…", flush=True)
+            server.stop()
+            print("vLLM stopped", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,16 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "where":
             print(vllm_python() if is_installed() else "")
         else:
-            server = start_server(args.port, eager=not args.compile,
-                                  speculative=args.speculate)
-            print(f"{server.base_url}  (healthy after {server.start_s:.0f} s; log {server.log})",
-                  flush=True)
-            try:
-                server.process.wait()
-            except KeyboardInterrupt:
-                pass
-            finally:
-                server.stop()
+            return serve_until_stopped(lambda: start_server(
+                args.port, eager=not args.compile, speculative=args.speculate))
     except EngineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
