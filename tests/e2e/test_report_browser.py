@@ -136,6 +136,9 @@ def test_generate_page_downloads_the_report(browser, url, tmp_path):
     report, refused, dialogs, errors = open_offline(browser, path, 1440, 900)
     assert report.locator("#prompt").inner_text() == trace.prompt
     assert report.locator(".js-plotly-plot").count() == 4 and not (refused or errors)
+    report.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 8")
+    found = measured(report)  # made in the app's process, under Streamlit's plotly template
+    assert len(found) >= 8 * 4 and outside(found) == []
     report.close()
 
 
