@@ -58,7 +58,7 @@ SWEEP_TITLES = {
 # the A4 page's width); the token chips are styled by the app's own assets/style.css. All three
 # are copied into the page when it is made (the report must stand alone).
 APP_CSS, STYLE, PRINT_SCRIPT = asset("style.css"), asset("report.css"), asset("report.js")
-PAPER_TEMPLATE = "plotly"  # plotly's own, with automargin: not the process-wide default
+PAPER_TEMPLATE = "plotly_white"  # plotly's, white for paper, with automargin: not the process default
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +214,15 @@ def _machine(trace: Trace) -> str:
 
 
 def on_paper(fig: go.Figure) -> go.Figure:
-    """Margins from plotly's automargin, whatever process makes the report: the chart functions
-    leave 10 px margins for the app's charting theme to grow, and in the app's process Streamlit
-    makes its own plotly template (no automargin) the process-wide default, so a report made
-    there (the Generate page's download) cut its tick labels at the figures' edges. The report's
-    figures take plotly's own template and grow their margins to fit every axis label."""
+    """Margins from plotly's automargin, whatever process makes the report. The chart functions
+    set 10 px margins for the app's charting theme to grow, and in the app's process Streamlit
+    makes its own plotly template (no automargin) the process-wide default: with it, a report
+    made there (the Generate page's download) would cut its tick labels at the figures' edges.
+    So the report's figures take plotly's white template and grow margins to fit every label."""
     fig.update_layout(template=PAPER_TEMPLATE)
+    legend = fig.layout.legend
+    if legend.orientation == "h" and (legend.y or 0) > 1:  # above the plot: grows up, not onto it
+        legend.update(y=1.02, yanchor="bottom")
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)
     return fig

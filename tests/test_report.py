@@ -207,7 +207,7 @@ def test_figures_are_the_apps_charts_of_this_run(trace, page):
 
 def test_every_axis_grows_its_margin_whatever_the_process_template(trace, monkeypatch):
     """A report made where another plotly template is the process-wide default (the app's
-    process: Streamlit's, which has no automargin) still takes plotly's own template and sets
+    process: Streamlit's, which has no automargin) still takes plotly's white template and sets
     automargin on every axis, so no tick label is cut at a figure's edge (the browser test
     measures the boxes)."""
     monkeypatch.setattr(pio.templates, "default", "none")

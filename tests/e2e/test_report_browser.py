@@ -36,6 +36,14 @@ A4_PRINTABLE_HEIGHT = 1032  # CSS px: 273 mm; a taller figure could not be kept 
 # titles), the figure's title, the legend and the colour bar.
 LABELS = (".xaxislayer-above text, .yaxislayer-above text, .g-xtitle text, .g-ytitle text, "
           ".g-y2title text, .g-gtitle text, .legend text, .colorbar text")
+# the ids of the figures whose legend overlaps one of their plot areas (plotly's drag rectangles)
+LEGEND_ON_PLOT = """Array.from(document.querySelectorAll('.js-plotly-plot')).filter(plot => {
+  const legend = plot.querySelector('.legend');
+  if (!legend) return false;
+  const l = legend.getBoundingClientRect();
+  return Array.from(plot.querySelectorAll('.nsewdrag'), d => d.getBoundingClientRect()).some(
+    r => l.left < r.right - 1 && r.left < l.right - 1 && l.top < r.bottom - 1 && r.top < l.bottom - 1);
+}).map(plot => plot.id)"""
 # [figure id, text, inside its figure's box (its SVG's)?] for every drawn, non-empty label
 MEASURE = """(selector) => Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(plot => {
   const box = plot.querySelector('.main-svg').getBoundingClientRect();
@@ -177,10 +185,11 @@ def outside(found: list) -> list:
     return [(figure, text) for figure, text, inside in found if not inside]
 
 
-@pytest.mark.parametrize("media, width", [("screen", 1440), ("print", A4_WIDTH)])
+@pytest.mark.parametrize("media, width", [("screen", 1440), ("screen", 390), ("print", A4_WIDTH)])
 def test_every_axis_label_lies_inside_its_figure(browser, every_chart, tmp_path, media, width):
-    """On screen, and in the print layout at an A4 page's width: every tick label, axis title,
-    title and legend entry of every figure lies inside the figure's box (measured from the SVG)."""
+    """On screen (desktop and phone widths), and in the print layout at an A4 page's width: every
+    tick label, axis title, title and legend entry of every figure lies inside the figure's box,
+    and no legend sits on a plot (measured from the SVG)."""
     path, figures = every_chart
     page = browser.new_page(viewport={"width": width, "height": 1000})
     page.emulate_media(media=media)
@@ -193,6 +202,7 @@ def test_every_axis_label_lies_inside_its_figure(browser, every_chart, tmp_path,
     assert figures == 9 and len({f for f, _, _ in found}) == figures  # every figure measured
     assert len(found) >= 8 * figures
     assert outside(found) == []
+    assert page.evaluate(LEGEND_ON_PLOT) == []
     boxes = page.evaluate("Array.from(document.querySelectorAll('figure'), f => "
                           "f.getBoundingClientRect().toJSON())")
     assert all(b["right"] <= width + 0.5 for b in boxes)
