@@ -214,18 +214,14 @@ def _machine(trace: Trace) -> str:
 
 
 def on_paper(fig: go.Figure) -> go.Figure:
-    """Margins from plotly's automargin, whatever process makes the report. The chart functions
-    set 10 px margins for the app's charting theme to grow, and in the app's process Streamlit
-    makes its own plotly template (no automargin) the process-wide default: with it, a report
-    made there (the Generate page's download) would cut its tick labels at the figures' edges.
-    So the report's figures take plotly's white template and grow margins to fit every label."""
+    """Margins from plotly's automargin whatever process makes the report: the charts' 10 px
+    margins are for a theme to grow, and in the app's process Streamlit's plotly template (no
+    automargin) is the default, which cuts the labels of a report made there (Generate's
+    download). A legend above a plot grows upward (when it wraps), not onto the plot."""
     fig.update_layout(template=PAPER_TEMPLATE)
-    legend = fig.layout.legend
-    if legend.orientation == "h" and (legend.y or 0) > 1:  # above the plot: grows up, not onto it
-        legend.update(y=1.02, yanchor="bottom")
-    fig.update_xaxes(automargin=True)
-    fig.update_yaxes(automargin=True)
-    return fig
+    if fig.layout.legend.orientation == "h" and (fig.layout.legend.y or 0) > 1:
+        fig.layout.legend.update(y=1.02, yanchor="bottom")
+    return fig.update_xaxes(automargin=True).update_yaxes(automargin=True)
 
 
 class _Figures:
