@@ -23,7 +23,8 @@ from ui.state import app_state, current_trace
 
 def history_navigation() -> bool:
     """Whether this run is the browser's Back / Forward (Streamlit reruns with that entry's
-    address and says so)."""
+    address and says so in its run context: an internal API of the pinned Streamlit, which
+    tests/e2e/test_links_browser.py's Back checks)."""
     return bool(getattr(get_script_run_ctx(), "is_history_navigation", False))
 
 
