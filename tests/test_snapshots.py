@@ -98,10 +98,12 @@ def test_a_published_run_opens_as_recorded_with_no_model(tmp_path):
     sending = sender(QA_TRACE, RESULTS, attn_layer=3, attn_head=2)
     assert "view" not in the_link(sending)  # publishing is a click, not a side effect
     entries, held = len(SESSIONS), SESSIONS.nbytes
+    state_of(sending.session_state).page.story_at = 2  # Step by step's third stage
     params = publish(sending)
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", params["view"])
     assert params["prompt"] == QA_TRACE.prompt  # the fallback travels in the same link
-    assert (params["layer"], params["head"]) == ("3", "2") and "s" not in params
+    assert (params["layer"], params["head"], params["stage"]) == ("3", "2", "3")
+    assert "s" not in params
     assert len(SESSIONS) == entries + 1 and SESSIONS.nbytes >= held + record_size(QA_TRACE)
     assert publish(sending)["view"] == params["view"]  # the same run again: the same id
 
@@ -116,7 +118,8 @@ def test_a_published_run_opens_as_recorded_with_no_model(tmp_path):
     assert got.experiments is not RESULTS and got.experiments.sweeps == RESULTS.sweeps
     assert receiver.text_area(key="prompt").value == QA_TRACE.prompt
     assert dict(receiver.query_params) == {"s": receiver.query_params["s"], "layer": "3",
-                                           "head": "2"}  # the link's values applied, once
+                                           "head": "2", "stage": "3"}  # the link applied, once
+    assert got.page.story_at == 2
     receiver.switch_page("pages/attention.py").run()
     assert not receiver.exception
     assert (receiver.selectbox(key="attn_layer").value,
