@@ -18,6 +18,7 @@ import streamlit as st  # noqa: E402
 from engine import GenerationSettings  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
 from ui import shared  # noqa: E402
+from ui.address import write_address  # noqa: E402
 from ui.config import config  # noqa: E402
 from ui.experiment import run_experiment  # noqa: E402
 from ui.keys import MODEL_SOURCE, WEIGHTS  # noqa: E402
@@ -182,4 +183,7 @@ sidebar_model()
 sidebar_settings()
 share_view(page)
 sidebar_presentation()
-page.run()
+try:
+    page.run()
+finally:  # also after a page's st.stop(): the address always ends on this run's view
+    write_address()

@@ -56,6 +56,7 @@ def harness() -> None:
     """app.py's link steps on every run, with the Temperature slider and the selection shown."""
     import streamlit as st
 
+    from ui.address import write_address
     from ui.keys import HEAD, LAYER, STEP
     from ui.links import open_link
     from ui.record import restore_session
@@ -66,6 +67,7 @@ def harness() -> None:
     table = preset_settings()
     st.slider("Temperature", **table["temperature"].widget())
     st.text(repr([st.session_state.get(key) for key in (LAYER, HEAD, STEP)]))
+    write_address()
 
 
 def the_link(at: AppTest) -> str:
@@ -108,8 +110,9 @@ def test_round_trip_restores_example_settings_layer_head_and_step(tmp_path):
     assert sidebar_values(opened)["Temperature"] == 0.7 and sidebar_values(opened)["Seed"] == 9
     assert sidebar_values(opened)["KV cache"] is False and sidebar_values(opened)["Max new tokens"] == 100
     assert opened.select_slider(key="pick").value == 5
-    # the link's own parameters leave the address: it holds this session's own token only
-    assert dict(opened.query_params).keys() == {"s"}
+    # the link's own parameters leave the address: it holds this session's token and the view
+    assert dict(opened.query_params) == {"s": opened.query_params["s"], "layer": "3", "head": "2",
+                                         "step": "5"}
     assert opened.query_params["s"] != sender.query_params["s"]
     assert link_params(the_link(opened)) == params  # the opened view shares as the same link
     opened.switch_page("pages/attention.py").run()
@@ -137,7 +140,7 @@ def test_a_link_applies_once_and_later_changes_stay():
     at.slider[0].set_value(1.2).run()
     at.run()
     assert at.slider[0].value == 1.2
-    assert dict(at.query_params).keys() == {"s"}
+    assert dict(at.query_params).keys() == {"s", "layer"}  # the selection waits for a trace
 
 
 def test_bad_values_are_ignored_with_one_line_each(tmp_path):
@@ -161,7 +164,9 @@ def test_a_layer_head_or_step_the_trace_lacks_is_ignored(tmp_path):
     at = fresh_app(tmp_path, {"example": "story", "layer": "3", "head": "2", "step": "999"})
     warnings = [w.value for w in at.warning]
     assert any("layer 3" in w for w in warnings) and any("step 999" in w for w in warnings)
-    assert at.session_state["attn_head"] == 2 and "attn_layer" not in at.session_state
+    story = state_of(at.session_state).run.trace
+    assert at.session_state["attn_head"] == 2
+    assert at.session_state["attn_layer"] == story.attention_layers[0]  # the page's default
     assert at.select_slider(key="pick").value == 0
 
 

@@ -6,6 +6,10 @@ A link never carries `s`, the session's private token for reloads: whoever opene
 it would start from the sender's session record. Its parameters come from whoever wrote the URL,
 so each is checked (kind, range, a known example name) and a bad one is dropped with one line
 saying so; a link never runs the model.
+
+A link to a published run holds its id (`view`) next to the prompt-and-settings parameters, which
+are the link's fallback when the run is gone from the server. The selection (`layer`, `head`,
+`step`, `stage`) is also what the address bar keeps for the session's own view (ui/address.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from urllib.parse import quote, urlencode
 import streamlit as st
 
 from engine import Trace
+from engine.experiments import Experiments
 from engine.quant import VARIANT_NAMES
 from ui.config import MAX_PROMPT_CHARS, Limits, config
 from ui.keys import HEAD, LAYER, STEP
@@ -25,11 +30,15 @@ from ui.sidebar_settings import Setting, setting_table
 from ui.text import plain
 
 VIEW = {"layer": LAYER, "head": HEAD, "step": STEP}  # a link's selection → the widgets it presets
+SELECTION = (*VIEW, "stage")  # the selection a link and the address carry (stage: Step by step's, from 1)
+MAX_STAGE = 99  # Step by step clamps a stage past its last to its last
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")  # a published run's id (ui/sessions.py new_view_id)
 MAX_LINK_CHARS = 8000  # a longer URL is refused by some proxies (and Tornado's 64 KB header cap)
 # `dtype` names the weights a link's run used: a weights variant (fp32, q4_0, …; what the sidebar
 # offers) or a float dtype's name (float32 is fp32).
 DTYPES = ("float32", "float16", "bfloat16", *VARIANT_NAMES)
-LINK_PARAMS = ("prompt", "example", *setting_table(config().limits), *VIEW, "model", "dtype")
+LINK_PARAMS = ("view", "prompt", "example", *setting_table(config().limits), *SELECTION, "model",
+               "dtype")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,14 @@ class Link:
     view: dict[str, int] = field(default_factory=dict)  # layer, head, step (checked on a trace)
     model: str | None = None
     dtype: str | None = None
+    stage: int | None = None  # Step by step's stage, from 1
+    run: str | None = None  # a published run's id
+
+    @property
+    def opens_something(self) -> bool:
+        """Whether it asks for more than a selection (which a reload's address holds too)."""
+        return bool(self.prompt is not None or self.example is not None or self.settings
+                    or self.model is not None or self.dtype is not None or self.run is not None)
 
 
 def parse_link(params: Mapping[str, str], limits: Limits, example_names: tuple[str, ...]
@@ -69,6 +86,16 @@ def parse_link(params: Mapping[str, str], limits: Limits, example_names: tuple[s
                 view[name] = int(params[name])
             else:
                 bad(name, "must be a whole number from 0")
+    stage = None
+    if "stage" in params:
+        if re.fullmatch(r"\d{1,2}", params["stage"]) and 1 <= int(params["stage"]) <= MAX_STAGE:
+            stage = int(params["stage"])
+        else:
+            bad("stage", f"must be a whole number from 1 to {MAX_STAGE}")
+    run = params.get("view")
+    if run is not None and not RUN_ID.fullmatch(run):
+        bad("view", "not the id of a published run")
+        run = None
     prompt = params.get("prompt")
     if prompt is not None and (len(prompt) > MAX_PROMPT_CHARS or not prompt.strip()):
         bad("prompt", f"must be 1 to {MAX_PROMPT_CHARS:,} characters")
@@ -85,7 +112,7 @@ def parse_link(params: Mapping[str, str], limits: Limits, example_names: tuple[s
     if dtype is not None and dtype not in DTYPES:
         bad("dtype", f"must be one of {', '.join(DTYPES)}")
         dtype = None
-    return Link(prompt, example, settings, view, model, dtype), notes
+    return Link(prompt, example, settings, view, model, dtype, stage, run), notes
 
 
 def check_view(view: Mapping[str, int], trace: Trace) -> tuple[dict[str, int], list[str]]:
@@ -99,6 +126,12 @@ def check_view(view: Mapping[str, int], trace: Trace) -> tuple[dict[str, int], l
     return kept, notes
 
 
+def view_defaults(trace: Trace) -> dict[str, int]:
+    """The selection a page shows when nothing is chosen: the widgets' first options (a link and
+    the address leave these out)."""
+    first = {"head": 0, "step": 0}
+    return {"layer": trace.attention_layers[0], **first} if trace.attention_layers else first
+
 
 @dataclass(slots=True)
 class OpenedLink:
@@ -108,6 +141,18 @@ class OpenedLink:
     link: Link
     notes: list[str]
     page: str | None = None
+    run_found: bool | None = None  # its published run: opened, gone from the server, or none asked
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A run this session published: its id, the session's trace and results it copied (compared
+    by identity: a later run or result is not in it), and when (UTC, for the share panel)."""
+
+    run: str
+    trace: Trace
+    experiments: Experiments
+    at: str
 
 
 @dataclass(frozen=True, slots=True)

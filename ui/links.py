@@ -1,7 +1,9 @@
 """Share links in the session: `open_link()` applies a link's values (app.py calls it on every
 run, right after `restore_session()`: a link is applied once, on the session's first run, before
-any widget exists), and `share_view(page)` draws "Share this view" in the sidebar and, on the page
-a link opened, what it did. What a link holds and how it is checked is ui/link_params.py's.
+any widget exists), and `share_view(page)` draws "Share this view" (in the sidebar; presenting,
+on the page too) and, on the page a link opened, what it did. What a link holds and how it is
+checked is ui/link_params.py's; a published run is ui/snapshots.py's; the selection in the
+address, ui/address.py's.
 
 Opening a link only writes this session's own state.
 """
@@ -15,17 +17,27 @@ import streamlit as st
 
 from engine import Trace
 from engine.settings import FLOAT_WEIGHTS
+from ui.address import (
+    address_params,
+    apply_pending_view,
+    follow_history,
+    history_navigation,
+    keep_selection,
+    note_view,
+    selection,
+    want_selection,
+)
 from ui.config import Limits, config
 from ui.keys import PROMPT
 from ui.link_params import (
     LINK_PARAMS,
     MAX_LINK_CHARS,
-    VIEW,
+    SELECTION,
     Link,
     OpenedLink,
+    Published,
     Share,
     add_settings,
-    check_view,
     parse_link,
     reproduces,
     share_url,
@@ -33,7 +45,8 @@ from ui.link_params import (
 from ui.present import presenting
 from ui.record import keep_prompt
 from ui.sidebar_settings import setting_table, settings_of
-from ui.state import app_state, current_trace, loaded_model, session_model
+from ui.snapshots import kept_for, open_published, publish, published_run
+from ui.state import app_state, current_experiments, current_trace, loaded_model, session_model
 from ui.text import plain
 from ui.traces import current_example, open_example, shipped_examples
 
@@ -41,30 +54,36 @@ from ui.traces import current_example, open_example, shipped_examples
 
 
 def open_link() -> None:
-    """Apply a share link on the session's first run (later reruns keep what the user changed);
-    on every run, apply a link's layer/head/step once there is a trace, and note what is selected
-    (a page's widgets forget their value when another page is shown)."""
+    """Apply a share link (or the address's selection) on the session's first run, later reruns
+    keeping what the user changed; on Back / Forward, the address's selection; on every run, a
+    pending layer/head/step once there is a trace, and what is selected noted."""
     links = app_state().links
+    note_view()
     if not links.opened:
         links.opened = True
-        params = {name: st.query_params.get(name) for name in st.query_params
-                  if name in LINK_PARAMS}
-        if params:
-            link, notes = parse_link(params, config().limits,
-                                     tuple(e.name for e in shipped_examples()))
-            notes += apply_link(link)
-            links.notes = OpenedLink(link, notes)
-            for name in params:  # the address bar now holds this session's own state (`s`)
-                del st.query_params[name]
-    apply_pending_view()
-    note_view()
+        link, notes = parse_link(address_params(LINK_PARAMS), config().limits,
+                                 tuple(e.name for e in shipped_examples()))
+        if link.opens_something or notes:
+            found = open_published(link.run) if link.run is not None else None
+            notes += apply_link(link, found)
+            links.notes = OpenedLink(link, notes, run_found=found)
+        want_selection(link.view, link.stage, whole=False)
+    elif history_navigation():
+        follow_history()
+    ignored = apply_pending_view()
+    if ignored and links.notes is not None:
+        links.notes.notes.extend(ignored)
+    keep_selection()
 
 
-def apply_link(link: Link) -> list[str]:
-    """Set this session's widgets and trace as the link asks; a line for what could not be."""
+def apply_link(link: Link, run_found: bool | None) -> list[str]:
+    """Set this session's widgets and trace as the link asks (its published run already opened,
+    when `run_found`); a line for what could not be."""
     table = setting_table(config().limits)
     for name, value in link.settings.items():
         st.session_state[table[name].key] = value
+    if run_found:
+        return []
     if link.prompt is not None:
         keep_prompt(link.prompt)
     notes = []
@@ -72,39 +91,7 @@ def apply_link(link: Link) -> list[str]:
         error = open_example(link.example)
         if error is not None:
             notes.append(f"Could not open the link's {error}.")
-    if link.view:
-        app_state().links.pending_view = dict(link.view)
     return notes
-
-
-def apply_pending_view() -> None:
-    """A link's layer/head/step, once a trace holds them (an example at once; a prompt after it
-    is generated)."""
-    links, trace = app_state().links, current_trace()
-    view = links.pending_view
-    if view is None or trace is None or trace.stop_reason == "running":
-        return
-    links.pending_view = None
-    kept, notes = check_view(view, trace)
-    for name, value in kept.items():
-        st.session_state[VIEW[name]] = value
-    if notes and links.notes is not None:
-        links.notes.notes.extend(notes)
-
-
-def _trace_id(trace: Trace | None) -> tuple[str, str] | None:
-    return None if trace is None else (trace.created_at, trace.prompt)
-
-
-def note_view() -> None:
-    """Remember the layer, head and step last selected on this trace, for a link made on any page."""
-    trace, links = current_trace(), app_state().links
-    seen = links.seen
-    if seen is None or seen[0] != _trace_id(trace):
-        seen = links.seen = (_trace_id(trace), {})
-    for name, key in VIEW.items():
-        if isinstance(st.session_state.get(key), int):
-            seen[1][name] = st.session_state[key]
 
 
 # --- building a link ---
@@ -131,10 +118,7 @@ def share_params(limits: Limits) -> Share:
     spec = trace.model if trace is not None else lm.spec if lm is not None else None
     if "prompt" in params and spec is not None:
         params["model"], params["dtype"] = spec.name, _weights_of(trace, spec.dtype)
-    if trace is not None:
-        seen = app_state().links.seen
-        view = seen[1] if seen is not None and seen[0] == _trace_id(trace) else {}
-        params.update({n: str(v) for n, v in check_view(view, trace)[0].items()})
+    params.update(selection())
     if presenting():
         params["present"] = "1"
         lines.append("Opens in presentation mode.")
@@ -147,13 +131,11 @@ def share_params(limits: Limits) -> Share:
                                 else "the prompt box and the sidebar's settings", params))
     if skipped:
         lines.append(f"Left out ({', '.join(skipped)}): outside what this app's sidebar can set.")
-    picked = [f"{n} {params[n]}" for n in VIEW if n in params]
+    picked = [f"{n} {params[n]}" for n in SELECTION if n in params]
     if picked:
         lines.append(f"Selected: {', '.join(picked)} (Attention's layer and head, Generate's "
-                     "token).")
-    lines.append("It does not carry the trace itself (Download trace does), nor your session.")
+                     "token, Step by step's stage).")
     return Share(params, lines)
-
 
 
 def page_base(page: Any) -> str:
@@ -169,15 +151,50 @@ def page_base(page: Any) -> str:
 
 
 def share_view(page: Any) -> None:
-    """"Share this view" in the sidebar; on the page a link opened, what it did."""
+    """"Share this view" in the sidebar and, presenting (the sidebar hidden), on the page; on the
+    page a link opened, what it did."""
     link_notes(page)
     share = share_params(config().limits)
     with st.sidebar.expander("Share this view", icon=":material/share:"):
+        share_panel(page, share, "sidebar")
+    if presenting():
+        with st.popover("Share this view", icon=":material/share:"):
+            share_panel(page, share, "page")
+
+
+def share_panel(page: Any, share: Share, where: str) -> None:
+    """The link to this view and what it carries; "Publish a link to this run" when there is a
+    run, and once published, the link holds the run (the other parameters are its fallback)."""
+    trace = current_trace()
+    if trace is not None:
+        st.button("Publish a link to this run", key=f"publish_{where}", on_click=publish,
+                  icon=":material/publish:", disabled=trace.stop_reason == "running",
+                  help="Keeps a copy of this run (its tokens, timings and the results computed "
+                       f"on it) on this server for {kept_for()}, and gives a link that opens it "
+                       "exactly as it is now, with no model. Your later work does not change it.")
+    done = published_run(trace)
+    params = share.params if done is None else {"view": done.run, **share.params}
+    link = share_url(page_base(page), params)
+    if done is None:
         st.caption("Copy this link (button at its right): it opens this page as you see it.")
-        link = share_url(page_base(page), share.params)
-        st.code(link, language=None, wrap_lines=True, height="content" if len(link) < 300 else 200)
-        for line in share.lines:
-            st.caption(line)
+    else:
+        st.caption("Copy this link (button at its right): it opens this run as recorded, on this "
+                   "page as you see it.")
+    st.code(link, language=None, wrap_lines=True, height="content" if len(link) < 300 else 200)
+    for line in published_lines(done) if done is not None else share.lines:
+        st.caption(line)
+    if done is None:
+        st.caption("It does not carry the run itself: publish it (above), or share the trace "
+                   "file (Download trace on Generate). Nor does it carry your session.")
+
+
+def published_lines(done: Published) -> list[str]:
+    lines = [f"Published at {done.at}: the same tokens, timings and results for whoever opens "
+             f"it, no model needed; kept on this server for {kept_for()} (less if it restarts "
+             "or needs the room), then the link opens its example or prompt and settings."]
+    if done.experiments is not current_experiments():
+        lines.append("Results computed since are not in it: publish again to include them.")
+    return lines
 
 
 def link_notes(page: Any) -> None:
@@ -192,6 +209,20 @@ def link_notes(page: Any) -> None:
         links.notes = None
         return
     link = opened.link
+    for line in opened.notes:  # they quote the link's own text: shown as plain text
+        st.warning(plain(line), icon=":material/link_off:")
+    if opened.run_found:
+        trace = current_trace()
+        st.info(f"Opened the run shared with this link, as recorded ({plain(trace.created_at)}, "
+                f"{plain(trace.model.name)} on {plain(trace.device)}): its tokens, timings and "
+                "results are the sender's own; no model ran here.", icon=":material/link:")
+        return
+    if opened.run_found is False:
+        instead = ("example" if link.example is not None else "prompt and settings"
+                   if link.prompt is not None else "other values")
+        st.warning(f"This link's run is no longer on this server (a published run is kept "
+                   f"{kept_for()} at most): it opens the link's {instead} instead.",
+                   icon=":material/link_off:")
     lines = model_notes(link)
     if link.example is not None and current_example() is not None:
         lines.insert(0, f"Opened the example “{plain(current_example().title)}” from a link, as "
@@ -201,8 +232,6 @@ def link_notes(page: Any) -> None:
                  "applies once the run is there" if link.view and current_trace() is None else "")
         lines.append("The link's prompt is in the prompt box on Generate and its settings are in "
                      f"the sidebar: press Generate to run it{later}.")
-    for line in opened.notes:  # they quote the link's own text: shown as plain text
-        st.warning(plain(line), icon=":material/link_off:")
     for line in lines:
         st.info(line, icon=":material/link:")
 

@@ -5,7 +5,8 @@ A reload (or a dropped websocket) starts a new Streamlit session with empty stat
 gets a copy of the record (ui/sessions.py) under a token of its own. Every change to a kept value
 goes through a `keep_*` function here, which updates the session's AppState (ui/state.py) and the
 record together. Two kept values are widget values (the prompt box, Compare's run-A selector):
-they live under their widget keys.
+they live under their widget keys. What is selected (layer, head, step, stage) is not in the
+record: the address holds it, next to `s`, and a reload applies it (ui/address.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ its experiment results) is written here under that token, and a new session arri
 gets a copy. A copy, under a fresh token: a link that travels to someone else gives them the work
 as it was, and what they do next never lands in the original's record. Bounded three ways: entries
 (least recently used out), total bytes (estimated by `size_of`), and age since the last write.
+
+A published run ("Share this view") is a record of its own under an unguessable id: written once
+(`publish`), never changed, read by whoever has the link (`published`). It counts against the same
+three bounds as the sessions, under a name no session token can take (`?s=` never reaches it).
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ Record = dict[str, Any]
 
 def new_token() -> str:
     return secrets.token_urlsafe(12)
+
+
+def new_view_id() -> str:
+    """A published run's id: 128 random bits, so a link cannot be guessed from another."""
+    return secrets.token_urlsafe(16)
+
+
+_PUBLISHED = "view:"  # a published run's name in the store: ':' is never in a session token
 
 
 class SessionStore:
@@ -61,6 +73,26 @@ class SessionStore:
                 return None
             self._records.move_to_end(token)
             return dict(found[1])
+
+    def publish(self, record: Record) -> str | None:
+        """Keep `record` (its values are the caller's own copies) under a new id and return the
+        id; None if it is larger than the whole store."""
+        view_id = new_view_id()
+        with self._lock:
+            self._expire()
+            for value in record.values():
+                self._hold(value)
+            self._records[_PUBLISHED + view_id] = (self._clock(), dict(record))
+            if self._unique_size(record) > self.max_bytes:
+                self._drop(_PUBLISHED + view_id)
+                return None
+            self._trim()
+        return view_id if self.published(view_id) is not None else None
+
+    def published(self, view_id: str) -> Record | None:
+        """The published record `view_id` (a shallow copy: the caller copies its values before
+        changing anything), or None (unknown, expired or dropped for room)."""
+        return self.copy(_PUBLISHED + view_id)
 
     def _hold(self, value: Any) -> None:
         entry = self._objects.setdefault(id(value), [self._size_of(value), 0, value])

@@ -17,7 +17,7 @@ import streamlit as st
 from engine import GenerationSettings, LoadedModel, Trace
 from engine.experiments import Experiments
 from engine.serving.record import ServingRun
-from ui.link_params import OpenedLink
+from ui.link_params import OpenedLink, Published
 from ui.results import RemoteResults, ServingResults
 from ui.session_model import SessionModel
 
@@ -47,15 +47,18 @@ class CompareRuns:
 
 @dataclass(slots=True)
 class LinkState:
-    """A share link's progress in this session: applied on the first run (`opened`), its
-    layer/head/step waiting for a trace that holds them (`pending_view`), what it did and
-    ignored (`notes`), and the layer, head and step last selected on the trace (`seen`: the
-    trace's id and the selection), for a link made on any page."""
+    """Share links and the address in this session: the link applied on the first run
+    (`opened`); a layer/head/step from a link or the address waiting for a trace that holds them
+    (`pending_view`: None for a value left out, which means the page's default); what the link
+    did and ignored (`notes`); the layer, head and step last selected on the trace (`seen`: the
+    trace's id and the selection), for the address and a link made on any page; and the run this
+    session published last (`published`, ui/snapshots.py)."""
 
     opened: bool = False
-    pending_view: dict[str, int] | None = None
+    pending_view: dict[str, int | None] | None = None
     notes: OpenedLink | None = None
     seen: tuple[tuple[str, str] | None, dict[str, int]] | None = None
+    published: Published | None = None
 
 
 @dataclass(slots=True)

@@ -1,11 +1,13 @@
 """Share links in real Chromium at 1920×1080: a link to the Attention page with an example and a
 layer and head opens with the selectors on them; the page's own "Share this view" gives a link
 with the page's path and the selection (never the session token), which opens the same view in
-another browser."""
+another browser; a published run opens in another browser context as recorded, on the sender's
+selection; the address keeps the view through a reload and Back."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -43,7 +45,8 @@ def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, brow
     assert (chosen(page, "Layer"), chosen(page, "Head")) == ("3", "2")
     expect(page.get_by_text("Opened the example “Short Q&A” from a link")).to_have_count(1)
     address = parse_qs(urlsplit(page.url).query)
-    assert address.keys() == {"s"}, page.url  # the link's values applied, the address is this session's
+    # the link's values applied: the address holds this session's token and the view
+    assert address.keys() == {"s", "layer", "head"}, page.url
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SHOTS / "link-opened-1920.png")
 
@@ -86,3 +89,58 @@ def test_a_link_as_the_first_visit_after_a_start(tmp_path, browser):
         page.screenshot(path=SHOTS / "link-first-visit-1920.png")
         layer = page.get_by_role("combobox", name="Layer", exact=True)
         assert layer.count() == 1 and layer.input_value() == "3"
+
+
+def pick(page, label: str, option: str) -> None:
+    page.get_by_role("combobox", name=label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    wait_for_app(page)
+
+
+def test_a_published_run_opens_elsewhere_as_recorded_on_the_same_selection(url, browser):
+    sender = open_link(browser, f"{url}/attention?example=qa&layer=3&step=5")
+    pick(sender, "Head", "2")
+    sidebar = sender.get_by_test_id("stSidebar")
+    sidebar.get_by_text("Share this view").click()
+    sidebar.get_by_role("button", name="Publish a link to this run").click()
+    wait_for_app(sender)
+    expect(sidebar.get_by_text("Published at")).to_have_count(1)
+    link = sidebar.locator("[data-testid='stCode'] code").first.inner_text().strip()
+    params = {k: v[0] for k, v in parse_qs(urlsplit(link).query).items()}
+    assert params.keys() == {"view", "example", "layer", "head", "step"}, link
+    assert (params["layer"], params["head"], params["step"]) == ("3", "2", "5")
+    sender.screenshot(path=SHOTS / "published-sender-1920.png")
+
+    receiver = open_link(browser, link)  # a browser context of its own: another visitor
+    expect(receiver.get_by_text("Opened the run shared with this link")).to_have_count(1)
+    assert (chosen(receiver, "Layer"), chosen(receiver, "Head")) == ("3", "2")
+    assert receiver.locator('[data-testid="stException"]').count() == 0
+    address = {k: v[0] for k, v in parse_qs(urlsplit(receiver.url).query).items()}
+    assert address.keys() == {"s", "layer", "head", "step"}, receiver.url
+    receiver.screenshot(path=SHOTS / "published-receiver-1920.png")
+
+
+def test_the_address_keeps_the_view_through_a_reload_and_back(url, browser):
+    page = open_link(browser, f"{url}/attention?example=qa&layer=3&head=2")
+    page.reload()
+    wait_for_app(page)
+    page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
+    assert (chosen(page, "Layer"), chosen(page, "Head")) == ("3", "2")
+    page.goto(page.url.replace("/attention", "/story"))  # the same address on Step by step
+    page.get_by_role("heading", name="Inference, step by step").wait_for(timeout=60_000)
+    wait_for_app(page)
+    page.get_by_role("button", name="Next →").click()
+    wait_for_app(page)
+    page.get_by_role("button", name="Next →").click()
+    wait_for_app(page)
+    expect(page.get_by_text("Stage 3 of")).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"stage=3"))  # written as the run ends
+    assert "layer=3" in page.url and "head=2" in page.url
+    page.go_back()  # each change of view is one entry of the history
+    expect(page.get_by_text("Stage 2 of")).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"stage=2"))
+    page.reload()
+    page.get_by_role("heading", name="Inference, step by step").wait_for(timeout=60_000)
+    wait_for_app(page)
+    expect(page.get_by_text("Stage 2 of")).to_have_count(1)
+    page.screenshot(path=SHOTS / "address-reload-1920.png")
