@@ -65,7 +65,7 @@ def residual_norm_chart(norms: Sequence[float]) -> go.Figure:
         hovertemplate="after %{x}<br>‖x‖ = %{y:.2f}<extra></extra>"))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
     fig.update_xaxes(title_text="residual stream after … (the prompt's last position)")
-    fig.update_yaxes(title_text="length ‖x‖ (L2 norm, hidden-state units)", rangemode="tozero")
+    fig.update_yaxes(title_text="‖x‖ (L2 norm)", rangemode="tozero")  # fits 320 px at 22 px
     return fig
 
 

@@ -8,7 +8,10 @@ import re
 
 from playwright.sync_api import expect, sync_playwright
 
+from ui.keys import STORY_FIGURE
+
 from .browser import go_to, launch_chromium, wait_for_app
+from .measure import FIGURE_BOX, TEXT_SIZES, TITLES_OUTSIDE
 
 # The stage headings, in order (pages/story.py STAGES; that module draws a page when imported)
 STAGES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
@@ -67,3 +70,25 @@ def test_keyboard_walks_the_whole_story_with_no_model(url):
         page.wait_for_timeout(500)
         at_stage(page, 0)
         browser.close()
+
+
+def test_a_clicker_brings_each_figure_into_view_in_presentation_mode(browser, url):
+    """Presenting at 1280×720 (and 1920×1080 for the first steps): → / PageDown shows the next
+    stage with its figure's top on screen, every text ≥ 22 px and no axis title cut."""
+    for width, height, stages in ((1280, 720, len(STAGES)), (1920, 1080, 3)):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(f"{url}/story?example=qa&present=1")
+        wait_for_app(page)
+        at_stage(page, 0)
+        for k in range(1, stages):
+            page.keyboard.press("ArrowRight" if k % 2 else "PageDown")
+            at_stage(page, k)
+            page.wait_for_function(f"""() => {{ const b = ({FIGURE_BOX})("{STORY_FIGURE}");
+                return b && b[0] >= 0 && b[0] < b[2] - 100; }}""", timeout=30_000)
+            top, _, _ = page.evaluate(FIGURE_BOX, STORY_FIGURE)
+            header = page.get_by_test_id("stHeader").bounding_box()
+            assert top >= (header["height"] if header else 0) - 1, (k, top, header)
+            sizes = page.evaluate(TEXT_SIZES)
+            assert sizes[0][0] >= 22, (width, k, [s for s in sizes if s[0] < 22][:10])
+            assert not page.evaluate(TITLES_OUTSIDE), (width, k)
+        page.close()
