@@ -178,8 +178,10 @@ def _traces(fig: go.Figure) -> None:
             _colorbar(trace.colorbar)
         if marker is not None and "colorbar" in marker and (marker.colorscale or marker.showscale):
             _colorbar(marker.colorbar)  # (a colorbar set on any other marker would appear)
-        if trace.type == "bar" and trace.text is not None and trace.textposition in (None, "auto", "inside"):
-            # inside a bar plotly shrinks the text to fit it; outside, it keeps its size
+        if (trace.type == "bar" and trace.text is not None and fig.layout.barmode not in ("stack", "relative")
+                and trace.textposition in (None, "auto", "inside")):
+            # inside a bar plotly shrinks the text to fit it; outside, it keeps its size (a stacked
+            # bar's text stays inside its part: outside, it would lie on the next part or past the edge)
             trace.update(textposition="outside", cliponaxis=False)
         if "hoverlabel" in trace and trace.hoverlabel.font.size:
             trace.hoverlabel.font.size = max(trace.hoverlabel.font.size, TICK_FONT)

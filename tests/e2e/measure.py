@@ -39,17 +39,19 @@ TEXT_SIZES = """() => {
   return out.sort((a, b) => a[0] - b[0]);
 }"""
 
-# Every plotly chart's axis and colorbar titles whose box lies outside the chart's own SVG (a
-# title cut at the figure's edge): [chart index, title, which side].
-TITLES_OUTSIDE = """() => {
+# Every plotly chart's text whose box lies outside the chart's own SVG (cut at the figure's edge):
+# axis and colorbar titles, tick labels, text on bars and points, legend entries. [chart index,
+# text, which side].
+TEXT_OUTSIDE = """() => {
   const out = [];
   document.querySelectorAll('.js-plotly-plot').forEach((plot, i) => {
     const svg = plot.querySelector('.main-svg');
     if (!svg) return;
     const f = svg.getBoundingClientRect();
-    plot.querySelectorAll('.infolayer g[class$="title"] text, .cbtitle text').forEach(t => {
-      if (!t.textContent.trim()) return;
+    plot.querySelectorAll('.main-svg text').forEach(t => {
+      if (!t.textContent.trim() || t.closest('.hoverlayer')) return;
       const b = t.getBoundingClientRect();
+      if (b.width < 1 || b.height < 1) return;  // not drawn (a tick plotly left out)
       const sides = [];
       if (b.left < f.left - 1) sides.push("left");
       if (b.right > f.right + 1) sides.push("right");

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .browser import wait_for_app
-from .measure import TEXT_SIZES, TITLES_OUTSIDE
+from .measure import TEXT_OUTSIDE, TEXT_SIZES
 
 # Effective font sizes in CSS px: an SVG text's size times the scale of its transforms (plotly
 # shrinks text that does not fit inside a bar with a transform, not with font-size).
@@ -98,8 +98,9 @@ PRESENTED = ["Generate", "Step by step", "Attention", "Prefill vs decode", "KV c
 
 def test_every_text_is_22px_and_no_page_is_hidden_at_1920_and_1280(browser, url):
     """At a projector's 1920×1080: on every page with content, the smallest text on screen
-    (HTML and the charts' SVG) is ≥ 22 px and no axis title lies outside its figure; at
-    1920×1080 and 1280×720 every page's link is in the top row, none behind a "more" menu."""
+    (HTML and the charts' SVG) is ≥ 22 px and no chart text (axis title, tick, bar text,
+    legend) lies outside its figure; at 1920×1080 and 1280×720 every page's link is in the top
+    row, none behind a "more" menu."""
     page = browser.new_page(viewport={"width": 1920, "height": 1080})
     page.goto(f"{url}/?example=qa&present=1")
     wait_for_app(page)
@@ -113,7 +114,7 @@ def test_every_text_is_22px_and_no_page_is_hidden_at_1920_and_1280(browser, url)
             page.wait_for_timeout(1000)  # plotly draws after the script run has ended
         sizes = page.evaluate(TEXT_SIZES)
         assert len(sizes) > 40 and sizes[0][0] >= 22, (name, [s for s in sizes if s[0] < 22][:10])
-        assert not page.evaluate(TITLES_OUTSIDE), name
+        assert not page.evaluate(TEXT_OUTSIDE), name
     for width, height in ((1920, 1080), (1280, 720)):
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(300)
