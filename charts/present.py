@@ -15,11 +15,12 @@ What changes, and why:
   (PROJECTOR): a washed-out projector loses light tints first. The map is one-to-one, so a colour
   still means one thing (prefill stays red, decode blue, the KV cache green, head 3 its colour);
 - margins and title standoffs grown with the fonts, so axis titles clear the larger tick labels;
-  a y title longer than its plot's height goes on two lines.
+  a y title longer than its plot's height goes on several lines.
 """
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import plotly.graph_objects as go
@@ -129,13 +130,11 @@ def _font(font: Any, size: float) -> dict[str, Any]:
 
 
 def _wrapped(text: str, room_px: float) -> str:
-    """An axis title on two lines, split at the space nearest its middle, when one line at
-    TITLE_FONT would be longer than `room_px` (plotly draws a too-long title past the figure's edge)."""
-    if not text or "<br>" in text or len(text) * CHAR_WIDTH * TITLE_FONT <= room_px or " " not in text:
+    """An axis title on as many lines as it needs (split at spaces) when one line at TITLE_FONT
+    would be longer than `room_px`: plotly draws a too-long title past the figure's edge."""
+    if not text or "<br>" in text or len(text) * CHAR_WIDTH * TITLE_FONT <= room_px:
         return text
-    middle = len(text) / 2
-    cut = min((i for i, c in enumerate(text) if c == " "), key=lambda i: abs(i - middle))
-    return f"{text[:cut]}<br>{text[cut + 1:]}"
+    return "<br>".join(textwrap.wrap(text, width=max(int(room_px / (CHAR_WIDTH * TITLE_FONT)), 8)))
 
 
 def _axes(fig: go.Figure) -> None:
