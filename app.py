@@ -23,7 +23,13 @@ from ui.config import config  # noqa: E402
 from ui.experiment import run_experiment  # noqa: E402
 from ui.keys import MODEL_SOURCE, WEIGHTS  # noqa: E402
 from ui.links import open_link, share_view  # noqa: E402
-from ui.present import presenting, set_page_title, sidebar_presentation, start_presentation  # noqa: E402
+from ui.present import (  # noqa: E402
+    navigation_position,
+    present_navigation,
+    set_page_title,
+    sidebar_presentation,
+    start_presentation,
+)
 from ui.record import restore_session  # noqa: E402
 from ui.session_model import SessionModel  # noqa: E402
 from ui.sidebar_settings import (  # noqa: E402
@@ -164,7 +170,7 @@ st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
 restore_session()
 open_link()  # a share link's values, on the session's first run, before any widget
 start_presentation()  # before the sidebar draws: presenting, the page opens without it
-page = st.navigation([
+PAGES = [
     st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
     st.Page("pages/story.py", title="Step by step", icon=":material/school:"),
     st.Page("pages/tokens.py", title="Tokens", icon=":material/data_array:"),
@@ -177,7 +183,9 @@ page = st.navigation([
     st.Page("pages/quantization.py", title="Quantization", icon=":material/compress:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
     st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
-], position="top" if presenting() else "sidebar")  # presenting, the sidebar is hidden
+]
+page = st.navigation(PAGES, position=navigation_position())  # presenting: the sidebar is hidden
+present_navigation(PAGES)  # and the pages are a row of links at the top
 set_page_title(page.title)
 sidebar_model()
 sidebar_settings()

@@ -14,26 +14,31 @@ What changes, and why:
 - every colour of the app's palette swapped for a darker, more saturated one of the same hue
   (PROJECTOR): a washed-out projector loses light tints first. The map is one-to-one, so a colour
   still means one thing (prefill stays red, decode blue, the KV cache green, head 3 its colour);
-- margins and title standoffs grown with the fonts, so axis titles clear the larger tick labels.
+- margins and title standoffs grown with the fonts, so axis titles clear the larger tick labels;
+  a y title longer than its plot's height goes on several lines.
 """
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import plotly.graph_objects as go
 
-MIN_FONT = 16  # px: the smallest text presentation mode draws in a chart
-BASE_FONT = 20  # px: text with no size of its own (annotations, legend entries, labels)
-TICK_FONT = 18
-TITLE_FONT = 20  # axis and colorbar titles
-CHART_TITLE_FONT = 22
+MIN_FONT = 22  # px: the smallest text presentation mode draws in a chart (assets/present.css: the page's)
+BASE_FONT = 22  # px: text with no size of its own (annotations, legend entries, labels)
+TICK_FONT = 22
+TITLE_FONT = 22  # axis and colorbar titles
+CHART_TITLE_FONT = 24
 LINE_SCALE, MIN_LINE = 1.5, 3.0
 MARKER_SCALE = 1.4
 TEXT = "#000000"
 GRID = "#b0b0b0"
 SLIDER_SHIFT = 0.1  # of the plot's width: room for larger Play/Pause buttons left of a slider
 EXTRA_HEIGHT = 60  # px: room for the larger tick labels, so the plot area itself does not shrink
+DEFAULT_HEIGHT = 450  # px: plotly's height for a figure that sets none
+X_AXIS_ROOM = 2.5 * TICK_FONT + TITLE_FONT  # px under the plot: x tick labels and title
+CHAR_WIDTH = 0.55  # of the font size: a generous mean width of a character (proportional font)
 
 # The app's palette (charts/live.py, timing.py, kvcache.py, attention.py, embeddings.py) and its
 # projector equivalent: same hue, contrast against white ≥ 4.5:1 for every colour that marks a
@@ -124,14 +129,30 @@ def _font(font: Any, size: float) -> dict[str, Any]:
     return {**own, "size": max(float(own.get("size") or 0), size), "color": own.get("color") or TEXT}
 
 
+def _wrapped(text: str, room_px: float) -> str:
+    """An axis title on as many lines as it needs (split at spaces) when one line at TITLE_FONT
+    would be longer than `room_px`: plotly draws a too-long title past the figure's edge."""
+    if not text or "<br>" in text or len(text) * CHAR_WIDTH * TITLE_FONT <= room_px:
+        return text
+    return "<br>".join(textwrap.wrap(text, width=max(int(room_px / (CHAR_WIDTH * TITLE_FONT)), 8)))
+
+
 def _axes(fig: go.Figure) -> None:
     def restyle(axis: Any) -> None:
         axis.update(tickfont=_font(axis.tickfont, TICK_FONT), automargin=True,
                     gridcolor=GRID, linecolor=TEXT, zerolinecolor=GRID)
         axis.title.update(font=_font(axis.title.font, TITLE_FONT), standoff=14)
 
+    def fit(axis: Any) -> None:  # a y title runs along the plot's height: room for it
+        margin = fig.layout.margin
+        plot = ((fig.layout.height or DEFAULT_HEIGHT) - (margin.t or 0) - (margin.b or 0)
+                - X_AXIS_ROOM)
+        low, high = axis.domain or (0, 1)
+        axis.title.text = _wrapped(axis.title.text or "", plot * (high - low))
+
     fig.for_each_xaxis(restyle)
     fig.for_each_yaxis(restyle)
+    fig.for_each_yaxis(fit)
 
 
 def _colorbar(bar: Any) -> None:
@@ -156,8 +177,10 @@ def _traces(fig: go.Figure) -> None:
             _colorbar(trace.colorbar)
         if marker is not None and "colorbar" in marker and (marker.colorscale or marker.showscale):
             _colorbar(marker.colorbar)  # (a colorbar set on any other marker would appear)
-        if trace.type == "bar" and trace.text is not None and trace.textposition in (None, "auto", "inside"):
-            # inside a bar plotly shrinks the text to fit it; outside, it keeps its size
+        if (trace.type == "bar" and trace.text is not None and fig.layout.barmode not in ("stack", "relative")
+                and trace.textposition in (None, "auto", "inside")):
+            # inside a bar plotly shrinks the text to fit it; outside, it keeps its size (a stacked
+            # bar's text stays inside its part: outside, it would lie on the next part or past the edge)
             trace.update(textposition="outside", cliponaxis=False)
         if "hoverlabel" in trace and trace.hoverlabel.font.size:
             trace.hoverlabel.font.size = max(trace.hoverlabel.font.size, TICK_FONT)

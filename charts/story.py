@@ -43,12 +43,13 @@ def layer_split_chart(attention_params: float, ffn_params: float) -> go.Figure:
     fig = go.Figure()
     for name, value, color in (("attention: q, k, v, o projections", attention_params, ATTENTION_COLOR),
                                ("feed-forward network (and the two norms)", ffn_params, FFN_COLOR)):
-        fig.add_trace(go.Bar(
+        fig.add_trace(go.Bar(  # the names in the legend: inside a quarter of the bar they would not fit
             x=[value / 1e6], y=["one layer"], orientation="h", name=name, marker_color=color,
-            text=[f"{name}: {value / 1e6:.2f} M ({value / total:.0%})"], textposition="inside",
-            insidetextanchor="middle",
+            text=[f"{value / 1e6:.2f} M ({value / total:.0%})"], textposition="inside",
+            insidetextanchor="middle", textfont={"color": "white"},
             hovertemplate=f"{name}<br>%{{x:.3f}} M parameters<extra></extra>"))
-    fig.update_layout(barmode="stack", height=180, showlegend=False,
+    fig.update_layout(barmode="stack", height=200, legend={"orientation": "h", "y": 1.02,
+                                                           "yanchor": "bottom", "x": 0},
                       margin={"l": 10, "r": 10, "t": 10, "b": 10})
     fig.update_xaxes(title_text="parameters in one layer (millions)", range=[0, total / 1e6])
     fig.update_yaxes(showticklabels=False)
@@ -65,7 +66,7 @@ def residual_norm_chart(norms: Sequence[float]) -> go.Figure:
         hovertemplate="after %{x}<br>‖x‖ = %{y:.2f}<extra></extra>"))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
     fig.update_xaxes(title_text="residual stream after … (the prompt's last position)")
-    fig.update_yaxes(title_text="length ‖x‖ (L2 norm, hidden-state units)", rangemode="tozero")
+    fig.update_yaxes(title_text="‖x‖ (L2 norm)", rangemode="tozero")  # fits 320 px at 22 px
     return fig
 
 
@@ -88,6 +89,6 @@ def weights_step_chart(labels: Sequence[str], step_bytes: Sequence[float], run: 
         hovertemplate=f"%{{x}}<br>%{{y:.1f}} {unit} per decode step (formula)<extra></extra>"))
     fig.update_layout(height=340, showlegend=False, bargap=0.35,
                       margin={"l": 10, "r": 10, "t": 30, "b": 10})
-    fig.update_xaxes(title_text="weights stored as … (bits per layer weight, scales included)")
+    fig.update_xaxes(title_text="weights stored as … (bits per weight, with scales)")  # fits a phone
     fig.update_yaxes(title_text=f"weights read per step ({unit})", range=[0, max(step_bytes) / factor * 1.2])
     return fig

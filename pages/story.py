@@ -35,7 +35,7 @@ from engine.lens import cost_notice, notice, weights_notice, wording
 from engine.lens.attention_stats import full_attention
 from engine.lens.rope import angles
 from ui.common import require_trace, show_chart
-from ui.keys import STORY_NEXT, STORY_PREVIOUS, STORY_STAGE
+from ui.keys import STORY_FIGURE, STORY_NEXT, STORY_PREVIOUS, STORY_STAGE
 from ui.memo import memo
 from ui.state import app_state
 from ui.text import plain
@@ -245,11 +245,31 @@ def navigation() -> int:
 
 # One keydown listener on the app's document, added once per browser tab whatever the number of
 # reruns (st.html runs the script in the page itself, not in an iframe); it acts only while this
-# page's buttons exist, and never while the visitor types in a field or moves a slider.
+# page's buttons exist, and never while the visitor types in a field or moves a slider. A key (a
+# clicker) also brings the new stage's figure into view once the stage is drawn: the figures start
+# below the text, under the screen's edge on a projector; a mouse click on the buttons leaves the
+# page where it is, so that the next click finds them.
 KEYS = """
 <script>
 if (!window.__storyKeys) {
   window.__storyKeys = true;
+  const stageNow = () => {
+    const progress = document.querySelector('[data-testid="stProgress"]');
+    const found = /Stage (\\d+) of/.exec(progress ? progress.textContent : "");
+    return found ? Number(found[1]) : null;
+  };
+  const showFigure = (target) => {
+    const until = Date.now() + 30000;
+    const tick = () => {
+      const idle = document.querySelector('[data-testid="stApp"][data-test-script-state="notRunning"]');
+      const figure = document.querySelector(".st-key-FIGURE");
+      if (idle && figure && stageNow() === target) {
+        figure.scrollIntoView({block: "start"});
+        setTimeout(() => figure.isConnected && figure.scrollIntoView({block: "start"}), 400);
+      } else if (Date.now() < until) setTimeout(tick, 100);
+    };
+    tick();
+  };
   document.addEventListener("keydown", (event) => {
     if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
     const keys = {ArrowRight: "NEXT", PageDown: "NEXT", ArrowLeft: "PREVIOUS", PageUp: "PREVIOUS"};
@@ -262,11 +282,13 @@ if (!window.__storyKeys) {
     const button = document.querySelector(".st-key-" + which + " button");
     if (!button) return;
     event.preventDefault();
+    const at = stageNow();
     if (!button.disabled) button.click();
+    if (at !== null) showFigure(button.disabled ? at : at + (which === "NEXT" ? 1 : -1));
   });
 }
 </script>
-""".replace("NEXT", STORY_NEXT).replace("PREVIOUS", STORY_PREVIOUS)
+""".replace("NEXT", STORY_NEXT).replace("PREVIOUS", STORY_PREVIOUS).replace("FIGURE", STORY_FIGURE)
 
 
 def keyboard() -> None:
@@ -286,8 +308,9 @@ def page() -> None:
     st.header(stage.title)
     st.markdown(stage.intro(trace))
     fact = memo("story_notice", (trace, at), lambda: stage.notice(trace))  # once per trace and stage
-    what_to_notice(fact.text)
-    stage.figure(trace, fact)
+    with st.container(key=STORY_FIGURE):  # what a clicker's key scrolls to (KEYS)
+        what_to_notice(fact.text)
+        stage.figure(trace, fact)
     st.page_link(stage.page, label=stage.link, icon=":material/open_in_new:")
     keyboard()
 

@@ -152,3 +152,30 @@ def test_frames_keep_their_data_and_titles(built):
     assert fig.layout.margin.t > original.layout.margin.t  # slider and buttons: larger fonts above
     slider, before = fig.layout.sliders[0], original.layout.sliders[0]
     assert slider.x > before.x and slider.x + slider.len <= 1  # clear of the larger Play/Pause
+
+
+def test_a_stacked_bars_text_stays_inside_and_a_long_y_title_wraps():
+    from charts.present import CHAR_WIDTH, TITLE_FONT
+    from charts.story import layer_split_chart
+
+    split = presentation(layer_split_chart(884_736, 2_655_360))
+    assert [t.textposition for t in split.data] == ["inside", "inside"]  # outside: past the edge
+    title = "a y title much longer than the height of its plot at twenty-two px"
+    tall = go.Figure(go.Scatter(y=[1, 2])).update_layout(height=300).update_yaxes(title_text=title)
+    lines = presentation(tall).layout.yaxis.title.text.split("<br>")
+    assert len(lines) > 1 and " ".join(lines) == title
+    assert max(len(line) for line in lines) * CHAR_WIDTH * TITLE_FONT <= 300
+    short = go.Figure(go.Scatter(y=[1, 2])).update_layout(height=300).update_yaxes(title_text="ms")
+    assert presentation(short).layout.yaxis.title.text == "ms"
+
+
+def test_a_top_legend_grows_upwards_and_the_original_is_unchanged():
+    from charts.layout import legend_above
+
+    fig = step_chart(TRACES["qa"])
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y > 1
+    shown = legend_above(fig)
+    assert shown.layout.legend.yanchor == "bottom" and 1 < shown.layout.legend.y < fig.layout.legend.y
+    assert fig.layout.legend.yanchor is None  # the memo's figure is left as it was
+    plain = go.Figure(go.Scatter(y=[1, 2]))
+    assert legend_above(plain) is plain

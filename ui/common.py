@@ -7,6 +7,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
+from charts.layout import legend_above
 from charts.present import presentation
 from engine import Trace
 from engine.timing.disturbance import RULE, assess
@@ -45,13 +46,14 @@ def disturbance_warning(trace: Trace) -> None:
 def show_chart(figure: go.Figure, *, where: Any = None, name: str = "",
                config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     """Draw a plotly chart; every page's charts go through here. In presentation mode the figure
-    is drawn restyled for a projector (charts/present.py; the caller's figure is unchanged), and
+    is drawn restyled for a projector (charts/present.py; the caller's figure is unchanged), a top
+    legend grows upwards, never over the plot (charts/layout.py), and
     the toolbar's camera downloads the session's chosen format (png or svg) under a file name
     from the page and `name` (default: the chart's title, else its key). `where`: a placeholder
     or container to draw into (default: here). Other arguments go to `st.plotly_chart`."""
     kwargs.setdefault("width", "stretch")
     label = name or figure_title(figure) or str(kwargs.get("key") or "")
-    shown = presentation(figure) if presenting() else figure
+    shown = legend_above(presentation(figure) if presenting() else figure)
     target = st if where is None else where
     return target.plotly_chart(shown, config=chart_config(
         chart_format(), app_state().view.page_title, label, config), **kwargs)

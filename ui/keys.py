@@ -27,6 +27,7 @@ COMPARE_LAYER, COMPARE_HEAD = "compare_layer", "compare_head"  # kept only while
 # Step by step
 STORY_STAGE = "story_stage"  # the stage picker
 STORY_NEXT, STORY_PREVIOUS = "story_next", "story_previous"  # buttons the keyboard script clicks
+STORY_FIGURE = "story_figure"  # the stage's notice and figure, which the keys scroll into view
 
 # Embeddings
 EMB_PICK, EMB_PROBE = "emb_pick", "emb_probe"  # the token picker and the probe box

@@ -73,14 +73,29 @@ def _exit() -> None:
 
 def start_presentation() -> None:
     """Before anything else is drawn: follow the URL and, when presenting, send the projector CSS
-    (no sidebar, no Streamlit chrome, large type) and an Exit button at the top of the page."""
+    (no sidebar, no Streamlit chrome, large type)."""
     _follow_url()
+    if presenting():
+        st.html(f"<style>{CSS.read_text()}</style>")
+
+
+def navigation_position() -> Literal["sidebar", "hidden"]:
+    """Where st.navigation draws the page list: presenting, nowhere (present_navigation draws it)."""
+    return "hidden" if presenting() else "sidebar"
+
+
+def present_navigation(pages: list[Any]) -> None:
+    """Presenting: every page as a link in one row at the top of the page, wrapping onto a
+    second line on a narrow screen, then the Exit button. Streamlit's own top bar would hide the
+    pages that do not fit one line behind a "N more" menu (at 22 px, 1 of 12 at 1920 px wide)."""
     if not presenting():
         return
-    st.html(f"<style>{CSS.read_text()}</style>")
-    st.button("Exit presentation", key="present_exit", icon=":material/close_fullscreen:",
-              on_click=_exit, help="Back to the normal view, with the sidebar (also: remove "
-              "?present=1 from the address and reload).")
+    with st.container(horizontal=True, key="present_nav", vertical_alignment="center"):
+        for entry in pages:
+            st.page_link(entry, label=entry.title, icon=entry.icon)
+        st.button("Exit presentation", key="present_exit", icon=":material/close_fullscreen:",
+                  on_click=_exit, help="Back to the normal view, with the sidebar (also: remove "
+                  "?present=1 from the address and reload).")
 
 
 def sidebar_presentation() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from .browser import wait_for_app
+from .measure import TEXT_OUTSIDE, TEXT_SIZES
 
 # Effective font sizes in CSS px: an SVG text's size times the scale of its transforms (plotly
 # shrinks text that does not fit inside a bar with a transform, not with font-size).
@@ -46,9 +49,9 @@ def test_present_param_hides_the_sidebar_and_enlarges_text_and_charts(browser, u
     assert not page.get_by_test_id("stMainMenu").is_visible()
     sizes = page.evaluate(SIZES)
     assert sizes["body"] and min(sizes["body"]) >= 22, sizes["body"]
-    assert min(sizes["captions"]) >= 18 and min(sizes["metrics"]) >= 22 and min(sizes["buttons"]) >= 18
+    assert min(sizes["captions"]) >= 22 and min(sizes["metrics"]) >= 22 and min(sizes["buttons"]) >= 22
     assert len(sizes["svg"]) > 20  # the step chart and the top-k chart
-    small = [t for t in sizes["svg"] if t[1] < 16]
+    small = [t for t in sizes["svg"] if t[1] < 22]
     assert not small, small
     token = page.evaluate("new URLSearchParams(location.search).get('s')")
     assert token and "present=1" in page.url
@@ -85,4 +88,41 @@ def test_svg_download_from_a_chart_that_is_not_attention(browser, url, tmp_path)
     info.value.save_as(path)
     assert path.read_text().startswith("<svg")
     assert page.locator('.modebar-btn[data-title*="plotly"], a.modebar-btn--logo').count() == 0
+    page.close()
+
+
+# Pages with charts and text from an example run alone (Steps is a data grid: a canvas, whose
+# text the DOM does not hold)
+PRESENTED = ["Generate", "Step by step", "Attention", "Prefill vs decode", "KV cache"]
+
+
+def test_every_text_is_22px_and_no_page_is_hidden_at_1920_and_1280(browser, url):
+    """At a projector's 1920×1080: on every page with content, the smallest text on screen
+    (HTML and the charts' SVG) is ≥ 22 px and no chart text (axis title, tick, bar text,
+    legend) lies outside its figure; at 1920×1080 and 1280×720 every page's link is in the top
+    row, none behind a "more" menu."""
+    page = browser.new_page(viewport={"width": 1920, "height": 1080})
+    page.goto(f"{url}/?example=qa&present=1")
+    wait_for_app(page)
+    page.get_by_text("stopped because").wait_for(timeout=60_000)
+    for name in PRESENTED:
+        if name != "Generate":
+            page.locator(".st-key-present_nav").get_by_text(name, exact=True).click()
+            heading = "Inference, step by step" if name == "Step by step" else name
+            page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
+            wait_for_app(page)
+            page.wait_for_timeout(1000)  # plotly draws after the script run has ended
+        sizes = page.evaluate(TEXT_SIZES)
+        assert len(sizes) > 40 and sizes[0][0] >= 22, (name, [s for s in sizes if s[0] < 22][:10])
+        assert not page.evaluate(TEXT_OUTSIDE), name
+    for width, height in ((1920, 1080), (1280, 720)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(300)
+        links = page.locator(".st-key-present_nav").get_by_test_id("stPageLink")
+        assert links.count() == 12
+        for i in range(12):
+            box = links.nth(i).bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (width, i, box)
+        assert page.get_by_test_id("stTopNav").count() == 0  # Streamlit's bar and its "N more"
+        assert page.get_by_text(re.compile(r"^\d+ more$")).count() == 0
     page.close()

@@ -8,7 +8,10 @@ import re
 
 from playwright.sync_api import expect, sync_playwright
 
+from ui.keys import STORY_FIGURE
+
 from .browser import go_to, launch_chromium, wait_for_app
+from .measure import CHART_OVERLAPS, FIGURE_BOX, TEXT_OUTSIDE, TEXT_SIZES
 
 # The stage headings, in order (pages/story.py STAGES; that module draws a page when imported)
 STAGES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
@@ -67,3 +70,55 @@ def test_keyboard_walks_the_whole_story_with_no_model(url):
         page.wait_for_timeout(500)
         at_stage(page, 0)
         browser.close()
+
+
+def test_a_clicker_brings_each_figure_into_view_in_presentation_mode(browser, url):
+    """Presenting at 1280×720 (and 1920×1080 for the first step): → / PageDown shows the next
+    stage with its figure's top on screen, every text ≥ 22 px and no axis title cut."""
+    for width, height, stages in ((1280, 720, len(STAGES)), (1920, 1080, 2)):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(f"{url}/story?example=qa&present=1")
+        wait_for_app(page)
+        at_stage(page, 0)
+        for k in range(1, stages):
+            page.keyboard.press("ArrowRight" if k % 2 else "PageDown")
+            at_stage(page, k)
+            page.wait_for_function(f"""() => {{ const b = ({FIGURE_BOX})("{STORY_FIGURE}");
+                return b && b[0] >= 0 && b[0] < b[2] - 100; }}""", timeout=30_000)
+            top, _, _ = page.evaluate(FIGURE_BOX, STORY_FIGURE)
+            header = page.get_by_test_id("stHeader").bounding_box()
+            assert top >= (header["height"] if header else 0) - 1, (k, top, header)
+            sizes = page.evaluate(TEXT_SIZES)
+            assert sizes[0][0] >= 22, (width, k, [s for s in sizes if s[0] < 22][:10])
+            assert not page.evaluate(TEXT_OUTSIDE), (width, k)
+        page.close()
+
+
+def test_on_a_phone_no_legend_title_or_toolbar_covers_a_chart(browser, url):
+    """At 390×844 on Generate, KV cache and every stage of Step by step: no legend on a plot, no
+    chart text outside its figure, the chart toolbar over no text (its box, shown or not)."""
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{url}/?example=qa")
+    wait_for_app(page)
+    page.get_by_text("stopped because").wait_for(timeout=60_000)
+    token = page.evaluate("new URLSearchParams(location.search).get('s')")
+
+    def clear(where: str) -> None:
+        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length > 0",
+                               timeout=30_000)
+        page.wait_for_timeout(500)  # plotly lays a chart out again once its width is known
+        assert not page.evaluate(TEXT_OUTSIDE), where
+        assert not page.evaluate(CHART_OVERLAPS), where
+
+    clear("Generate")
+    page.goto(f"{url}/kvcache?s={token}")
+    wait_for_app(page)
+    clear("KV cache")
+    page.goto(f"{url}/story?s={token}")
+    wait_for_app(page)
+    at_stage(page, 0)
+    for k in range(1, len(STAGES)):
+        page.keyboard.press("ArrowRight")
+        at_stage(page, k)
+        clear(STAGES[k])
+    page.close()
