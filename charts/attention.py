@@ -19,6 +19,7 @@ from engine.records.trace import Trace
 from .tokens import piece_text, visible
 
 MASKED_COLOR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens)
+MARK_COLOR = "#ff2d55"  # the model view's outline of the layer and head chosen above
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"]
 MAX_HEIGHT = 700  # px: a chart fits a 1440×900 screen below the page's selectors
@@ -184,7 +185,7 @@ def model_view(prefill: np.ndarray, layers: Sequence[int], tile: int = 16) -> go
             hovertemplate=template + "<br>click to open<extra></extra>"))
     fig.update_layout(height=max(260, int(1000 * heads / max(n_layers, 1)) + 80), plot_bgcolor="white",
                       margin={"l": 10, "r": 10, "t": 30, "b": 10}, hoverdistance=-1,
-                      hoverlabel={"bgcolor": "white"})
+                      hoverlabel={"bgcolor": "white"}, meta={"tile_cells": size})
     fig.update_xaxes(tickvals=[li * step + size / 2 for li in range(n_layers)],
                      ticktext=[f"L{layer}" for layer in layers], side="top",
                      showgrid=False, zeroline=False, title_text="layer")
@@ -192,6 +193,23 @@ def model_view(prefill: np.ndarray, layers: Sequence[int], tile: int = 16) -> go
                      ticktext=[f"head {h}" for h in range(heads)], autorange="reversed",
                      showgrid=False, zeroline=False, scaleanchor="x")
     return fig
+
+
+def mark_tile(fig: go.Figure, layer: int, head: int) -> go.Figure:
+    """A copy of a `model_view` figure with the tile of (layer, head) outlined, so the view shows
+    which layer and head the other tabs open; `fig` is unchanged (it is built once per trace)."""
+    xaxis, yaxis = fig.layout.xaxis, fig.layout.yaxis
+    columns, rows = list(xaxis.ticktext or ()), list(yaxis.ticktext or ())
+    if f"L{layer}" not in columns or f"head {head}" not in rows:
+        raise ValueError(f"the model view has no tile for layer {layer}, head {head}")
+    half = fig.layout.meta["tile_cells"] / 2
+    x = xaxis.tickvals[columns.index(f"L{layer}")]
+    y = yaxis.tickvals[rows.index(f"head {head}")]
+    marked = go.Figure(fig)
+    marked.add_shape(type="rect", xref="x", yref="y", x0=x - half - 0.5, x1=x + half - 0.5,
+                     y0=y - half - 0.5, y1=y + half - 0.5, line={"color": MARK_COLOR, "width": 3},
+                     fillcolor="rgba(0,0,0,0)", layer="above")
+    return marked
 
 
 def clicked_tile(points: Sequence[Mapping] | None) -> tuple[int, int] | None:

@@ -57,9 +57,8 @@ def layer_split_chart(attention_params: float, ffn_params: float) -> go.Figure:
 
 
 def residual_norm_chart(norms: Sequence[float]) -> go.Figure:
-    """‖x‖ of the residual stream at one position: after the embedding, then after each layer
-    (engine.lens.notice.residual_norms; the last layer's output, recorded after the final norm,
-    is not among them)."""
+    """‖x‖ of the residual stream at one position: after the embedding, then after each layer,
+    the last included (engine.lens.notice.residual_norms)."""
     labels = ["embedding"] + [f"layer {i}" for i in range(len(norms) - 1)]
     fig = go.Figure(go.Scatter(
         x=labels, y=list(norms), mode="lines+markers", line={"color": FFN_COLOR},

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import html
-import re
 from typing import Any
 
 import pandas as pd
 
-from engine.lens.tokens import MergeStep, Token, piece_bytes, piece_label, split_characters, splits_character
+from engine.lens.tokens import (
+    MergeStep,
+    Token,
+    piece_bytes,
+    piece_label,
+    split_characters,
+    splits_character,
+    visible,
+)
 from engine.records.trace import Trace
 
 
@@ -20,20 +27,15 @@ def piece_text(piece: str) -> str:
     return piece.replace("▁", " ")
 
 
-_CONTROL = {c: "␣" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029]}
-_CONTROL.update({ord(" "): "·", ord("\n"): "↵", ord("\t"): "→", ord("\r"): "␍"})
+# Said once, on the Tokens page: what the notation every token shown in the app uses means.
+WHITESPACE_NOTE = ("In every token the app shows, · is a space and ↵ a newline. Most words "
+                   "begin with a space, and it belongs to the word's token: “·king” (after a "
+                   "space) and “king” are two different tokens.")
 
 
-_BYTE_GROUP = re.compile(r"(<[0-9A-F]{2}(?: [0-9A-F]{2})*>)")  # as `piece_label` writes bytes
-
-
-def visible(text: str) -> str:
-    """Make whitespace visible in a chip: space → ·, newline → ↵, tab → →, carriage return → ␍,
-    any other control or line-separator character → ␣ — except the spaces between the bytes
-    of a `<E6 9D>` group. No line break can reach the chips' HTML, where a blank line would end
-    the HTML block and let markdown parse what follows."""
-    parts = _BYTE_GROUP.split(text)  # odd indices: byte groups
-    return "".join(p if i % 2 else p.translate(_CONTROL) for i, p in enumerate(parts)) or "∅"
+def shown_piece(piece: str) -> str:
+    """A vocabulary piece as the app shows it: its text, whitespace made visible."""
+    return visible(piece_text(piece))
 
 
 BYTES_STYLE = "border-style: dashed"  # a chip holding part of a character
@@ -108,12 +110,11 @@ def table_height(rows: int) -> int:
 
 
 def merge_table(steps: list[MergeStep], selected: int) -> Any:
-    """Every BPE merge step as a row (pieces as stored, with Ġ, and as text), the `selected`
-    step highlighted; a pandas Styler for st.dataframe."""
+    """Every BPE merge step as a row (the pieces as text, separated by |), the `selected` step
+    highlighted; a pandas Styler for st.dataframe."""
     frame = pd.DataFrame([{
-        "step": i, "merged": f"{s.pair[0]} + {s.pair[1]}" if s.pair else "(bytes)",
-        "merge rank": s.rank, "pieces": " · ".join(s.pieces),
-        "as text": " | ".join(visible(piece_text(p)) for p in s.pieces)}
+        "step": i, "merged": " + ".join(map(shown_piece, s.pair)) if s.pair else "(bytes)",
+        "merge rank": s.rank, "pieces": " | ".join(map(shown_piece, s.pieces))}
         for i, s in enumerate(steps)])
     frame["merge rank"] = frame["merge rank"].astype("Int64")  # None (the bytes) stays empty
     return frame.style.apply(lambda row: [SELECTED if row.name == selected else ""] * len(row),

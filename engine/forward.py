@@ -36,14 +36,28 @@ def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int
 
 def _forward(model: Any, input_ids: torch.Tensor, cache: Cache | None,
              want_hidden: bool) -> Forward:
-    """input_ids (1, T) → the last position's logits (V,) and, with `want_hidden`, its hidden
-    state entering every layer plus the final output (L+1, hidden)."""
-    out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None,
-                output_hidden_states=want_hidden, logits_to_keep=1)
-    hidden = None
-    if want_hidden:
-        hidden = torch.stack([h[0, -1] for h in out.hidden_states])  # (L+1, hidden)
-    return out.logits[0, -1], hidden  # (V,)
+    """input_ids (1, T) → the last position's logits (V,) and, with `want_hidden`, its residual
+    stream (L+1, hidden): entering every layer, then the last layer's output.
+
+    transformers hands over its last hidden state after the final norm, which rescales it (and
+    so is not the residual stream any more); the final norm's input, read by a hook, is the last
+    layer's output itself. The lens applies the final norm to every row alike."""
+    if not want_hidden:
+        out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None, logits_to_keep=1)
+        return out.logits[0, -1], None
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    last: list[torch.Tensor] = []
+    hook = None if norm is None else norm.register_forward_pre_hook(
+        lambda module, args: last.append(args[0][0, -1]))
+    try:
+        out = model(input_ids=input_ids, cache=cache, use_cache=cache is not None,
+                    output_hidden_states=True, logits_to_keep=1)
+    finally:
+        if hook is not None:
+            hook.remove()
+    rows = [h[0, -1] for h in out.hidden_states[:-1]]
+    rows.append(last[-1] if last else out.hidden_states[-1][0, -1])  # no final norm: as given
+    return out.logits[0, -1], torch.stack(rows)  # (V,), (L+1, hidden)
 
 
 def prefill(model: Any, prompt_ids: torch.Tensor, cache: Cache | None,

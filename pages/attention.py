@@ -22,6 +22,7 @@ from charts.attention import (
     head_view,
     heatmap,
     keys_per_head,
+    mark_tile,
     model_view,
     sequence_labels,
 )
@@ -79,7 +80,10 @@ def heatmap_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
 def head_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     s, heads = len(focus.labels), focus.weights.shape[0]
     query = st.select_slider("Query token", range(s), value=s - 1, format_func=lambda i: focus.labels[i])
-    shown = st.multiselect("Heads", range(heads), default=list(range(min(3, heads))))
+    # no key: the default is part of the widget's identity, so choosing another head above (or a
+    # model-view tile) starts the view on that head
+    shown = st.multiselect("Heads", range(heads), default=[focus.head],
+                           help="The head chosen above; add others to compare them.")
     if not shown:
         st.info("Pick at least one head.")
         return
@@ -108,9 +112,10 @@ def model_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
                lambda: model_view(trace.steps[0].attention, trace.attention_layers, TILE))
     st.caption(f"Prefill attention of all {len(trace.attention_layers)} layers × {spec.heads} "
                f"heads, each downsampled to at most {TILE}×{TILE}. Click a tile to open that layer "
-               f"and head in the other tabs (now: layer {focus.layer}, head {focus.head}).")
-    show_chart(fig, key=MODEL_VIEW, on_select=partial(open_clicked_tile, trace), selection_mode="points",
-               name="model view")
+               f"and head in the other tabs, the head view among them (now: layer {focus.layer}, "
+               f"head {focus.head}, outlined in red).")
+    show_chart(mark_tile(fig, focus.layer, focus.head), key=MODEL_VIEW,
+               on_select=partial(open_clicked_tile, trace), selection_mode="points", name="model view")
     summary = memo("head_summary", (trace,), lambda: head_summary(trace))
     roles = head_roles(summary)
     table = pd.DataFrame([{

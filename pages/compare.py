@@ -217,7 +217,7 @@ def rerun(a: Trace, change: Change, prompt: str) -> None:
         return
     lm, settings = prepared
     trace = run_experiment(lambda job: rerun_trace(lm, prompt, settings, job),
-                           progress="Waiting for the model…", failed="re-run: ",
+                           progress="Starting…", failed="re-run: ",
                            on_error=set_error, cut=lambda t: t.stop_reason == "limit")
     if trace is None:
         return

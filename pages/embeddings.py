@@ -93,12 +93,11 @@ def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
         st.caption(plain(probed.description()))
         if probed.word_initial is not None:
             text, _, piece = probed.word_initial
-            st.button(f"Probe “{text}” ({piece}) instead", on_click=use_word_initial,
+            st.button(f"Probe “{text}” ({visible(piece_text(piece))}) instead", on_click=use_word_initial,
                       args=(text,), icon=":material/space_bar:")
     else:
-        piece = lm.tokenizer.convert_ids_to_tokens(int(chosen))
-        st.caption(plain(f"Neighbours of the piece {piece} (id {chosen}), as it appears in the "
-                         "prompt (Ġ stands for the space before a word)."))
+        st.caption(plain(f"Neighbours of the piece {token_label(lm, chosen)} (id {chosen}), as it "
+                         "appears in the prompt."))
     near = index.neighbours(chosen, 10)
     st.dataframe(pd.DataFrame({"rank": range(1, 11), "token": [token_label(lm, i) for i in near.ids],
                                "id": near.ids, "cosine similarity": near.scores.round(4)}),

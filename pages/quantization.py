@@ -178,7 +178,7 @@ def run_comparison(lm: LoadedModel | None) -> None:
         return run_study(ref, plan, _bandwidth(ref), say=job.say, stop=job.stop.is_set)
 
     with st.status("Measuring the variants…", expanded=True) as status:
-        found = run_experiment(study, progress="Waiting for the model…", cut=False,
+        found = run_experiment(study, progress="Starting…", cut=False,
                                keep=lambda found: keep_experiments(quant_study=found))
         if found is None:  # the reason is shown in the status
             status.update(state="error", expanded=True)

@@ -98,6 +98,16 @@ def stream_form() -> StreamForm | None:
     about = STREAMS.get(st.session_state.get(SERVING_STREAM), {}).get("about")
     if about:
         st.caption(about)
+    # outside the form: choosing the arrival pattern must rerun, so that Rate is enabled only
+    # when it applies (a widget in a form changes nothing until the form is submitted)
+    c3, c4 = st.columns(2)
+    arrival = c3.radio("Arrival", ["all at once", "Poisson"], horizontal=True,
+                       key="serving_arrival", help="All at once: every request arrives at 0 ms. "
+                       "Poisson: random gaps with the rate beside on average (seed 0, "
+                       "reproducible).")
+    rate_per_s = c4.number_input("Rate (requests/s)", 0.1, 100.0, 4.0, step=0.5,
+                                 key="serving_rate", disabled=arrival != "Poisson",
+                                 help="For Poisson arrivals.")
     with st.form("serving_form", border=False, enter_to_submit=True):
         prompts = st.text_area("Prompts, one per line", key=SERVING_PROMPTS, height=150,
                                max_chars=20_000, help="Cycled when you ask for more requests "
@@ -105,18 +115,13 @@ def stream_form() -> StreamForm | None:
         prefix = st.text_area("Shared prefix (prepended to every prompt)", key=SERVING_PREFIX,
                               height=80, max_chars=5_000, help="A system prompt every request "
                               "starts with: what prefix sharing saves.")
-        c1, c2, c3 = st.columns(3)
+        c1, c2 = st.columns(2)
         count = c1.number_input("Requests", 1, caps.requests, key=SERVING_COUNT,
                                 help=f"At most {caps.requests} here.")
         lengths = c2.text_input("Max new tokens per request", key=SERVING_LENGTHS,
                                 help=f"Comma-separated, cycled over the requests; each at most "
                                      f"{caps.new_tokens}.")
-        arrival = c3.radio("Arrival", ["all at once", "Poisson"], horizontal=True,
-                           key="serving_arrival", help="Poisson: random gaps with the rate below "
-                                                       "on average (seed 0, reproducible).")
-        c4, c5, c6, c7 = st.columns(4)
-        rate_per_s = c4.number_input("Rate (requests/s)", 0.1, 100.0, 4.0, step=0.5,
-                                     key="serving_rate", help="For Poisson arrivals.")
+        c5, c6, c7 = st.columns(3)
         max_batch = c5.number_input("Max batch", 1, 32, key=SERVING_BATCH,
                                     help="Requests decoded together in one forward.")
         block = c6.selectbox("Block size (tokens)", BLOCK_SIZES, index=2, key="serving_block")
@@ -184,7 +189,7 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
     if specs is None:  # the reason is shown
         return
     engine = run_experiment(lambda job: serve_stream(lm, specs, form, slots, job),
-                            progress="Waiting for the model…", where=slots.status,
+                            progress="Starting…", where=slots.status,
                             errors=(EngineError, ValueError))
     refused = {} if engine is None else engine.refusals()
     if refused:

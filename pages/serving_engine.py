@@ -23,6 +23,7 @@ from ui.sections.serving_engine import (
     default_tokenizer,
     hosted,
     load_files_section,
+    sample_load_button,
     server_section,
 )
 from ui.sections.serving_engine_results import compare_section, results_section
@@ -50,9 +51,10 @@ def header() -> None:
 
 def hosted_notice() -> None:
     st.info("This public demo sends no requests to other servers (a page must not send load "
-            "to addresses its visitors type). Open a load-test file saved by a local copy of "
-            "the app, or by `python -m engine loadtest --out FILE`, at the bottom of the page: "
-            "it is drawn exactly as recorded.", icon=":material/public:")
+            "to addresses its visitors type). Open the sample load below, or a load-test file "
+            "saved by a local copy of the app or by `python -m engine loadtest --out FILE` at "
+            "the bottom of the page: it is drawn exactly as recorded.", icon=":material/public:")
+    sample_load_button()
 
 
 def load_form(server: Server) -> LoadConfig | None:
@@ -189,7 +191,8 @@ def shown_load(slots: LiveSlots) -> LoadRun | None:
     if found.run is None:
         st.info("No load yet. Run one above, or open a load-test file at the bottom of the page "
                 "(no server needed)." if not hosted() else
-                "No load yet: open a load-test file at the bottom of the page.")
+                "No load yet: open the sample load above, or a load-test file at the bottom "
+                "of the page.")
         return None
     run = cut_short(found.run)  # kept mid-run by a reload: what came is all there is
     if run is not found.run:

@@ -10,7 +10,15 @@ import pandas as pd
 import streamlit as st
 
 from charts.embeddings import language_bars
-from charts.tokens import chips_html, merge_table, piece_text, table_height, token_chips_html
+from charts.tokens import (
+    WHITESPACE_NOTE,
+    chips_html,
+    merge_table,
+    piece_text,
+    shown_piece,
+    table_height,
+    token_chips_html,
+)
 from engine import LoadedModel, Trace
 from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
 from ui.common import no_trace_notice, show_chart
@@ -36,6 +44,7 @@ def text_to_tokens(tok: Any) -> None:
                         key="tok_text", max_chars=5000)
     tokens = tokenize(tok, text)
     st.markdown(chips_html(tokens), unsafe_allow_html=True)
+    st.caption(WHITESPACE_NOTE)
     cols = st.columns(3)
     cols[0].metric("Tokens", len(tokens))
     cols[1].metric("Characters", len(text))
@@ -57,12 +66,12 @@ def text_to_tokens(tok: Any) -> None:
 def how_bpe_built_a_word(tok: Any) -> None:
     st.subheader("How BPE built a word")
     word = st.text_input("Word", " unhappiness", max_chars=40, help="A leading space matters: "
-                         "most words follow one, and the tokenizer stores it as Ġ inside the piece.")
+                         "most words follow one, and it is part of the word's first piece (·).")
     for pre in pre_tokens(tok, word)[:4]:
         steps = bpe_steps(tok, pre)
-        at = st.select_slider(f"Merge step for {pre!r}", range(len(steps)), value=len(steps) - 1,
-                              key=f"bpe-{pre}")
-        st.markdown(" ".join(f"`{p}`" for p in steps[at].pieces))
+        at = st.select_slider(f"Merge step for “{shown_piece(pre)}”", range(len(steps)),
+                              value=len(steps) - 1, key=f"bpe-{pre}")
+        st.markdown(" ".join(f"`{shown_piece(p)}`" for p in steps[at].pieces))
         st.dataframe(merge_table(steps, at), hide_index=True, width="stretch",
                      height=table_height(len(steps)))
     st.caption("Start from single bytes; repeatedly merge the adjacent pair that comes first in the "

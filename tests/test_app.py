@@ -174,8 +174,9 @@ def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
     assert list(kernels["decode step"]) == names
     bandwidth = ceilings("cpu").bandwidth_gb_s * 1e9
     for ms, mbu in zip(kernels["ITL (ms)"], kernels["MBU"]):
-        # the table rounds to 3 decimals: 5e-4 apart at most, more than 1 % of a small MBU
-        assert mbu == pytest.approx(result.work.bytes / (ms / 1000) / bandwidth, rel=1e-2, abs=5e-4)
+        # the table's values are unrounded (its column formats round what is shown); 1 % allows
+        # for a ceiling re-read between the comparison and this check
+        assert mbu == pytest.approx(result.work.bytes / (ms / 1000) / bandwidth, rel=1e-2)
     roofline = at.dataframe[0].value
     expected = ["decode, eager (static cache)"] + [f"decode, {n}" for n in names[1:]]
     assert list(roofline["phase"])[-len(names):] == expected

@@ -91,6 +91,57 @@ def test_a_click_on_a_model_view_tile_selects_that_layer_and_head(trace):
     assert heat["layout"]["title"]["text"] == f"layer {layer}, head 2"  # the Heatmap tab follows
 
 
+def head_view_heads(at: AppTest) -> list[str]:
+    """The heads the head view draws, as its legend names them."""
+    view = next(c for c in at.get("plotly_chart") if figure(c)["layout"].get("legend"))
+    return [tr["name"] for tr in figure(view)["data"] if tr.get("name")]
+
+
+def outlined_tiles(fig: dict) -> set[tuple[int, int]]:
+    """The (layer, head) of every model-view point inside the figure's one outline."""
+    [box] = fig["layout"]["shapes"]
+    found = set()
+    for tr in fig["data"]:
+        if tr["type"] != "scattergl":
+            continue
+        x, y, data = array(tr["x"]), array(tr["y"]), array(tr["customdata"])
+        inside = (box["x0"] <= x) & (x <= box["x1"]) & (box["y0"] <= y) & (y <= box["y1"])
+        found |= {(int(d[0]), int(d[1])) for d in data[inside]}
+    return found
+
+
+def test_a_clicked_tile_opens_in_the_head_view_and_is_outlined(trace):
+    """The click's layer and head are the head view's (not heads 0–2 whatever was chosen), and
+    the model view outlines that tile, every point of it and no other."""
+    at = open_page(trace)
+    assert head_view_heads(at) == ["head 0"]
+    assert outlined_tiles(figure(chart(at, "model_view"))) == {(trace.attention_layers[0], 0)}
+    layer = trace.attention_layers[-1]
+    view = chart(at, "model_view")
+    click_point(at, view, [browser_point(figure(view), layer, 2)])
+    assert not at.exception
+    assert at.multiselect[0].value == [2]
+    assert head_view_heads(at) == ["head 2"]
+    marked = figure(chart(at, "model_view"))
+    assert outlined_tiles(marked) == {(layer, 2)}
+    whole = sum(int(((array(tr["customdata"])[:, 0] == layer) & (array(tr["customdata"])[:, 1] == 2)).sum())
+                for tr in marked["data"] if tr["type"] == "scattergl")
+    [box] = marked["layout"]["shapes"]
+    inside = sum(int(((box["x0"] <= array(tr["x"])) & (array(tr["x"]) <= box["x1"])
+                      & (box["y0"] <= array(tr["y"])) & (array(tr["y"]) <= box["y1"])).sum())
+                 for tr in marked["data"] if tr["type"] == "scattergl")
+    assert inside == whole > 0  # the outline holds the whole tile
+
+
+def test_the_head_view_shows_the_head_chosen_above(trace):
+    at = open_page(trace)
+    at.selectbox(key="attn_head").set_value(3).run()
+    assert not at.exception
+    assert head_view_heads(at) == ["head 3"]
+    at.multiselect[0].set_value([3, 1]).run()  # another head added to compare
+    assert head_view_heads(at) == ["head 3", "head 1"]
+
+
 def test_a_selection_naming_no_recorded_tile_changes_nothing(trace):
     at = open_page(trace)
     view = chart(at, "model_view")

@@ -30,7 +30,8 @@ def test_a_word_without_its_space_probes_the_word_ending_and_says_so(lm):
     assert (text, piece) == (" king", "Ġking")
     assert tid == lm.tokenizer(" king", add_special_tokens=False).input_ids[0] != probed.token_id
     words = probed.description()
-    assert f"the piece king (id {probed.token_id})" in words and f"Ġking (id {tid})" in words
+    assert f"the piece king (id {probed.token_id})" in words and f"·king (id {tid})" in words
+    assert "Ġ" not in words  # one notation for a space: ·
     assert "no space before it" in words
 
     spaced = probe_token(lm.tokenizer, " king")
@@ -41,7 +42,7 @@ def test_a_word_without_its_space_probes_the_word_ending_and_says_so(lm):
 def test_a_word_cut_into_pieces_names_all_of_them(lm):
     probed = probe_token(lm.tokenizer, "unhappiness")
     assert probed.split and probed.pieces == ("un", "h", "appiness")
-    assert "splits into 3 pieces: un · h · appiness" in probed.description()
+    assert "splits into 3 pieces: un | h | appiness" in probed.description()
     emoji = probe_token(lm.tokenizer, "😀")
     assert "<F0 9F>" in emoji.description() and "split across tokens" in emoji.description()
     assert emoji.word_initial is None  # " 😀" starts with bytes, not a word: nothing to offer
@@ -153,18 +154,19 @@ def test_embeddings_page_follows_the_trace_and_names_the_probed_piece(lm):
     assert not at.exception
     king = lm.tokenizer(" king", add_special_tokens=False).input_ids[0]
     assert at.selectbox(key="emb_pick").value == king  # a word of the prompt, not "system"
-    assert any(f"Ġking (id {king})" in c for c in shown(at))
+    assert any(f"·king (id {king})" in c for c in shown(at))
 
     at.text_input(key="emb_probe").set_value("king").run()
     bare = lm.tokenizer("king", add_special_tokens=False).input_ids[0]
     assert any(f"the piece king (id {bare})" in c for c in shown(at))
     bare_near = list(at.dataframe[0].value["id"])
-    offer = next(b for b in at.button if "Ġking" in b.label)
+    offer = next(b for b in at.button if "·king" in b.label)
     offer.click().run()
     assert at.text_input(key="emb_probe").value == " king"
     assert any("word-initial" in c for c in shown(at))
     assert list(at.dataframe[0].value["id"]) != bare_near
-    assert not any("Ġking" in b.label for b in at.button)  # nothing left to offer
+    assert not any("·king" in b.label for b in at.button)  # nothing left to offer
+    assert not any("Ġ" in text for text in [*shown(at), *(b.label for b in at.button)])
 
     at.switch_page("pages/generate.py").run()
     at = generate(at, "Describe a dragon.")

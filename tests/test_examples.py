@@ -59,6 +59,21 @@ def test_re_recording_gives_the_shipped_tokens(lm, example):
 
 
 @pytest.mark.real_model
+def test_opening_an_example_fills_the_prompt_box_with_its_prompt(monkeypatch, tmp_path):
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["model_source"] = str(tmp_path)  # no model: an example needs none
+    at.session_state["replay_speed"] = "instant"
+    at.run()
+    at.text_area(key="prompt").set_value("my own prompt").run()
+    for example in EXAMPLES[:2]:  # the second replaces the first's prompt
+        next(b for b in at.button if b.key == f"example_{example.name}").click().run()
+        assert not at.exception
+        assert state_of(at.session_state).run.trace.prompt == example.prompt
+        assert at.text_area(key="prompt").value == example.prompt
+
+
+@pytest.mark.real_model
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_every_page_works_on_an_example_with_no_model(example, monkeypatch, tmp_path):
     """A model that cannot load (an empty folder) — as when it fails in front of a class."""

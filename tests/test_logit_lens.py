@@ -58,6 +58,11 @@ def test_generate_page_shows_the_lens_for_the_picked_step():
     assert len(lens) == 31 and list(lens["layer"])[0] == "embeddings"
     trace = state_of(at.session_state).run.trace
     assert lens["its rank"].iloc[-1] == trace.steps[0].chosen_rank + 1
+    # one notation: · is a space inside a token, so the top 5 are separated by |, never by ·
+    tops = [row.split(" | ") for row in lens["top 5"]]
+    assert all(len(top) == 5 for top in tops)
+    assert any(t.startswith("·") for top in tops for t in top)  # a word after a space, somewhere
+    assert not any("Ġ" in str(v) for v in lens.to_numpy().ravel())
 
 
 def test_cli_lens_prints_every_layer_and_refuses_bad_steps(lm, trace, tmp_path, capsys, cli_uses_lm):

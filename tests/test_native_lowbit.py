@@ -118,10 +118,15 @@ def test_packed_records_hold_exactly_the_dequantized_weights(fmt):
 
 def test_recorded_attention_and_hidden_states_equal_eager(native_lm):
     """At every decode step: the attention rows of the recorded layers equal eager attention's
-    last query row; the hidden states equal transformers' hidden_states at the last position."""
+    last query row; the hidden states equal transformers' hidden_states at the last position,
+    the last row being the last decoder layer's own output (before the final norm)."""
     decoder = NativeDecoder(native_lm, max_tokens=64)
     eager = copy.deepcopy(native_lm.model)
     eager.config._attn_implementation = "eager"
+    last_layer: list[torch.Tensor] = []
+    eager.model.layers[-1].register_forward_hook(
+        lambda module, args, output: last_layer.append(
+            (output[0] if isinstance(output, tuple) else output)[0, -1]))
     ids = list(PROMPT)
     token = int(decoder.prefill(ids).argmax())
     with torch.inference_mode():
@@ -134,7 +139,7 @@ def test_recorded_attention_and_hidden_states_equal_eager(native_lm):
             assert done.attention.shape == (1, decoder.config.heads, position + 1)
             torch.testing.assert_close(done.attention[0], out.attentions[1][0, :, -1], atol=1e-5,
                                        rtol=1e-4)
-            hidden = torch.stack([h[0, -1] for h in out.hidden_states])
+            hidden = torch.stack([h[0, -1] for h in out.hidden_states[:-1]] + [last_layer[-1]])
             torch.testing.assert_close(done.hidden, hidden, atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(done.logits, out.logits[0, -1], atol=1e-4, rtol=1e-4)
             token = int(done.logits.argmax())

@@ -94,12 +94,27 @@ def test_published_spec_of_default_model(lm):
     assert spec.rope_theta == 100_000.0 and spec.vocab_size == 49_152
 
 
-def test_hidden_states_match_model(lm, recorded):
+def test_hidden_states_are_the_residual_stream_through_the_last_layer(lm, recorded):
+    """Entering every layer (transformers' hidden_states), then the last decoder layer's own
+    output — read here by a hook on that layer, not on the final norm the engine hooks — whose
+    final norm is transformers' last hidden state: 30 of 30 layers, none rescaled."""
     ids = torch.tensor([list(recorded.prompt_token_ids)])
+    last_layer: list[torch.Tensor] = []
+    hook = lm.model.model.layers[-1].register_forward_hook(
+        lambda module, args, output: last_layer.append(
+            (output[0] if isinstance(output, tuple) else output)[0, -1]))
+    try:
+        with torch.inference_mode():
+            out = lm.model(input_ids=ids, output_hidden_states=True)
+    finally:
+        hook.remove()
+    hidden = recorded.steps[0].hidden
+    assert hidden.shape == (lm.spec.layers + 1, lm.spec.hidden_size) == (31, 576)
+    want = torch.stack([h[0, -1] for h in out.hidden_states[:-1]] + last_layer).numpy()
+    np.testing.assert_allclose(hidden, want, rtol=1e-4, atol=1e-4)
     with torch.inference_mode():
-        out = lm.model(input_ids=ids, output_hidden_states=True)
-    want = torch.stack([h[0, -1] for h in out.hidden_states]).numpy()
-    np.testing.assert_allclose(recorded.steps[0].hidden, want, rtol=1e-4, atol=1e-4)
+        normed = lm.model.model.norm(torch.from_numpy(hidden[-1:])).numpy()[0]
+    np.testing.assert_allclose(normed, out.hidden_states[-1][0, -1].numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_topk_probabilities_are_the_models(lm, recorded):

@@ -283,3 +283,22 @@ def test_a_file_over_the_size_cap_is_refused_before_parsing(run):
     assert load_loadtest(data, max_bytes=len(data)) == run
     with pytest.raises(TraceFormatError, match="limit here is 64 MB"):
         load_loadtest(b" " * ((64 << 20) + 1))
+
+
+def test_the_shipped_sample_load_is_a_real_vllm_recording():
+    """assets/examples/vllm-load.json (the Serving engine page's sample): it opens through the
+    app's one reader, every request finished, and vLLM's own counters agree with what the client
+    received — the server counted the tokens the client streamed."""
+    from engine.files import read_record
+    from ui.sections.serving_engine import SAMPLE_LOAD
+
+    run = read_record("load-test", SAMPLE_LOAD)
+    assert run.error is None and run.metrics_error is None and not run.stopped
+    assert len(run.requests) == 8 and run.kv_blocks  # vLLM reported its KV-cache blocks
+    assert all(r.finish in ("length", "stop") and r.output_tokens == len(r.token_ids) > 0
+               for r in run.requests)
+    first, last = run.samples[0], run.samples[-1]
+    assert first.running == 0 and max(s.running for s in run.samples) > 1  # batched on the server
+    counted = last.generation_tokens - first.generation_tokens
+    assert counted == sum(r.output_tokens for r in run.requests)
+    assert last.ttft is not None and last.itl is not None  # the server's own histograms

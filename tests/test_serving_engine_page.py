@@ -112,6 +112,22 @@ def test_hosted_mode_sends_nothing_and_offers_only_files(monkeypatch):
     assert len(at.get("file_uploader")) == 1
 
 
+def test_hosted_mode_offers_the_sample_load_and_opens_it(monkeypatch):
+    from engine.files import read_record
+    from ui.sections.serving_engine import SAMPLE_LABEL, SAMPLE_LOAD
+
+    at = _page(monkeypatch, hosted=True)
+    assert any("No load yet" in i.value for i in at.info)
+    next(b for b in at.button if b.label == "Open a sample load recorded from vLLM").click().run()
+    assert not at.exception and not at.error
+    shown = state_of(at.session_state).remote
+    assert shown.label == SAMPLE_LABEL
+    assert shown.run == read_record("load-test", SAMPLE_LOAD)  # as recorded, nothing re-run
+    assert "Every request over time, as the client saw it" in _titles(at)
+    assert "The server's own gauges (/metrics, about every 0.5 s)" in _titles(at)
+    assert not any("No load yet" in i.value for i in at.info)
+
+
 def test_a_saved_load_replays_in_the_same_views_without_a_server(monkeypatch):
     saved: LoadRun = load_loadtest(load_to_bytes(make_run()))
     at = _page(monkeypatch, hosted=True, remote=RemoteResults(saved, "file saved.json"),

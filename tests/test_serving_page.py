@@ -51,6 +51,10 @@ def test_the_form_starts_from_a_sample_and_says_its_caps(monkeypatch):
     caption = " ".join(c.value for c in at.caption)
     assert "at most 32 requests" in caption and "8,192 token slots" in caption
     assert any("Run a stream above" in i.value for i in at.info)
+    assert at.radio(key="serving_arrival").value == "all at once"
+    assert at.number_input(key="serving_rate").disabled  # no rate applies to arrivals at 0 ms
+    at.radio(key="serving_arrival").set_value("Poisson").run()
+    assert not at.number_input(key="serving_rate").disabled
     at.selectbox(key="serving_stream").set_value("Same system prompt").run()
     assert "Riverside Public Library" in at.text_area(key="serving_prefix").value
     hosted = _page(monkeypatch, hosted=True)

@@ -150,10 +150,14 @@ def test_the_layer_split_equals_the_llama_layer_formula():
 
 def test_residual_norms_come_from_the_hidden_states():
     a, b = with_hidden(QA, 0), with_hidden(QA, 1)
-    norms = np.linalg.norm(a.steps[0].hidden[:-1].astype(np.float64), axis=-1)
+    norms = np.linalg.norm(a.steps[0].hidden.astype(np.float64), axis=-1)
     fact = notice.ffn_notice(a)
     assert fact.norms == pytest.approx(norms)
-    assert f"from {norms[0]:.2f} after the embedding to {norms[-1]:.2f} after layer 28" in fact.text
+    assert len(fact.norms) == a.model.layers + 1  # the embedding, then every layer: 30 of 30
+    last = a.model.layers - 1
+    assert f"from {norms[0]:.2f} after the embedding to {norms[-1]:.2f} after layer {last}" in fact.text
+    fig = residual_norm_chart(fact.norms)
+    assert list(fig.data[0].x)[-1] == f"layer {last}" and len(fig.data[0].x) == a.model.layers + 1
     assert fact.text != notice.ffn_notice(b).text
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import streamlit
 from streamlit.testing.v1 import AppTest
 
-from charts.tokens import chips_html, merge_table, piece_text, table_height
+from charts.tokens import WHITESPACE_NOTE, chips_html, merge_table, piece_text, shown_piece, table_height
 from engine.lens.tokens import (
     bpe_steps,
     byte_label,
@@ -57,7 +58,9 @@ def test_merge_table_has_every_step_and_highlights_the_selected_one(lm, word):
     styler = merge_table(steps, 3)
     frame = styler.data
     assert len(frame) == len(steps) > 10  # more rows than st.dataframe shows by default
-    assert frame["pieces"].iloc[-1] == " · ".join(lm.tokenizer.tokenize(word))
+    assert frame["pieces"].iloc[-1] == " | ".join(shown_piece(p) for p in lm.tokenizer.tokenize(word))
+    assert frame["pieces"].iloc[-1].startswith("·")  # the word's space, in the chips' notation
+    assert not any("Ġ" in str(v) for v in frame.to_numpy().ravel())
     styles = styler._compute().ctx  # {(row, col): [(property, value)]}
     highlighted = {row for (row, _), props in styles.items() if props}
     assert highlighted == {3}
@@ -87,3 +90,11 @@ def test_tokens_page_shows_bytes_and_the_whole_merge_table(monkeypatch):
     rows = len(styler.data)
     assert rows == 25 and kwargs["height"] >= 35 * (rows + 1)
     assert {row for (row, _), p in styler._compute().ctx.items() if p} == {2}
+    # one notation for a space, explained once: no Ġ in any text, table or label on the page
+    texts = [*(m.value for m in at.markdown), *(c.value for c in at.caption),
+             *(s.label for s in at.select_slider), *(t.help or "" for t in at.text_input)]
+    assert texts and not any("Ġ" in t for t in texts)
+    cells = [v for d, _ in shown for v in pd.DataFrame(getattr(d, "data", d)).to_numpy().ravel()]
+    assert cells and not any("Ġ" in str(v) for v in cells)
+    assert [c.value for c in at.caption].count(WHITESPACE_NOTE) == 1
+    assert at.select_slider[0].label == "Merge step for “·antidisestablishmentarianism”"

@@ -178,9 +178,11 @@ def _older_file(trace, version: int) -> bytes:
 
 
 def _unmeasured(trace, version: int):
+    """What an older file gives: unknown timing and decoder, and no hidden states (version 6)."""
     if version == 3:
-        return replace(trace, decoder=None)
-    steps = tuple(replace(s, forward_ms=None, cpu_ms=None, others_share=None) for s in trace.steps)
+        return replace(trace, decoder=None, steps=tuple(replace(s, hidden=None) for s in trace.steps))
+    steps = tuple(replace(s, forward_ms=None, cpu_ms=None, others_share=None, hidden=None)
+                  for s in trace.steps)
     return replace(trace, steps=steps, machine=None, decoder=None)
 
 
@@ -193,7 +195,7 @@ def test_older_files_are_upgraded_with_unknown_timing(trace, version):
     assert back.trace.decoder is None and trace.decoder is not None
     assert (back.trace.machine is None) == (version <= 2)
     assert (back.trace.steps[1].cpu_ms is None) == (version <= 2)
-    assert FORMAT_VERSION == 5
+    assert FORMAT_VERSION == 6
 
 
 def test_the_decoder_record_round_trips_and_is_checked(trace):
@@ -218,3 +220,13 @@ def test_timing_and_machine_records_round_trip(trace):
     for a, b in zip(trace.steps, back.steps):
         assert (a.forward_ms, a.cpu_ms, a.others_share) == (b.forward_ms, b.cpu_ms, b.others_share)
         assert 0 < a.forward_ms <= a.latency_ms and a.cpu_ms >= 0
+
+
+def test_a_version_5_file_opens_without_its_final_normed_hidden_states(trace):
+    """Version 5 recorded the hidden states' last row after the final norm; read as the residual
+    stream it would be wrong, so such a file opens without hidden states, the rest intact."""
+    assert all(s.hidden is not None for s in trace.steps)
+    back = load_trace(_rewrite_meta(trace_to_bytes(trace), lambda m: m.update(version=5)))
+    assert all(s.hidden is None for s in back.steps)
+    assert traces_equal(back, replace(trace, steps=tuple(replace(s, hidden=None) for s in trace.steps)))
+    assert all(s.hidden is not None for s in load_trace(trace_to_bytes(trace)).steps)

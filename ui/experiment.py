@@ -20,6 +20,7 @@ from ui.config import config
 from ui.text import message
 
 T = TypeVar("T")
+WAITING = "Waiting for the model: another run is using it…"  # the bar's text while queued
 
 
 def limit_text() -> str:
@@ -103,16 +104,22 @@ def run_experiment(work: Callable[[Job], T], *, progress: str | None = None, whe
     """`work(job)` under the model turn (`turn` False: a job that needs no turn, like loading a
     float model); its result, or None after one message for an engine error (or one of
     `errors`), `failed` before it, shown here or handed to `on_error` (a page that shows it
-    elsewhere). `progress`: a progress bar's first text ("": none), drawn in `where` (default
-    here), which `job.progress` moves; `spinner`: a spinner's text instead. `cut`: whether to
-    say the budget stopped it — True: when the stop event is set; a test of the result; False:
-    the page says it itself. `keep(result)` stores the result in the session record."""
+    elsewhere). `progress`: a progress bar's first text once the work starts ("": none), drawn
+    in `where` (default here), which `job.progress` moves — while another run holds the model
+    the bar says WAITING instead, never when the turn is free; `spinner`: a spinner's text
+    instead. `cut`: whether to say the budget stopped it — True: when the stop event is set; a
+    test of the result; False: the page says it itself. `keep(result)` stores the result in the
+    session record."""
     job = Job(stop or threading.Event())
+    busy = turn and shared.LOCK.locked()  # another session's run holds the model now
     if progress is not None:
-        job.bar = (st if where is None else where).progress(0.0, text=progress or None)
+        job.bar = (st if where is None else where).progress(
+            0.0, text=WAITING if busy else progress or None)
     try:
         with st.spinner(spinner) if spinner else contextlib.nullcontext():
             with model_turn(job.stop) if turn else contextlib.nullcontext():
+                if busy:
+                    job.progress(0.0, progress or "")
                 result = work(job)
     except errors as err:
         (on_error or st.error)(message(f"{failed}{err}"))

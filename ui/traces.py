@@ -11,7 +11,7 @@ from engine.files import TraceFile, read_trace_file
 from engine.records.examples import Example, examples
 from engine.records.tracecheck import check_viewable
 from ui.config import config
-from ui.record import keep_example, keep_new_trace
+from ui.record import keep_example, keep_new_trace, keep_prompt
 from ui.state import app_state, current_trace
 
 
@@ -43,7 +43,9 @@ def shipped_examples() -> tuple[Example, ...]:
 
 
 def open_example(name: str) -> str | None:
-    """Open a shipped example by name (None, or why not), and remember which one the trace is."""
+    """Open a shipped example by name (None, or why not), remember which one the trace is, and
+    put its prompt in the prompt box: the box shows what the run answered, ready to edit and run
+    live. (Called before the page draws: a button's callback, a link opened at the start.)"""
     example = next((e for e in shipped_examples() if e.name == name), None)
     if example is None:
         return f"example {name}: no example of that name ships with this app"
@@ -51,6 +53,7 @@ def open_example(name: str) -> str | None:
     trace = current_trace()
     if error is None and trace is not None:
         keep_example(name, trace)
+        keep_prompt(trace.prompt)
     return error
 
 

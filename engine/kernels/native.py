@@ -75,7 +75,7 @@ class NativeStep:
 
     logits: torch.Tensor  # (V,) float32, a fresh tensor
     attention: torch.Tensor | None  # (L_rec, H, position + 1) float32 softmax rows, or None
-    hidden: torch.Tensor | None  # (L + 1, hidden) float32: every layer's input, final-normed output
+    hidden: torch.Tensor | None  # (L + 1, hidden) float32: every layer's input, the last one's output
 
 
 def _formats(weights: str) -> tuple[QuantFormat | None, QuantFormat | None]:

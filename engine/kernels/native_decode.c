@@ -357,8 +357,8 @@ int64_t scratch_floats(const Config* c) {
  * the logits (vocab) of the next token. `scratch` holds scratch_floats(c) floats.
  * Recording (each may be NULL): `rec_slot[l]` ≥ 0 marks layer l as recorded into slot
  * rec_slot[l] of `rec_attn` ([slots][heads][max_tokens]: the new token's softmax row over
- * positions 0..pos); `rec_hidden` ([layers + 1][hidden]) gets the input of every layer and the
- * final-normed output (transformers' hidden_states convention). */
+ * positions 0..pos); `rec_hidden` ([layers + 1][hidden]) gets the residual stream: the input of
+ * every layer, then the last layer's output before the final norm (as engine/forward.py records). */
 void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const float* embed,
                  const float* cos_table, const float* sin_table, float* k_cache, float* v_cache,
                  int64_t token, int64_t pos, float* scratch, float* logits, int threads,
@@ -423,8 +423,8 @@ void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const fl
     const int64_t* final = off + c->layers * LAYER_PARTS;
 #pragma omp single
     {
+      if (rec_hidden) memcpy(rec_hidden + c->layers * h, x, h * sizeof(float));
       rms_norm(x, (const float*)(w + final[FINAL_NORM]), xn, h, c->eps);
-      if (rec_hidden) memcpy(rec_hidden + c->layers * h, xn, h * sizeof(float));
     }
     gemv(w + final[LM_HEAD], hf, xn, logits, c->vocab, h, STORE, t, nt);
   }

@@ -42,7 +42,7 @@ def logit_lens(lm: Any, hidden: np.ndarray, chosen: int, k: int = 5) -> tuple[Le
     weight = head.weight
     with torch.inference_mode():
         h = torch.from_numpy(np.ascontiguousarray(hidden)).to(weight.device, weight.dtype)
-        normed = torch.cat([norm(h[:-1]), h[-1:]])  # (L+1, hidden); the last is normed already
+        normed = norm(h)  # (L+1, hidden): the residual stream, through the model's final norm
         probs = torch.softmax(head(normed).float(), dim=-1)  # (L+1, V)
         top = torch.topk(probs, k, dim=-1)
         chosen_probs = probs[:, chosen]  # (L+1,)

@@ -221,13 +221,13 @@ def params_per_layer(spec: ModelSpec) -> float:
 
 
 def residual_norms(trace: Trace) -> np.ndarray | None:
-    """(layers,) ‖x‖ of the residual stream at the prompt's last position: the embedding output,
-    then after layers 0 … L−2 (the last layer's output is recorded after the final norm, so it is
-    left out); None when the trace has no hidden states."""
+    """(layers + 1,) ‖x‖ of the residual stream at the prompt's last position: the embedding
+    output, then after each layer 0 … L−1 (the last before the final norm); None when the trace
+    has no hidden states."""
     hidden = trace.steps[0].hidden if trace.steps else None  # (L + 1, hidden)
     if hidden is None:
         return None
-    return np.linalg.norm(hidden[:-1].astype(np.float64), axis=-1)
+    return np.linalg.norm(hidden.astype(np.float64), axis=-1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,21 @@ def piece_bytes(piece: str) -> bytes | None:
     return None
 
 
+_CONTROL = {c: "␣" for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029]}
+_CONTROL.update({ord(" "): "·", ord("\n"): "↵", ord("\t"): "→", ord("\r"): "␍"})
+_BYTE_GROUP = re.compile(r"(<[0-9A-F]{2}(?: [0-9A-F]{2})*>)")  # as `byte_label` writes bytes
+
+
+def visible(text: str) -> str:
+    """Make whitespace visible, the one notation every token the app shows uses: space → ·,
+    newline → ↵, tab → →, carriage return → ␍, any other control or line-separator character
+    → ␣ — except the spaces between the bytes of a `<E6 9D>` group. No line break can reach
+    the chips' HTML, where a blank line would end the HTML block and let markdown parse what
+    follows."""
+    parts = _BYTE_GROUP.split(text)  # odd indices: byte groups
+    return "".join(p if i % 2 else p.translate(_CONTROL) for i, p in enumerate(parts)) or "∅"
+
+
 _SPLIT = re.compile(r"[\udc80-\udcff]+")  # bytes no complete UTF-8 character claims
 
 
@@ -119,7 +134,7 @@ def piece_label(piece: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ProbedToken:
     """Which token a typed word probes: its first token. The same letters are different tokens
-    with and without the space before them ('king' is a word ending, 'Ġking' the word), so the
+    with and without the space before them ('king' is a word ending, '·king' the word), so the
     page says which one it used and offers the word-initial form."""
 
     word: str  # as typed
@@ -144,11 +159,11 @@ class ProbedToken:
         first = f"the piece {_shown(self.piece)} (id {self.token_id})"
         if self.split:
             what = (f"“{self.word}” splits into {len(self.ids)} pieces: "
-                    + " · ".join(_shown(p) for p in self.pieces) + f"; probed: the first, {first}")
+                    + " | ".join(_shown(p) for p in self.pieces) + f"; probed: the first, {first}")
         else:
             what = f"“{self.word}” is one token: {first}"
         if self.piece.startswith("Ġ"):
-            what += ", word-initial (Ġ stands for the space before a word)."
+            what += ", word-initial: the space before the word is part of its token."
         elif self.word_initial is not None:
             text, tid, piece = self.word_initial
             what += (", with no space before it: the form used inside a longer word or at the "
@@ -162,12 +177,9 @@ class ProbedToken:
 
 
 def _shown(piece: str) -> str:
-    """A piece as the vocabulary spells it (Ġ for a leading space), except one holding part of
-    a UTF-8 character, whose stand-in letters mean nothing: its bytes, as `<E6 9D>`."""
-    data = piece_bytes(piece)
-    if data is None or not splits_character(data):
-        return piece
-    return ("Ġ" if data.startswith(b" ") else "") + byte_label(data.removeprefix(b" "))
+    """A piece as text in the app's notation (`visible`: · for a space), the bytes of a
+    partial UTF-8 character as `<E6 9D>`; a special token as the vocabulary spells it."""
+    return visible(piece_label(piece)) if piece_bytes(piece) is not None else piece
 
 
 def probe_token(tokenizer: Any, word: str) -> ProbedToken | None:

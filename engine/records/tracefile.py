@@ -35,7 +35,7 @@ from .trace import DecoderUsed, MachineLoad, Speculation, Step, Trace
 from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
@@ -66,11 +66,20 @@ def _add_speculation(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "version": 5, "speculation": None}
 
 
+def _residual_stream(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 records the hidden states' last row as the last layer's output, the residual
+    stream; older files recorded it after the final norm. Their hidden states are left out on
+    load (`OLD_HIDDEN`): a lens or residual-stream chart read from them would mix the two."""
+    return {**meta, "version": 6}
+
+
 # version n → function turning version-n metadata into version n+1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments,
                                                                    2: _add_machine,
                                                                    3: _add_decoder,
-                                                                   4: _add_speculation}
+                                                                   4: _add_speculation,
+                                                                   5: _residual_stream}
+OLD_HIDDEN = 6  # files older than this hold hidden states whose last row is final-normed
 
 
 class ExperimentsSection(Protocol):
@@ -143,7 +152,10 @@ def decode_trace(data: bytes, max_bytes: int) -> tuple[Trace, dict[str, Any] | N
     try:
         meta_bytes, arrays = _read_members(data, max_bytes)
         TRACE_FORMAT.check_containers(meta_bytes, "the metadata")
-        meta = _check_and_upgrade(json.loads(meta_bytes.decode()))
+        written = json.loads(meta_bytes.decode())
+        if TRACE_FORMAT.check_version(written) < OLD_HIDDEN:  # see _residual_stream
+            arrays = {name: a for name, a in arrays.items() if not name.endswith(".hidden")}
+        meta = _check_and_upgrade(written)
         trace = check_trace(_build(meta, arrays))
         return trace, meta.get("experiments")
     except TraceFormatError:

@@ -70,12 +70,31 @@ def click_tile(page, column: int | None, row: int) -> str:
     return layer
 
 
+# The model view's outline, in screen pixels: (left, top, right, bottom).
+OUTLINE = """() => {
+  const gd = [...document.querySelectorAll('.js-plotly-plot')]
+    .find(g => (g.data || []).some(t => t.type === 'scattergl'));
+  const [box] = gd.layout.shapes || [{}];
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
+  const x = v => r.left + xa._offset + xa.d2p(v), y = v => r.top + ya._offset + ya.d2p(v);
+  return [x(box.x0), y(box.y0), x(box.x1), y(box.y1)];
+}"""
+
+
 def test_clicking_a_model_view_tile_opens_that_layer_and_head(page):
     assert (chosen(page, "Layer"), chosen(page, "Head")) == ("0", "0")
     page.get_by_role("tab", name="Model view").click()
     layer = click_tile(page, None, 2)  # the last recorded layer, head 2
     assert (chosen(page, "Layer"), chosen(page, "Head")) == (layer, "2")
-    assert page.get_by_text(f"now: layer {layer}, head 2").count() == 1
+    assert page.get_by_text(f"now: layer {layer}, head 2, outlined").count() == 1
+    centre = page.evaluate(TILE_CENTRE, [page.evaluate(TILE_CENTRE, [0, 0])["columns"] - 1, 2])
+    left, top, right, bottom = page.evaluate(OUTLINE)
+    assert left < centre["x"] < right and top < centre["y"] < bottom, "the clicked tile is outlined"
+    page.get_by_role("tab", name="Head view").click()
+    legend = page.locator(".js-plotly-plot .legendtext").filter(visible=True)
+    legend.first.wait_for(timeout=10_000)
+    assert legend.all_text_contents() == ["head 2"]  # the clicked head, not heads 0–2
+    page.get_by_role("tab", name="Model view").click()
     page.set_viewport_size({"width": 1920, "height": 1080})
     page.wait_for_timeout(1000)  # the chart resizes
     layer = click_tile(page, 1, 1)

@@ -38,10 +38,10 @@ def logit_lens_section(trace: Trace, step) -> None:
         st.dataframe(pd.DataFrame([{
             "layer": "embeddings" if r.layer == 0 else f"after layer {r.layer}",
             "would predict": f"{visible(piece_text(r.top_pieces[0]))} ({r.top_probs[0]:.0%})",
-            "top 5": " · ".join(visible(piece_text(p)) for p in r.top_pieces),
+            "top 5": " | ".join(visible(piece_text(p)) for p in r.top_pieces),
             f"p({visible(piece_text(step.piece))})": f"{r.chosen_prob:.2%}",
             "its rank": r.chosen_rank + 1} for r in rows]), hide_index=True, width="stretch")
         st.caption(f"Row l: softmax(LM head(final norm(h_l))) at the last position, h_l the "
-                   f"recorded hidden state after layer l ({trace.model.layers} layers). The last "
-                   "row is the model's own distribution (transformers hands it over already "
-                   "normed), equal to the chart above.")
+                   f"recorded residual stream after layer l ({trace.model.layers} layers). The "
+                   "last row, after the last layer, is the model's own distribution, equal to the "
+                   "chart above.")

@@ -142,7 +142,7 @@ def serve_all(lm: LoadedModel, runs: Runs, label: str
             done.append(engine.record())
         return tuple(done), others()
 
-    return run_experiment(work, progress=f"{label}: waiting for the model…")
+    return run_experiment(work, progress=f"{label}: starting…")
 
 
 def batching_section(lm: LoadedModel | None) -> None:
@@ -322,7 +322,7 @@ def _measure_speculation(lm: LoadedModel, rounds: int) -> tuple[tuple, float | N
                             tuple(lm.tokenizer.convert_ids_to_tokens(list(tokens))), cmp))
         return tuple(results), others()
 
-    return run_experiment(work, progress="Speculative decoding: waiting for the model…")
+    return run_experiment(work, progress="Speculative decoding: starting…")
 
 
 def serving_files() -> RecordFiles:

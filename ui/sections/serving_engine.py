@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -24,6 +25,7 @@ from ui.config import config
 from ui.files import RecordFiles, files_section
 from ui.memo import memo
 from ui.record import keep_remote
+from ui.replay import ask_replay
 from ui.state import remote_results
 from ui.text import message, plain
 
@@ -31,6 +33,10 @@ DEFAULT_URL = f"http://127.0.0.1:{vllm.DEFAULT_PORT}/v1"
 FILE_MB = 16  # a load-test file uploaded here (the format allows more; a page needs no more)
 START_TIMEOUT_S = 900.0
 YOUR_LOAD = "your load"
+# A real load recorded from vLLM 0.32 (CPU build, this app's default model) with
+# `python -m engine loadtest --out`: what a visitor with no server of their own can open.
+SAMPLE_LOAD = Path(__file__).resolve().parents[2] / "assets" / "examples" / "vllm-load.json"
+SAMPLE_LABEL = "the sample load (recorded from vLLM)"
 
 
 class LocalServer:
@@ -194,6 +200,28 @@ def load_files_section() -> None:
     run = remote_results().run
     files_section(load_files(), run, run is not None,
                   lambda opened, label: keep_remote(run=opened, label=label))
+
+
+def open_sample_load() -> None:
+    """Show the shipped sample load as if opened from a file (no server needed) and replay it."""
+    from engine.files import read_record
+
+    try:
+        run = read_record("load-test", SAMPLE_LOAD)
+    except EngineError as err:
+        st.error(f"The sample load did not open: {message(err)}")
+        return
+    keep_remote(run=run, label=SAMPLE_LABEL)
+    ask_replay("load")
+
+
+def sample_load_button() -> None:
+    """Offer the sample load (when it ships): a page to look at before any server of one's own."""
+    if SAMPLE_LOAD.is_file():
+        st.button("Open a sample load recorded from vLLM", icon=":material/science:",
+                  on_click=open_sample_load, help="A real load-test file: 8 requests sent at "
+                  "once to vLLM (CPU build, this app's default model), with every streamed chunk "
+                  "and the server's /metrics, drawn exactly as recorded.")
 
 
 def hosted() -> bool:

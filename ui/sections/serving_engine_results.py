@@ -214,7 +214,7 @@ def run_local(run: LoadRun) -> RemoteResults | None:
         job.progress(1.0, "Checking where the greedy tokens part (one forward each)…")
         return local, share, tuple(agreement(lm, local, run))
 
-    found = run_experiment(work, progress="Waiting for the model…", failed="The local run failed: ",
+    found = run_experiment(work, progress="Starting…", failed="The local run failed: ",
                            errors=(EngineError, ValueError))
     if found is None:
         return None

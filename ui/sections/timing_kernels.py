@@ -65,6 +65,24 @@ def _compare(trace, lm, compile: bool) -> None:
     st.rerun()  # redraw the page: the roofline above gains the decode points
 
 
+def kernel_table(comparison, ceil) -> list[dict]:
+    """One row per decode step that ran: ITL, tokens/s, speed-up, bytes, GB/s and MBU (a share,
+    shown as a percent like every MBU in the app); the rows, as drawn. Values stay unrounded:
+    the columns' formats round what is shown."""
+    rows = []
+    for name, ms in comparison.steps.items():
+        use = utilization(comparison.work, ms, ceil)
+        rows.append({"decode step": name, "ITL (ms)": ms, "tokens/s": 1000 / ms,
+                     "× eager": comparison.speedup(name), "MB moved": comparison.work.bytes / 1e6,
+                     "achieved GB/s": use.bytes_s / 1e9, "MBU": use.mbu})
+    number = st.column_config.NumberColumn
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+        "ITL (ms)": number(format="%.1f"), "tokens/s": number(format="%.1f"),
+        "× eager": number(format="%.2f×"), "MB moved": number(format="%.1f"),
+        "achieved GB/s": number(format="%.1f"), "MBU": number(format="percent")})
+    return rows
+
+
 def kernels_section(trace, lm, comparison, ceil) -> None:
     """Buttons → compare (kept as the experiments' `decode_comparison`), then the table."""
     st.subheader("Kernels: eager, compiled and hand-written decode")
@@ -99,13 +117,7 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
             _compare(trace, lm, compile=True)
     if comparison is None:
         return
-    rows = []
-    for name, ms in comparison.steps.items():
-        use = utilization(comparison.work, ms, ceil)
-        rows.append({"decode step": name, "ITL (ms)": ms, "tokens/s": 1000 / ms,
-                     "× eager": comparison.speedup(name), "MB moved": comparison.work.bytes / 1e6,
-                     "achieved GB/s": use.bytes_s / 1e9, "MBU": use.mbu})
-    st.dataframe(pd.DataFrame(rows).round(3), hide_index=True, width="stretch")
+    rows = kernel_table(comparison, ceil)
     if any(row["MBU"] is not None and row["MBU"] > 1 for row in rows):
         st.warning("A step read faster than the measured ceiling: the ceiling was read in a slow "
                    "moment (this machine's bandwidth changes with time), or the weights fit in "
