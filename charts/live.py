@@ -54,8 +54,8 @@ def step_chart(trace: Trace) -> go.Figure:
     warm = warmup_step(trace)
     if warm is not None:  # the warm-up rule (engine/timing/metrics.py): named on the bar
         fig.add_annotation(x=warm, y=steps[warm].latency_ms, text=WARMUP_LABEL, showarrow=True,
-                           arrowhead=0, ax=0, ay=-22, font={"size": 12, "color": "#444444"},
-                           yref="y", xref="x")
+                           arrowhead=0, ax=0, ay=-30, font={"size": 12, "color": "#444444"},
+                           bgcolor="rgba(255, 255, 255, 0.9)", yref="y", xref="x")
     if delayed:  # a legend entry for the hatching (no data of its own)
         fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
             "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white",
