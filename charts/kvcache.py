@@ -66,6 +66,54 @@ def on_off_chart(on_ms: np.ndarray, off_ms: np.ndarray) -> go.Figure:
     return fig
 
 
+DELAYED_SYMBOL = "x-thin-open"  # a round the delay rule marked, in every on/off chart
+
+
+def on_off_rounds_chart(results) -> go.Figure:
+    """Total time per output length with the cache and without: the median of the rounds, bars
+    from the fastest to the slowest round, and every round as a small point (a cross: delayed by
+    other work on the machine, engine/timing/disturbance.py)."""
+    ordered = sorted(results, key=lambda r: r.new_tokens)
+    fig = go.Figure()
+    for cache, name, color in ((True, "cache on", DECODE_COLOR),
+                               (False, "cache off (recompute everything)", PREFILL_COLOR)):
+        x = [r.new_tokens for r in ordered]
+        med = [r.median_ms(cache) for r in ordered]
+        low, high = zip(*(r.spread_ms(cache) for r in ordered)) if ordered else ((), ())
+        fig.add_trace(go.Scatter(
+            x=x, y=med, mode="lines+markers", name=f"{name}: median", legendgroup=name,
+            line={"color": color}, marker={"size": 9},
+            error_y={"type": "data", "symmetric": False, "thickness": 1.5, "width": 6,
+                     "array": [h - m for m, h in zip(med, high)],
+                     "arrayminus": [m - lo for m, lo in zip(med, low)]},
+            customdata=[[lo, hi, r.rounds] for lo, hi, r in zip(low, high, ordered)],
+            hovertemplate="%{x} tokens: median %{y:,.0f} ms (min–max %{customdata[0]:,.0f}–"
+                          "%{customdata[1]:,.0f} ms, %{customdata[2]} rounds)<extra></extra>"))
+        points = [(r.new_tokens, total, i, r.measured and (r.on_delayed if cache
+                                                            else r.off_delayed)[i])
+                  for r in ordered for i, total in enumerate(r.totals(cache))]  # (x, ms, round, delayed)
+        if points and len(points) > len(ordered):
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in points], y=[p[1] for p in points], mode="markers",
+                name=f"{name}: each round", legendgroup=name, showlegend=False,
+                marker={"color": color, "size": [10 if p[3] else 5 for p in points],
+                        "symbol": [DELAYED_SYMBOL if p[3] else "circle" for p in points],
+                        "line": {"color": color, "width": 2}},
+                customdata=[[p[2] + 1, "delayed by other work" if p[3] else ""] for p in points],
+                hovertemplate="%{x} tokens, round %{customdata[0]}: %{y:,.0f} ms "
+                              "%{customdata[1]}<extra></extra>"))
+    if any(r.delayed_rounds for r in ordered):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="round delayed by "
+                                 "other work", marker={"symbol": DELAYED_SYMBOL, "size": 10,
+                                                       "color": "#444444",
+                                                       "line": {"width": 2}}))
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
+    fig.update_xaxes(title_text="new tokens", tickvals=[r.new_tokens for r in ordered])
+    fig.update_yaxes(title_text="total time (ms)", rangemode="tozero")
+    return fig
+
+
 def per_token_bars(names: list[str], kinds: list[str], values: list[float]) -> go.Figure:
     """Horizontal bars, one per model, coloured by attention type (legend): a long model name
     is cut on the axis (full in the hover), so it cannot squeeze the plot."""

@@ -7,6 +7,7 @@ from plotly.subplots import make_subplots
 
 from engine.records.trace import Step, Trace
 from engine.timing.disturbance import assess
+from engine.timing.metrics import warmup_step
 
 from .tokens import piece_text, visible
 
@@ -15,6 +16,7 @@ DECODE_COLOR = "#1f77b4"
 KV_COLOR = "#2ca02c"
 DELAYED_PATTERN = "x"  # hatching: a step delayed by other work on the machine (any phase)
 DELAYED_NAME = "delayed by other work"
+WARMUP_LABEL = "warm-up: left out of ITL"  # the first decode step the warm-up rule marks
 
 
 def _timing_note(step: Step, delayed: bool) -> str:
@@ -26,7 +28,8 @@ def _timing_note(step: Step, delayed: bool) -> str:
 
 def step_chart(trace: Trace) -> go.Figure:
     """One bar per step (prefill distinct from decode), KV-cache bytes as a second series; steps
-    other work on the machine delayed (engine/timing/disturbance.py) are hatched."""
+    other work on the machine delayed (engine/timing/disturbance.py) are hatched, and a first
+    decode step the warm-up rule marks (engine/timing/metrics.py) is labelled so."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     steps = trace.steps
     delayed = set(assess(trace).delayed_steps)
@@ -48,6 +51,11 @@ def step_chart(trace: Trace) -> go.Figure:
                               "<br>context %{customdata[1]} tokens%{customdata[2]}<extra>"
                               + phase + "</extra>"),
                 secondary_y=False)
+    warm = warmup_step(trace)
+    if warm is not None:  # the warm-up rule (engine/timing/metrics.py): named on the bar
+        fig.add_annotation(x=warm, y=steps[warm].latency_ms, text=WARMUP_LABEL, showarrow=True,
+                           arrowhead=0, ax=0, ay=-30, font={"size": 12, "color": "#444444"},
+                           bgcolor="rgba(255, 255, 255, 0.9)", yref="y", xref="x")
     if delayed:  # a legend entry for the hatching (no data of its own)
         fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
             "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white",

@@ -13,7 +13,7 @@ imports it, and engine/files.py turns a file's section into an `Experiments`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -63,9 +63,7 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
     return {
         "sweeps": {name: [[p.size, p.ms, p.tokens_per_s, list(p.repeats_ms)] for p in points]
                    for name, points in found.sweeps.items()},
-        "cache_on_off": [{"new_tokens": r.new_tokens, "on_ms": r.on_ms.tolist(),
-                          "off_ms": r.off_ms.tolist(), "same_tokens": r.same_tokens}
-                         for r in found.cache_on_off],
+        "cache_on_off": [on_off_to_dict(r) for r in found.cache_on_off],
         "cache_variants": [{"kind": r.config.kind, "window": r.config.window,
                             "sinks": r.config.sinks, "kl": r.kl.tolist(),
                             "agree": r.agree.tolist(), "kv_bytes": r.kv_bytes.tolist()}
@@ -88,6 +86,17 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
                      for r in found.dtype_comparison.runs]},
         "quant_study": None if found.quant_study is None else study_to_dict(found.quant_study),
     }
+
+
+ON_OFF_VERSION = 2  # 1: one round, no version field; 2: every round's total and delay flag
+
+
+def on_off_to_dict(r: OnOff) -> dict[str, Any]:
+    """A KV cache on/off result as the file keeps it (version `ON_OFF_VERSION`)."""
+    return {"version": ON_OFF_VERSION, "new_tokens": r.new_tokens, "on_ms": r.on_ms.tolist(),
+            "off_ms": r.off_ms.tolist(), "same_tokens": r.same_tokens,
+            "on_rounds_ms": list(r.totals(True)), "off_rounds_ms": list(r.totals(False)),
+            "on_delayed": list(r.on_delayed), "off_delayed": list(r.off_delayed)}
 
 
 def _number(value: Any, what: str, optional: bool = False, positive: bool = False
@@ -202,6 +211,47 @@ def _sweep_point(p: list[Any]) -> SweepPoint:
                       repeats_ms=tuple(_number(v, "sweep repeat", positive=True) for v in repeats))
 
 
+def _rounds(r: Mapping[str, Any], key: str, kind: type, length: int | None) -> tuple:
+    """A version-2 list of per-round values ([] for delay flags not measured)."""
+    values = r.get(key)
+    if kind is bool and values == []:
+        return ()
+    if not isinstance(values, list) or not 1 <= len(values) <= MAX_RESULTS \
+            or (length is not None and len(values) != length):
+        raise TraceFormatError(f"experiment results: cache on/off {key} must be a list of 1 to "
+                               f"{MAX_RESULTS} values, one per round")
+    if kind is bool:
+        return tuple(bool(v) for v in _series(values, key, bool))
+    return tuple(_number(v, key, positive=True) for v in values)
+
+
+def on_off_from_dict(r: Any) -> OnOff:
+    """A KV cache on/off result of version 1 (one round) or 2 (rounds and delay flags)."""
+    if not isinstance(r, dict):
+        raise TraceFormatError("experiment results: a cache on/off result must be an object")
+    version = r.get("version", 1)
+    if isinstance(version, bool) or version not in (1, ON_OFF_VERSION):
+        raise TraceFormatError(f"experiment results: cache on/off results of version "
+                               f"{str(version)[:20]} (this app reads 1 to {ON_OFF_VERSION})")
+    on_ms = _series(r.get("on_ms"), "cache-on times")
+    off_ms = _series(r.get("off_ms"), "cache-off times", length=len(on_ms))
+    if on_ms.sum() <= 0:
+        raise TraceFormatError("experiment results: cache-on times must add up to > 0")
+    found = OnOff(_whole(r.get("new_tokens"), "new tokens"), on_ms, off_ms,
+                  bool(r.get("same_tokens")))
+    if version == 1:
+        return found
+    on_rounds = _rounds(r, "on_rounds_ms", float, None)
+    on_delayed = _rounds(r, "on_delayed", bool, len(on_rounds))
+    off_delayed = _rounds(r, "off_delayed", bool, len(on_rounds))
+    if len(on_delayed) != len(off_delayed):
+        raise TraceFormatError("experiment results: cache on/off delay flags must be given for "
+                               "both runs of every round, or for none")
+    return replace(found, on_rounds_ms=on_rounds,
+                   off_rounds_ms=_rounds(r, "off_rounds_ms", float, len(on_rounds)),
+                   on_delayed=on_delayed, off_delayed=off_delayed)
+
+
 def experiments_from_dict(data: Any) -> Experiments:
     """Rebuild and check; any damage raises TraceFormatError (never a traceback)."""
     if data is None:
@@ -219,14 +269,7 @@ def experiments_from_dict(data: Any) -> Experiments:
                 raise TraceFormatError(f"experiment results: sweep {name} must be a list of "
                                        "[size, ms, tokens/s, repeats] entries")
             sweeps[name] = tuple(_sweep_point(p) for p in points)
-        on_off = []
-        for r in _entries(data, "cache_on_off"):
-            on_ms = _series(r.get("on_ms"), "cache-on times")
-            off_ms = _series(r.get("off_ms"), "cache-off times", length=len(on_ms))
-            if on_ms.sum() <= 0:
-                raise TraceFormatError("experiment results: cache-on times must add up to > 0")
-            on_off.append(OnOff(_whole(r.get("new_tokens"), "new tokens"), on_ms, off_ms,
-                                bool(r.get("same_tokens"))))
+        on_off = [on_off_from_dict(r) for r in _entries(data, "cache_on_off")]
         variants = []
         for r in _entries(data, "cache_variants"):
             kl = _series(r.get("kl"), "KL")

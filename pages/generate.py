@@ -16,6 +16,7 @@ from charts.live import empty_step_chart
 from charts.report import report_html
 from engine import Run, Trace, TraceFormatError, summarize
 from engine.records.tracefile import trace_to_bytes
+from engine.timing.metrics import warmup_note
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import limit_text, run_experiment
@@ -158,16 +159,19 @@ def show_empty(slots: LiveSlots) -> None:
 
 
 def show_metrics(trace: Trace, slots: LiveSlots) -> None:
-    s = summarize(trace)
+    s = summarize(trace, skip_warmup=True)
     last = trace.itl_ms[-1] if trace.itl_ms else None
+    warm = warmup_note(s)
     with slots["metrics"].container():
         cols = st.columns(5)
         cols[0].metric("TTFT", duration(s.ttft_ms),
                        help="Time to first token: tokenization + prefill of the whole prompt.")
         cols[1].metric("Last ITL", duration(last),
                        help="Inter-token latency: the gap before the latest token.")
-        cols[2].metric("Mean ITL", duration(s.itl_mean_ms), help="Mean of the decode steps' ITL.")
-        cols[3].metric("Decode rate", rate(s.decode_tokens_per_s), help="Decode steps ÷ their time.")
+        cols[2].metric("Mean ITL", duration(s.itl_mean_ms),
+                       help=f"Mean of the decode steps' ITL. {warm}")
+        cols[3].metric("Decode rate", rate(s.decode_tokens_per_s),
+                       help=f"Decode steps ÷ their time. {warm}")
         cols[4].metric("KV cache", size(trace.kv_bytes),
                        help=f"Measured from the cache tensors (keys + values, every layer): "
                             f"{trace.kv_bytes:,} B.")

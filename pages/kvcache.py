@@ -14,17 +14,19 @@ from charts.kvcache import (
     blocks_chart,
     live_memory_chart,
     on_off_chart,
+    on_off_rounds_chart,
     per_token_bars,
     recorded_blocks_chart,
     variant_chart,
 )
 from engine import LoadedModel, Trace
-from engine.kv.cachelab import cache_on_off, compare_caches
+from engine.kv.cachelab import ROUNDS, OnOff, cache_on_off, compare_caches, on_off_notes, on_off_results
 from engine.kv.kvcache import CacheConfig
 from engine.kv.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.kv.paging import paged_layout
 from engine.serving.metrics import peak_step
 from engine.serving.record import ServingRun
+from engine.timing.disturbance import ADVICE, RULE
 from ui.common import no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
@@ -66,28 +68,71 @@ def cache_on_vs_off(lm: LoadedModel | None) -> None:
                                                               if n in offered],
                              help="Without the cache every step recomputes the whole "
                                   f"sequence: {offered[-1]} tokens takes a while on two cores.")
-    if st.button("Run with and without the cache", icon=":material/compare_arrows:"):
+    if st.button("Run with and without the cache", icon=":material/compare_arrows:",
+                 help=f"Each length {ROUNDS} times, with the cache and without, round-robin "
+                      "over the lengths; the table shows the median and the min–max of the "
+                      "rounds."):
+        ordered = sorted(lengths)
+        total = 2 * ROUNDS * len(ordered)
 
         def on_off(job: Job) -> tuple:
-            found = []
-            for result in cache_on_off(lm, prompt, sorted(lengths), limits.prompt_tokens,
-                                       limits.new_tokens, job.stop):
-                found.append(result)
-                job.progress(len(found) / len(lengths), f"{result.new_tokens} tokens done")
-            return tuple(found)
+            runs = []
+            for run in cache_on_off(lm, prompt, ordered, limits.prompt_tokens, limits.new_tokens,
+                                    job.stop):
+                runs.append(run)
+                job.progress(len(runs) / total,
+                             f"Round {run.round + 1} of {ROUNDS}: {run.new_tokens} tokens, cache "
+                             f"{'on' if run.kv_cache else 'off'} → {run.total_ms:,.0f} ms")
+            return on_off_results(runs)
 
         run_experiment(on_off, progress="", keep=lambda found: keep_experiments(cache_on_off=found))
     found = current_experiments().cache_on_off
     if found:
-        st.dataframe(pd.DataFrame([{"new tokens": r.new_tokens,
-                                    "cache on (ms)": round(r.on_ms.sum()),
-                                    "cache off (ms)": round(r.off_ms.sum()),
-                                    "speedup": f"{r.speedup:.2f}×", "identical tokens": r.same_tokens}
-                                   for r in found]), hide_index=True)
-        show_chart(on_off_chart(found[-1].on_ms, found[-1].off_ms), name="cache on vs off")
-        st.caption("Without the cache each step is a prefill of the whole sequence, so its "
-                   "time grows with the length; with it a step processes one token. The "
-                   "saving grows with the output length — measured here, not claimed.")
+        on_off_table(found)
+
+
+def _spread(r: OnOff, cache: bool) -> str:
+    low, high = r.spread_ms(cache)
+    return f"{low:,.0f}–{high:,.0f}"
+
+
+def on_off_table(found: tuple[OnOff, ...]) -> None:
+    """The results: per length the median and min–max of the rounds, the delayed rounds; a note
+    for a longer output measured faster than a shorter one; the chart of the rounds and the
+    per-step times of the longest output's median round."""
+    st.dataframe(pd.DataFrame([{
+        "new tokens": r.new_tokens, "rounds": r.rounds,
+        "cache on, median (ms)": round(r.median_ms(True)), "cache on, min–max (ms)": _spread(r, True),
+        "cache off, median (ms)": round(r.median_ms(False)),
+        "cache off, min–max (ms)": _spread(r, False),
+        "speedup": f"{r.speedup:.2f}×",
+        "delayed rounds": (f"{r.delayed_rounds} of {r.rounds}" if r.measured else "not measured"),
+        "identical tokens": r.same_tokens} for r in found]), hide_index=True,
+        column_config={"speedup": st.column_config.TextColumn(
+            help="Median time without the cache ÷ median time with it"),
+            "delayed rounds": st.column_config.TextColumn(
+                help="Rounds in which the run with or without the cache was delayed by other "
+                     "work on this machine (the rule below)")})
+    delayed = sum(r.delayed_rounds for r in found)
+    if delayed:
+        st.warning(f"Other work on this machine delayed {delayed} of "
+                   f"{sum(r.rounds for r in found)} rounds (crosses in the chart): their times "
+                   f"show the machine, not the model. {ADVICE}", icon=":material/speed:")
+        with st.expander("How a run is marked delayed"):
+            st.markdown(RULE + " A round is delayed when any step of its run with the cache, or "
+                               "of its run without, is.")
+    for note in on_off_notes(found):
+        st.warning(note, icon=":material/warning:")
+    show_chart(on_off_rounds_chart(found), name="cache on vs off rounds")
+    last = max(found, key=lambda r: r.new_tokens)
+    show_chart(on_off_chart(last.on_ms, last.off_ms), name="cache on vs off")
+    st.caption(f"Top: total time per output length, the median of the rounds (bars: fastest to "
+               f"slowest round; each round is a point). The rounds ran round-robin over the "
+               f"lengths, so a slow moment of the machine touches every length alike. Bottom: "
+               f"each step of {last.new_tokens} new tokens, in the round with the median total. "
+               "Without the cache each step is a prefill of the whole sequence, so its time "
+               "grows with the length; with it a step processes one token. The saving grows with "
+               "the output length — measured here, not claimed.")
 
 
 def calculator(lm: LoadedModel | None) -> None:

@@ -9,6 +9,7 @@ from charts import piece_text
 from charts.formatting import duration
 from engine import Trace, summarize
 from engine.timing.disturbance import assess, cpu_share, expected_threads
+from engine.timing.metrics import warmup_note, warmup_step
 from ui.common import disturbance_warning, require_trace
 from ui.text import plain
 
@@ -18,25 +19,28 @@ def _ms(value: float | None, digits: int = 1) -> float | None:
 
 
 def summary(trace: Trace) -> None:
-    s = summarize(trace)
+    s = summarize(trace, skip_warmup=True)
     st.caption(f"{plain(trace.model.name)} on {plain(trace.device)} · {s.prompt_tokens} prompt "
                f"tokens → {s.output_tokens} generated · stop: {trace.stop_reason}")
     cols = st.columns(4)
     cols[0].metric("TTFT", duration(s.ttft_ms))
-    cols[1].metric("ITL p50", duration(s.itl_p50_ms))
-    cols[2].metric("ITL p90", duration(s.itl_p90_ms))
+    cols[1].metric("ITL p50", duration(s.itl_p50_ms), help=warmup_note(s))
+    cols[2].metric("ITL p90", duration(s.itl_p90_ms), help=warmup_note(s))
     cols[3].metric("TPOT", duration(s.tpot_ms), help="(end-to-end − TTFT) / (output tokens − 1)")
 
 
 def step_table(trace: Trace) -> None:
     threads, delayed = expected_threads(trace), set(assess(trace).delayed_steps)
+    warm = warmup_step(trace)
     table = pd.DataFrame([{
         "step": step.index, "phase": step.phase, "token": repr(piece_text(step.piece)),
         "id": step.token_id, "wall (ms)": _ms(step.latency_ms, 2),
         "forward (ms)": _ms(step.forward_ms, 2), "CPU (ms)": _ms(step.cpu_ms),
         "CPU share": _ms(cpu_share(step, threads), 2),
         "others' CPU": _ms(step.others_share, 2),
-        "timing": "⚠ delayed by other work" if step.index in delayed else "",
+        "timing": "; ".join(note for note, marked in (
+            ("⚠ delayed by other work", step.index in delayed),
+            ("warm-up: left out of ITL", step.index == warm)) if marked),
         "context (tokens)": step.context_len, "KV cache (bytes)": step.kv_bytes,
         "p(chosen)": round(step.chosen_prob, 4), "rank": step.chosen_rank + 1,
     } for step in trace.steps])

@@ -13,6 +13,7 @@ from charts.formatting import rate as per_second
 from charts.timing import roofline_chart, sweep_chart, timeline_chart
 from engine import summarize
 from engine.kernels.microbench import Ceilings, cached_ceilings, ceilings
+from engine.timing.metrics import WARMUP_RULE, warmup_note
 from engine.timing.roofline import FORWARD_ONLY, Work, timed_by, trace_points, utilization
 from engine.timing.sweeps import (
     REPEATS,
@@ -30,7 +31,7 @@ from ui.config import config
 from ui.experiment import Job, run_experiment
 from ui.record import keep_experiments
 from ui.sections.timing_kernels import dtype_section, kernels_section
-from ui.state import app_state, current_experiments, loaded_model
+from ui.state import current_experiments, loaded_model
 
 Points = dict[str, tuple[Work, float]]
 PHASE_WIDTH = 224  # px: the longest phase label ("decode, eager (static cache)") in full
@@ -38,14 +39,15 @@ PHASE_WIDTH = 224  # px: the longest phase label ("decode, eager (static cache)"
 
 def summary_section(trace) -> None:
     """TTFT, ITL percentiles, TPOT and rates, their definitions, and the run on a time axis."""
-    s = summarize(trace)
+    s = summarize(trace, skip_warmup=True)
+    warm = warmup_note(s)
     cols = st.columns(7)
     cols[0].metric("TTFT", duration(s.ttft_ms))
-    cols[1].metric("ITL p50", duration(s.itl_p50_ms))
-    cols[2].metric("ITL p90", duration(s.itl_p90_ms))
-    cols[3].metric("ITL p99", duration(s.itl_p99_ms))
+    cols[1].metric("ITL p50", duration(s.itl_p50_ms), help=warm)
+    cols[2].metric("ITL p90", duration(s.itl_p90_ms), help=warm)
+    cols[3].metric("ITL p99", duration(s.itl_p99_ms), help=warm)
     cols[4].metric("TPOT", duration(s.tpot_ms))
-    cols[5].metric("Decode", per_second(s.decode_tokens_per_s))
+    cols[5].metric("Decode", per_second(s.decode_tokens_per_s), help=warm)
     cols[6].metric("Prefill", per_second(s.prefill_tokens_per_s))
     with st.expander("Definitions (as vLLM benchmark_serving and GenAI-Perf define them)"):
         st.markdown(
@@ -55,28 +57,34 @@ def summary_section(trace) -> None:
             "first.\n"
             "- **TPOT** — (end-to-end − TTFT) / (output tokens − 1).\n"
             "- **Decode rate** — decode steps ÷ their total time; **prefill rate** — prompt "
-            "tokens ÷ prefill time.")
+            "tokens ÷ prefill time.\n"
+            f"- **Warm-up rule** — {WARMUP_RULE}")
+    if s.warmup_step is not None:
+        st.caption(f"Step {s.warmup_step} took {s.warmup_ms:,.0f} ms: marked warm-up and left out "
+                   "of ITL and the decode rate (the warm-up rule, under Definitions).")
     show_chart(timeline_chart(trace), name="timeline")
     st.caption("TTFT comes from prefill: the whole prompt goes through the model in one pass. "
                "After it, every token costs one decode step, and ITL is that step's time.")
 
 
 def ceilings_control(trace, lm) -> Ceilings | None:
-    """The measure button; this machine's ceilings once measured in this session, else None."""
+    """This machine's ceilings, read from its per-machine cache file (engine/kernels/microbench.py:
+    measured once, kept across sessions); measured only when none is stored (the button) or on
+    "Measure again". None until they are measured."""
     device = lm.device.type if lm is not None else "cpu"  # this machine's, not the file's
     dtype = (trace.model.dtype if trace.model.dtype in ("float32", "float16", "bfloat16")
              else "float32")
-    measure = st.button("Measure this machine's ceilings", icon=":material/speed:",
-                        help="Reads a 1 GB buffer and times a matmul (a few seconds). Each press "
-                             "measures again; the best figures are kept.")
-    page = app_state().page
-    asked = page.ceilings_for == (device, dtype)  # measured this session
-    ceil = cached_ceilings(device, dtype) if asked and not measure else None  # a file: no turn
-    if measure or (asked and ceil is None):
-        ceil = run_experiment(lambda job: ceilings(device, dtype, refresh=measure), cut=False,
+    ceil = cached_ceilings(device, dtype)  # a file: no turn, nothing measured
+    label = "Measure again" if ceil is not None else "Measure this machine's ceilings"
+    if st.button(label, icon=":material/speed:",
+                 help="Reads a 1 GB buffer and times a matmul (a few seconds). The figures are "
+                      "kept for this machine; each measurement keeps the best ever shown."):
+        ceil = run_experiment(lambda job: ceilings(device, dtype, refresh=True), cut=False,
                               spinner="Measuring memory bandwidth and matmul speed (a few "
-                                      "seconds)…")
-        page.ceilings_for = (device, dtype)
+                                      "seconds)…") or ceil
+    if ceil is not None:
+        st.caption(f"Ceilings stored for this machine, measured {ceil.measured_at.replace('T', ' ')}"
+                   " (read from its cache file, not measured again each visit).")
     return ceil
 
 

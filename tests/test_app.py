@@ -293,6 +293,7 @@ def test_kv_cache_on_off_experiment():
     assert not at.exception
     results = state_of(at.session_state).experiments.cache_on_off
     assert [r.new_tokens for r in results] == [16] and all(r.same_tokens for r in results)
+    assert results[0].rounds == 3  # interleaved rounds: a median and a spread
 
 
 def test_every_page_with_a_replayed_trace():

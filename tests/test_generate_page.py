@@ -40,7 +40,7 @@ def test_stop_right_after_generate_never_shows_the_previous_answer(monkeypatch):
     assert old.output_text.strip() and answer_blocks(at) == [old.output_text]
 
     @contextlib.contextmanager
-    def cut_before_the_first_token(stop=None):
+    def cut_before_the_first_token(stop=None, kind=""):
         # what a Stop click does to a run waiting for (or inside) its first step: Streamlit
         # ends the script at its next element call, before any token exists
         st.stop()

@@ -11,7 +11,7 @@ import torch
 
 from engine import GenerationSettings, generate_trace
 from engine.forward import cache_layer_bytes
-from engine.kv.cachelab import cache_on_off, compare_caches
+from engine.kv.cachelab import compare_caches
 from engine.kv.kvcache import CacheConfig, build_cache, dequantize, quantize
 from engine.kv.kvcalc import from_spec, load_models
 from engine.kv.paging import paged_layout
@@ -110,13 +110,6 @@ def test_int8_cache_keeps_the_default_models_choices(lm):
         agree.extend(int8.agree)
         kls.extend(int8.kl)
     assert np.mean(agree) >= 0.95 and np.mean(kls) < 0.05
-
-
-def test_cache_on_off_same_tokens(tiny_lm):
-    results = list(cache_on_off(tiny_lm, "Hello there", [3, 6]))
-    assert [r.new_tokens for r in results] == [3, 6]
-    assert all(r.same_tokens and len(r.on_ms) == len(r.off_ms) for r in results)
-    assert all(r.speedup > 0 for r in results)
 
 
 def test_full_cache_bytes_equal_formula_on_a_tiny_config(tiny_lm):

@@ -35,30 +35,47 @@ def budget_note(kept: bool = True) -> str:
             + ("what was measured is shown." if kept else "try again."))
 
 
+def wait_text(place: int, held_s: float, estimate_s: float | None) -> str:
+    """What a waiting visitor reads: their place, how long the current run has taken, and when
+    theirs should start (`FairLock.wait_estimate_s`, from measured run times)."""
+    ahead = ("another visitor's run is using the model; yours is next in the queue" if place == 1
+             else f"{place} runs are ahead of yours in the queue")
+    if estimate_s is None:
+        estimate = (" The current run is taking longer than recent runs like it, so there is no "
+                    "estimate yet.") if held_s >= 1 else ""
+    elif estimate_s < 1:
+        estimate = " Yours should start any moment (estimated from recent runs' measured times)."
+    else:
+        estimate = (f" Yours should start in about {estimate_s:.0f} s (estimated from recent "
+                    "runs' measured times, by kind of run).")
+    return (f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far).{estimate} "
+            "Yours starts by itself: keep this page open.")
+
+
+def job_kind(work: Callable[..., Any]) -> str:
+    """A job's kind for the wait estimates: the function that does it (one per page action)."""
+    return f"{getattr(work, '__module__', '')}.{getattr(work, '__qualname__', type(work).__name__)}"
+
+
 @contextlib.contextmanager
-def model_turn(stop: threading.Event | None = None) -> Iterator[threading.Event]:
+def model_turn(stop: threading.Event | None = None, kind: str = "") -> Iterator[threading.Event]:
     """Hold the process-wide turn while this session runs the shared model: one run at a time,
     so no visitor's timings are measured while another visitor's forward shares the cores.
     Waiting visitors are served first come, first served, and see their place in the queue and
-    an estimate. Yields `stop` (or a new event), which is set once this turn has used the hosted
-    per-click budget (`Limits.click_s`): loops check it and end early (see `budget_note`)."""
+    an estimate (`kind` names this job for the estimates). Yields `stop` (or a new event), which
+    is set once this turn has used the hosted per-click budget (`Limits.click_s`): loops check it
+    and end early (see `budget_note`)."""
     stop = stop or threading.Event()
     notice = st.empty()
     lock = shared.LOCK
 
     def waiting(place: int, held_s: float) -> None:
-        typical = lock.typical_hold_s
-        ahead = ("another visitor's run is using the model; yours is next in the queue" if place == 1
-                 else f"{place} runs are ahead of yours in the queue")
-        estimate = ("" if typical is None else
-                    f" Runs here take about {typical:.0f} s: yours should start in about "
-                    f"{max(typical - held_s, 1) + (place - 1) * typical:.0f} s.")
-        notice.info(f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far).{estimate} "
-                    "Yours starts by itself: keep this page open.", icon=":material/hourglass:")
+        notice.info(wait_text(place, held_s, lock.wait_estimate_s(place, held_s)),
+                    icon=":material/hourglass:")
 
     budget = config().limits.click_s
     try:
-        with lock.turn(on_wait=waiting):
+        with lock.turn(on_wait=waiting, kind=kind):
             notice.empty()
             timer = threading.Timer(budget, stop.set) if budget else None
             if timer is not None:
@@ -117,7 +134,7 @@ def run_experiment(work: Callable[[Job], T], *, progress: str | None = None, whe
             0.0, text=WAITING if busy else progress or None)
     try:
         with st.spinner(spinner) if spinner else contextlib.nullcontext():
-            with model_turn(job.stop) if turn else contextlib.nullcontext():
+            with model_turn(job.stop, job_kind(work)) if turn else contextlib.nullcontext():
                 if busy:
                     job.progress(0.0, progress or "")
                 result = work(job)

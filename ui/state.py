@@ -77,7 +77,6 @@ class PageState:
     replays: set[str] = field(default_factory=set)  # kinds the next page run replays: trace, serving, load
     upload_error: str | None = None  # Generate: what is wrong with the trace file just opened
     compare_error: str | None = None  # Compare: why run B could not be set
-    ceilings_for: tuple[str, str] | None = None  # Prefill vs decode: (device, dtype) measured here
     map_on: bool = False  # Embeddings: the 2-D map was asked for
     follows: tuple[Trace | None] | None = None  # Embeddings: the trace the token picker follows
     story_at: int = 0  # Step by step: the stage shown, kept while the visitor is on other pages

@@ -4,13 +4,21 @@ and what turning the cache off costs in time.
 Quality is measured by teacher forcing: the full-cache run's tokens are fed to every variant, and
 at each step the variant's next-token distribution is compared with the full cache's (KL
 divergence, and whether the most probable token agrees).
+
+Time is measured as the timing sweeps measure it (engine/timing/sweeps.py): every output length
+runs in several rounds, each round visiting every length with the cache on and then off, so a
+slow moment of a shared machine touches every length alike; a length reports the median of its
+rounds and their min–max, and each run is checked by the delay rule
+(engine/timing/disturbance.py). A longer output that took less time than a shorter one gets a
+note saying why (`on_off_notes`).
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -18,8 +26,10 @@ import torch
 from ..errors import InputError
 from ..forward import cache_layer_bytes
 from ..loader import LoadedModel
+from ..records.trace import Trace
 from ..runner import Run
 from ..settings import GenerationSettings
+from ..timing.disturbance import ADVICE, assess
 from .kvcache import CacheConfig, build_cache
 
 
@@ -79,34 +89,179 @@ def compare_caches(lm: LoadedModel, prompt_ids: list[int], output_ids: list[int]
         yield VariantRun(config, kl, agree, np.array(sizes))
 
 
+
+
+ROUNDS = 3  # rounds per length: enough for a median and a spread
+WARMUP_TOKENS = 2  # the untimed warm-up run's length (with the cache and without)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TimedRun:
+    """One timed generation of the on/off experiment."""
+
+    new_tokens: int
+    round: int  # 0-based
+    kv_cache: bool
+    step_ms: np.ndarray  # (steps,) each step's wall time
+    tokens: tuple[int, ...]
+    delayed: bool | None  # the delay rule marked some of its steps; None: no step measured
+
+    @property
+    def total_ms(self) -> float:
+        return float(self.step_ms.sum())
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class OnOff:
+    """One output length with the cache and without it, over one or more interleaved rounds.
+
+    `on_ms` / `off_ms`: each step's time in the round whose total is the (lower) median — what
+    the per-step chart draws. `on_rounds_ms` / `off_rounds_ms`: every round's total, in the order
+    measured (empty in a record of one round: its total is the sum of the steps).
+    `on_delayed` / `off_delayed`: per round, whether other work delayed it (empty: not measured).
+    """
+
     new_tokens: int
-    on_ms: np.ndarray  # per step, cache on
-    off_ms: np.ndarray  # per step, cache off
+    on_ms: np.ndarray
+    off_ms: np.ndarray
     same_tokens: bool
+    on_rounds_ms: tuple[float, ...] = ()
+    off_rounds_ms: tuple[float, ...] = ()
+    on_delayed: tuple[bool, ...] = ()
+    off_delayed: tuple[bool, ...] = ()
+
+    def totals(self, cache: bool) -> tuple[float, ...]:
+        """Each round's total time, with the cache (`cache` True) or without."""
+        rounds = self.on_rounds_ms if cache else self.off_rounds_ms
+        return rounds or (float((self.on_ms if cache else self.off_ms).sum()),)
+
+    def median_ms(self, cache: bool) -> float:
+        return float(statistics.median(self.totals(cache)))
+
+    def spread_ms(self, cache: bool) -> tuple[float, float]:
+        """(fastest, slowest) round."""
+        totals = self.totals(cache)
+        return min(totals), max(totals)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.totals(True))
+
+    @property
+    def measured(self) -> bool:
+        """Whether each round was checked by the delay rule (not in a record of one round)."""
+        return bool(self.on_delayed) and bool(self.off_delayed)
+
+    def delayed(self, cache: bool) -> int:
+        """How many rounds with the cache (or without) the delay rule marked."""
+        return sum(self.on_delayed if cache else self.off_delayed)
+
+    @property
+    def delayed_rounds(self) -> int:
+        """Rounds in which the run with the cache or the one without was delayed."""
+        return sum(a or b for a, b in zip(self.on_delayed, self.off_delayed))
 
     @property
     def speedup(self) -> float:
-        return float(self.off_ms.sum() / self.on_ms.sum())
+        """Median time without the cache ÷ median time with it."""
+        return self.median_ms(False) / self.median_ms(True)
 
 
-def cache_on_off(lm: LoadedModel, prompt: str, lengths: list[int], max_prompt_tokens: int = 2048,
-                 max_new_tokens: int = 4096, stop: threading.Event | None = None
-                 ) -> Iterator[OnOff]:
-    """Generate the same greedy tokens with the cache and without it, for each output length.
-    Once `stop` is set (a time budget), the runs end early and the cut length is not reported."""
-    if any(not 1 <= n <= max_new_tokens for n in lengths):
+def delay_flag(trace: Trace) -> bool | None:
+    """Whether the delay rule (engine/timing/disturbance.py) marks any step of a run; None when
+    no step was measured (a step shorter than a clock tick has no machine share)."""
+    if not any(s.cpu_ms is not None and s.others_share is not None for s in trace.steps):
+        return None
+    return assess(trace).disturbed
+
+
+def cache_on_off(lm: LoadedModel, prompt: str, lengths: Sequence[int],
+                 max_prompt_tokens: int = 2048, max_new_tokens: int = 4096,
+                 stop: threading.Event | None = None, rounds: int = ROUNDS) -> Iterator[TimedRun]:
+    """Generate the same greedy tokens with the cache and without it: `rounds` rounds, each
+    running every length (in the order given) with the cache on, then off. An untimed warm-up
+    run of `WARMUP_TOKENS` tokens each way comes first (a process's first forwards of a shape pay
+    one-time costs). Each run is yielded as it ends (`on_off_results` turns them into one result
+    per length); once `stop` is set (a time budget), the run it cut is not reported."""
+    if not lengths or any(not 1 <= n <= max_new_tokens for n in lengths):
         raise InputError(f"output lengths must be between 1 and {max_new_tokens} tokens here")
-    for n in lengths:
-        runs = {}
-        for kv in (True, False):
-            settings = GenerationSettings(max_new_tokens=n, kv_cache=kv, record_attention=False,
-                                          record_hidden=False, max_prompt_tokens=max_prompt_tokens)
-            runs[kv] = Run(lm, prompt, settings, stop_event=stop).run_all()
-        on, off = runs[True], runs[False]
-        if on.stop_reason == "stopped" or off.stop_reason == "stopped":
+    if rounds < 1:
+        raise InputError("the experiment needs at least one round")
+
+    def run(n: int, kv: bool):
+        settings = GenerationSettings(max_new_tokens=n, kv_cache=kv, record_attention=False,
+                                      record_hidden=False, max_prompt_tokens=max_prompt_tokens)
+        return Run(lm, prompt, settings, stop_event=stop).run_all()
+
+    for kv in (True, False):
+        if run(min(WARMUP_TOKENS, *lengths), kv).stop_reason == "stopped":
             return
-        yield OnOff(n, np.array([s.latency_ms for s in on.steps]),
-                    np.array([s.latency_ms for s in off.steps]),
-                    on.output_token_ids == off.output_token_ids)
+    for r in range(rounds):
+        for n in lengths:
+            for kv in (True, False):
+                trace = run(n, kv)
+                if trace.stop_reason == "stopped":
+                    return
+                yield TimedRun(n, r, kv, np.array([s.latency_ms for s in trace.steps]),
+                               trace.output_token_ids, delay_flag(trace))
+
+
+def _median_run(runs: list[TimedRun]) -> TimedRun:
+    return sorted(runs, key=lambda t: t.total_ms)[(len(runs) - 1) // 2]
+
+
+def on_off_results(runs: Iterable[TimedRun]) -> tuple[OnOff, ...]:
+    """One result per length (in the order first measured) from its complete rounds — a round
+    counts once both its runs ended; a length with none is left out."""
+    found: dict[int, dict[int, dict[bool, TimedRun]]] = {}
+    for t in runs:
+        found.setdefault(t.new_tokens, {}).setdefault(t.round, {})[t.kv_cache] = t
+    results = []
+    for n, by_round in found.items():
+        done = [pair for _, pair in sorted(by_round.items()) if len(pair) == 2]
+        if not done:
+            continue
+        on, off = [pair[True] for pair in done], [pair[False] for pair in done]
+        measured = all(t.delayed is not None for t in on + off)
+        results.append(OnOff(
+            n, _median_run(on).step_ms, _median_run(off).step_ms,
+            all(a.tokens == b.tokens for a, b in zip(on, off)),
+            tuple(t.total_ms for t in on), tuple(t.total_ms for t in off),
+            tuple(bool(t.delayed) for t in on) if measured else (),
+            tuple(bool(t.delayed) for t in off) if measured else ()))
+    return tuple(results)
+
+
+def _why(shorter: OnOff, longer: OnOff, cache: bool) -> str:
+    """Why a longer output's median came out below a shorter one's, in the order the reasons
+    are checked: too few rounds, delayed rounds, overlapping spreads, none of these."""
+    if min(shorter.rounds, longer.rounds) < 2:
+        return ("a single round was measured, so this machine's noise cannot be told apart from "
+                "the model")
+    delayed = shorter.delayed(cache) + longer.delayed(cache)
+    if delayed:
+        return (f"other work on this machine delayed {delayed} of these "
+                f"{shorter.rounds + longer.rounds} rounds, so their times show the machine, "
+                "not the model")
+    if longer.spread_ms(cache)[1] >= shorter.spread_ms(cache)[0]:
+        return ("the difference is within the spread of the rounds (their min–max ranges "
+                "overlap): this machine's noise is larger than it")
+    return ("no round was marked delayed and the ranges do not overlap: the machine's speed "
+            "changed between the runs in a way the delay rule does not catch, so this pair is "
+            "not to be trusted")
+
+
+def on_off_notes(results: Sequence[OnOff]) -> list[str]:
+    """One line for each output length whose median time is below the next shorter length's
+    (with the cache or without): more tokens never take less time, so the line says why the
+    measurement shows it, and what to do."""
+    ordered = sorted(results, key=lambda r: r.new_tokens)
+    notes = []
+    for cache, how in ((True, "with the cache"), (False, "without the cache")):
+        for shorter, longer in zip(ordered, ordered[1:]):
+            if longer.median_ms(cache) < shorter.median_ms(cache):
+                notes.append(
+                    f"{longer.new_tokens} tokens took less time than {shorter.new_tokens} {how} "
+                    f"({longer.median_ms(cache):,.0f} ms vs {shorter.median_ms(cache):,.0f} ms, "
+                    f"medians): {_why(shorter, longer, cache)}. {ADVICE}")
+    return notes

@@ -1,12 +1,43 @@
-"""Latency metrics as serving benchmarks (vLLM benchmark_serving, GenAI-Perf) define them."""
+"""Latency metrics as serving benchmarks (vLLM benchmark_serving, GenAI-Perf) define them, and
+one named exception the app's pages apply: the warm-up rule (`WARMUP_RULE`).
+
+Why the rule: in the app, the first decode step runs while the page draws the first token (the
+browser and the server share the model's cores on a laptop), so it can take several times the
+later steps (e.g. 291 ms against a 65 ms median) — a cost of showing the run, not of the model.
+The benchmarks' own warm-up happens before their clock starts, which a live run cannot do; so the
+step is marked, and the pages' ITL figures leave it out and say so. `summarize` without
+`skip_warmup` keeps every gap, exactly as the benchmarks define ITL.
+"""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..records.trace import Trace
+
+WARMUP_FACTOR = 2.0  # the first decode step against the median of the decode steps after it
+WARMUP_AFTER = 2  # decode steps after the first needed for a median to compare with
+
+WARMUP_RULE = (f"The first decode step is marked *warm-up* when it took more than "
+               f"{WARMUP_FACTOR:g}× the median of the decode steps after it (at least "
+               f"{WARMUP_AFTER} of them): it pays one-time work — in this app, mostly the page "
+               "drawing the first token on the same cores — not the model's steady cost. The "
+               "ITL percentiles, the mean ITL and the decode rate shown here leave a warm-up "
+               "step out; TTFT, TPOT and the end-to-end time keep it (vLLM and GenAI-Perf count "
+               "every gap in ITL: they warm up before their clock starts).")
+
+
+def warmup_step(trace: Trace) -> int | None:
+    """The index of the first decode step when the warm-up rule marks it (`WARMUP_RULE`), else
+    None. A speculative run's steps are not one forward each: never marked."""
+    decode = trace.decode_steps
+    if trace.speculation is not None or len(decode) < 1 + WARMUP_AFTER:
+        return None
+    later = statistics.median(s.latency_ms for s in decode[1:])
+    return decode[0].index if decode[0].latency_ms > WARMUP_FACTOR * later else None
 
 
 def percentile(values: tuple[float, ...] | list[float], q: float) -> float | None:
@@ -27,14 +58,21 @@ class LatencySummary:
     prefill_tokens_per_s: float | None
     output_tokens: int
     prompt_tokens: int
+    warmup_step: int | None = None  # the step the ITL figures leave out (skip_warmup), if any
+    warmup_ms: float | None = None  # its time
 
     def to_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
 
 
-def summarize(trace: Trace) -> LatencySummary:
-    """TTFT, ITL percentiles, TPOT = (e2e − TTFT)/(output tokens − 1), throughputs."""
+def summarize(trace: Trace, skip_warmup: bool = False) -> LatencySummary:
+    """TTFT, ITL percentiles, TPOT = (e2e − TTFT)/(output tokens − 1), throughputs. With
+    `skip_warmup`, a first decode step the warm-up rule marks (`warmup_step`) is left out of the
+    ITL percentiles, the mean ITL and the decode rate (and named in the summary)."""
     itl = trace.itl_ms
+    warm = warmup_step(trace) if skip_warmup else None
+    if warm is not None:
+        itl = itl[1:]  # the first decode step is the first ITL
     n = len(trace.steps)
     e2e = trace.token_times_ms[-1] if n else None
     ttft = trace.ttft_ms
@@ -54,7 +92,17 @@ def summarize(trace: Trace) -> LatencySummary:
                               if prefill and prefill.latency_ms > 0 else None),
         output_tokens=n,
         prompt_tokens=len(trace.prompt_token_ids),
+        warmup_step=warm,
+        warmup_ms=trace.steps[warm].latency_ms if warm is not None else None,
     )
+
+
+def warmup_note(summary: LatencySummary) -> str:
+    """One sentence for where ITL is shown: which step the figures leave out, and the rule."""
+    if summary.warmup_step is None:
+        return f"Warm-up rule (no step marked in this run): {WARMUP_RULE}"
+    return (f"Step {summary.warmup_step} ({summary.warmup_ms:,.0f} ms) is left out as warm-up. "
+            f"{WARMUP_RULE}")
 
 
 def replay_pace(trace: Trace, max_total_s: float = 20.0, max_step_s: float = 2.0) -> list[float]:
