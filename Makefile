@@ -9,7 +9,7 @@ CHROMIUM ?= /usr/bin/chromium
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup run test test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start
+.PHONY: setup run test test-first test-rest test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start
 
 setup: $(STAMP)
 
@@ -53,14 +53,21 @@ TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # `make vllm` runs beside the fast tier (it mostly waits on pip), in a session of its own so a
-# failing fast tier stops it too.
+# failing fast tier stops it too. `make test` = test-first, then test-rest (.ci/run runs the wheel
+# check beside test-rest, whose browser and server waits leave the cores room).
 test: model browser lint
+	@$(MAKE) --no-print-directory test-first
+	@$(MAKE) --no-print-directory test-rest
+
+test-first: model browser lint
 	@setsid $(MAKE) --no-print-directory vllm > $(VENV)/vllm-setup.log 2>&1 & vllm=$$!; \
 	echo "make vllm runs beside the fast tier (log: $(VENV)/vllm-setup.log)"; \
+	echo "$(PYTEST) -x -m \"$(FAST)\" tests"; \
 	$(PYTEST) -x -m "$(FAST)" tests || { kill -- -$$vllm 2>/dev/null; exit 1; }; \
 	wait $$vllm || { cat $(VENV)/vllm-setup.log; echo "make vllm failed"; exit 1; }; \
-	cat $(VENV)/vllm-setup.log; \
-	echo "CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m \"not ($(FAST))\" tests"; \
+	cat $(VENV)/vllm-setup.log
+
+test-rest: model browser lint vllm
 	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST))" tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM.

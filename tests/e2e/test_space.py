@@ -1,10 +1,11 @@
 """The hosted demo through its own entrypoint: scripts/serve.sh with a Space's environment (hosted
-mode, a fresh HOME whose model cache scripts/prepare_model.sh filled, as the Dockerfile does),
+mode, a fresh HOME where scripts/prepare_model.sh loads the model as the Dockerfile does),
 driven by real Chromium. No Docker engine here: the image itself is not built."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from playwright.sync_api import sync_playwright
 
 from engine import GenerationSettings, Run
 from engine.files import load_trace
+from engine.loader import cache_root
 
 from .browser import APP_CONNECTED, APP_IDLE, free_port, go_to, launch_chromium, served, start_generation
 
@@ -29,8 +31,13 @@ RSS_BOUND = 4 << 30
 
 @pytest.fixture(scope="module")
 def space_env(tmp_path_factory):
-    """(environment, HOME) of a hosted Space whose model cache is prepared as the image does."""
+    """(environment, HOME) of a hosted Space whose model cache is prepared as the image does:
+    the image's script runs in a fresh HOME. The converted model it finds there is linked from
+    this user's cache (`make model` converted it; tests/test_loader.py checks a conversion from
+    the GGUF), so the script's load and the Space's start are tested without a second
+    conversion."""
     home = tmp_path_factory.mktemp("home")
+    seed_model_cache(home / ".cache" / "inference-explorer" / "models")
     env = {k: v for k, v in os.environ.items()
            if k not in ("XDG_CACHE_HOME", "INFERENCE_EXPLORER_CACHE")}
     # A 120 s click budget: the budget's own cut is tested in test_hosting.py; here a busy CI
@@ -38,10 +45,24 @@ def space_env(tmp_path_factory):
     env.update(HOME=str(home), PYTHON=sys.executable, INFERENCE_EXPLORER_HOSTED="1",
                INFERENCE_EXPLORER_CLICK_S="120", PORT=str(free_port()), ADDRESS="127.0.0.1",
                HF_HUB_OFFLINE="1")
-    subprocess.run([str(ROOT / "scripts" / "prepare_model.sh")], env=env, check=True,
-                   capture_output=True, timeout=300)
+    done = subprocess.run([str(ROOT / "scripts" / "prepare_model.sh")], env=env, check=True,
+                          capture_output=True, text=True, timeout=300)
+    assert f"Loading cached model from {home}/.cache/inference-explorer/models/" in done.stdout
     assert list((home / ".cache" / "inference-explorer" / "models").glob("*/complete.json"))
     return env, home
+
+
+def seed_model_cache(target: Path) -> None:
+    """Hard links (a copy across file systems) of every completed converted model in this
+    user's cache."""
+    for folder in cache_root().glob("*/"):
+        if (folder / "complete.json").is_file():
+            def link(src, dst):
+                try:
+                    os.link(src, dst)
+                except OSError:
+                    shutil.copy2(src, dst)
+            shutil.copytree(folder, target / folder.name, copy_function=link)
 
 
 @contextmanager
