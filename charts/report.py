@@ -41,6 +41,7 @@ from engine.timing.metrics import summarize
 from .attention import downsample, heatmap, sequence_labels
 from .formatting import count, duration, rate, size
 from .kvcache import live_memory_chart, on_off_chart, variant_chart
+from .layout import legend_above
 from .live import step_chart
 from .timing import dtype_chart, sweep_chart, timeline_chart
 from .tokens import token_chips_html
@@ -217,10 +218,9 @@ def on_paper(fig: go.Figure) -> go.Figure:
     """Margins from plotly's automargin whatever process makes the report: the charts' 10 px
     margins are for a theme to grow, and in the app's process Streamlit's plotly template (no
     automargin) is the default, which cuts the labels of a report made there (Generate's
-    download). A legend above a plot grows upward (when it wraps), not onto the plot."""
+    download). A legend above a plot grows upward (when it wraps), as on screen (`legend_above`)."""
+    fig = legend_above(fig)
     fig.update_layout(template=PAPER_TEMPLATE)
-    if fig.layout.legend.orientation == "h" and (fig.layout.legend.y or 0) > 1:
-        fig.layout.legend.update(y=1.02, yanchor="bottom")
     return fig.update_xaxes(automargin=True).update_yaxes(automargin=True)
 
 
@@ -232,7 +232,7 @@ class _Figures:
 
     def __call__(self, fig: go.Figure, caption: str) -> str:
         self.count += 1
-        on_paper(fig)
+        fig = on_paper(fig)
         body = fig.to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG,
                            div_id=f"figure-{self.count}")
         return f"<figure>{body}<figcaption>{esc(caption)}</figcaption></figure>"
