@@ -7,6 +7,7 @@ import streamlit as st
 
 from charts import piece_text
 from charts.formatting import duration
+from charts.live import WARMUP_LABEL
 from engine import Trace, summarize
 from engine.timing.disturbance import assess, cpu_share, expected_threads
 from engine.timing.metrics import warmup_note, warmup_step
@@ -40,7 +41,7 @@ def step_table(trace: Trace) -> None:
         "others' CPU": _ms(step.others_share, 2),
         "timing": "; ".join(note for note, marked in (
             ("⚠ delayed by other work", step.index in delayed),
-            ("warm-up: left out of ITL", step.index == warm)) if marked),
+            (WARMUP_LABEL, step.index == warm)) if marked),
         "context (tokens)": step.context_len, "KV cache (bytes)": step.kv_bytes,
         "p(chosen)": round(step.chosen_prob, 4), "rank": step.chosen_rank + 1,
     } for step in trace.steps])
