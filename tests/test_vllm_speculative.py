@@ -1,28 +1,39 @@
 """vLLM with prompt-lookup speculative decoding (its "ngram" method, this app's settings: 4 drafts
-from a 3-to-1-token match), started for this module on its own port and stopped after it: the
-server's acceptance counters, multi-token chunks on the client, and the same split the local
-engine shows (tests/test_speculative.py) — drafts pay when the answer copies the prompt, not in
-free writing.
+from a 3-to-1-token match), on its own port (started in the background after the session's main
+server, or for this module): the server's acceptance counters, multi-token chunks on the client,
+and the same split the local engine shows (tests/test_speculative.py) — drafts pay when the
+answer copies the prompt, not in free writing.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from engine.remote.compare import chat_text
 from engine.remote.loadtest import LoadTest
 from engine.remote.record import LoadConfig
-from engine.remote.server import DEFAULT_PORT, is_installed, start_server
+from engine.remote.server import is_installed
 from engine.remote.summary import server_stats
 from engine.serving.speculative import FREE_PROMPT, REWRITE_PROMPT
+from tests import vllm_session
 
 pytestmark = [pytest.mark.vllm]
 
 
 @pytest.fixture(scope="module")
 def spec_url():
+    """The session's background speculative server (tests/vllm_session.py), or one started for
+    this module and stopped after it."""
+    problem = vllm_session.wait_for_background_start(vllm_session.SPEC_STATUS_ENV)
+    if problem:
+        pytest.fail(problem)
+    if os.environ.get(vllm_session.SPEC_STATUS_ENV):
+        yield os.environ[vllm_session.SPEC_URL_ENV]
+        return
     assert is_installed(), "vLLM is not installed: run `make vllm` (make test does)"
-    with start_server(DEFAULT_PORT + 2, eager=True, speculative=True) as server:
+    with vllm_session.start_speculative() as server:
         yield server.base_url
 
 

@@ -1,6 +1,7 @@
 """The test session's vLLM server (tests/conftest.py's `vllm_url`): started on first use, or in
 the background when the session starts (`--vllm-in-background`, which `make test` passes), so its
-minute of start-up overlaps other tests instead of holding up the first `vllm` test.
+minute of start-up overlaps other tests instead of holding up the first `vllm` test; and, started
+next in the same way, the speculative server that tests/test_vllm_speculative.py reads.
 
 A background start runs in a thread of the process that controls the session (the only process
 without pytest-xdist, the controller with it); the URL and a status file go into the environment,
@@ -17,6 +18,9 @@ from pathlib import Path
 
 URL_ENV = "INFERENCE_EXPLORER_VLLM_URL"
 STATUS_ENV = "INFERENCE_EXPLORER_VLLM_STATUS"  # "ok", or why the background start failed
+SPEC_URL_ENV = "INFERENCE_EXPLORER_VLLM_SPEC_URL"  # the speculative server (its own port)
+SPEC_STATUS_ENV = "INFERENCE_EXPLORER_VLLM_SPEC_STATUS"
+SPEC_PORT_OFFSET = 2  # the speculative server's port: the default port + this
 WAIT_S = 900.0
 STARTED: list = []  # the servers this process started in the background
 
@@ -43,42 +47,53 @@ def start_and_warm(port: int):
     return server
 
 
+def start_speculative():
+    """The prompt-lookup speculative server (tests/test_vllm_speculative.py), on its own port,
+    not warmed: that module reads its counters per run."""
+    from engine.remote.server import DEFAULT_PORT, start_server
+
+    return start_server(DEFAULT_PORT + SPEC_PORT_OFFSET, eager=True, speculative=True)
+
+
 def start_in_background() -> None:
-    """Start vLLM on the default port in a thread, unless INFERENCE_EXPLORER_VLLM_URL names a
-    server or one answers there already (the fixture then uses it), or vLLM is not installed (the
-    fixture then fails with the reason)."""
+    """Start vLLM on the default port in a thread, then the speculative server beside it (one
+    start at a time: the first is what the `vllm` unit waits for), unless INFERENCE_EXPLORER_VLLM_URL
+    names a server or one answers there already (the fixture then uses it), or vLLM is not
+    installed (the fixtures then fail with the reason)."""
     from engine.remote.server import DEFAULT_PORT, healthy, is_installed
 
     url = default_url()
     if os.environ.get(URL_ENV) or healthy(url) or not is_installed():
         return
-    status = Path(tempfile.mkdtemp(prefix="vllm-start-")) / "status"
-    os.environ[URL_ENV] = url
-    os.environ[STATUS_ENV] = str(status)
+    folder = Path(tempfile.mkdtemp(prefix="vllm-start-"))
+    main, spec = folder / "main", folder / "speculative"
+    os.environ.update({URL_ENV: url, STATUS_ENV: str(main), SPEC_STATUS_ENV: str(spec),
+                       SPEC_URL_ENV: f"http://127.0.0.1:{DEFAULT_PORT + SPEC_PORT_OFFSET}/v1"})
 
-    def say(outcome: str) -> None:  # whole or not at all: a reader never sees half of it
+    def say(status: Path, outcome: str) -> None:  # whole or not at all: no half is ever read
         status.with_suffix(".tmp").write_text(outcome)
         os.replace(status.with_suffix(".tmp"), status)
 
     def start() -> None:
-        try:
-            STARTED.append(start_and_warm(DEFAULT_PORT))
-            say("ok")
-        except Exception as err:  # noqa: BLE001 — every test that needs the server reports it
-            say(f"vLLM did not start: {err}")
+        for status, begin in ((main, lambda: start_and_warm(DEFAULT_PORT)), (spec, start_speculative)):
+            try:
+                STARTED.append(begin())
+                say(status, "ok")
+            except Exception as err:  # noqa: BLE001 — every test that needs the server reports it
+                say(status, f"vLLM did not start: {err}")
 
     threading.Thread(target=start, name="vllm start", daemon=True).start()
 
 
-def wait_for_background_start() -> str | None:
+def wait_for_background_start(status_env: str = STATUS_ENV) -> str | None:
     """None once a background start has succeeded (or none was made); else why not."""
-    status = os.environ.get(STATUS_ENV)
+    status = os.environ.get(status_env)
     if not status:
         return None
     deadline = time.monotonic() + WAIT_S
     while not Path(status).is_file():
         if time.monotonic() > deadline:
-            return f"vLLM at {default_url()} did not start within {WAIT_S:.0f} s"
+            return f"vLLM ({status_env}) did not start within {WAIT_S:.0f} s"
         time.sleep(1.0)
     outcome = Path(status).read_text()
     return None if outcome == "ok" else outcome
