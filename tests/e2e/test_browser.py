@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from playwright.sync_api import expect
 
 from engine.files import read_trace_file
@@ -158,22 +156,6 @@ def test_attention_chart_downloads_as_svg(browser, url, tmp_path):
     path = tmp_path / "chart.svg"
     info.value.save_as(path)
     assert path.read_text().startswith("<svg")
-    page.close()
-
-
-def test_eager_vs_native_decode_on_the_real_model(browser, url):
-    """The Prefill vs decode page's kernel table, driven by clicks: real model, real C build."""
-    page = open_app(browser, url)
-    generate_and_wait(page, "Name a colour.")
-    go_to(page, "Prefill vs decode")
-    page.get_by_role("button", name=re.compile(r"^Measure (this machine's ceilings|again)$")).click()
-    wait_for_app(page)
-    page.get_by_role("button", name="Compare eager and native C").click()
-    page.get_by_text("Greedy tokens identical").wait_for(timeout=180_000)
-    wait_for_app(page)
-    summary = page.get_by_text("Per token vs eager").inner_text()
-    assert "native C" in summary and "compiled" not in summary  # nothing compiled on this path
-    no_exception(page)
     page.close()
 
 
