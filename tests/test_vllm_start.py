@@ -3,7 +3,8 @@ vLLM server it started — its whole process group — when it is stopped by Ctr
 closed terminal, also while vLLM is still starting.
 
 The real script and the real supervision code run; vLLM itself is a stand-in (a real vLLM start
-takes about a minute and a GiB): `INFERENCE_EXPLORER_VLLM` points at a folder whose venv/bin/python
+takes about a minute and a GiB; tests/test_vllm_speculative.py stops the real one, which the session
+starts with this script, by SIGTERM): `INFERENCE_EXPLORER_VLLM` points at a folder whose venv/bin/python
 runs STANDIN, which answers /health on the port it is given and starts a child of its own, as
 vLLM's API server starts its engine core — both in the session the starter gives them.
 """

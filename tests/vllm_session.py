@@ -11,16 +11,22 @@ which the workers inherit; the controller stops the server when the session ends
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 URL_ENV = "INFERENCE_EXPLORER_VLLM_URL"
 STATUS_ENV = "INFERENCE_EXPLORER_VLLM_STATUS"  # "ok", or why the background start failed
 SPEC_URL_ENV = "INFERENCE_EXPLORER_VLLM_SPEC_URL"  # the speculative server (its own port)
 SPEC_STATUS_ENV = "INFERENCE_EXPLORER_VLLM_SPEC_STATUS"
+SPEC_STARTER_ENV = "INFERENCE_EXPLORER_VLLM_SPEC_STARTER"  # a file: the pid of its starter
 SPEC_PORT_OFFSET = 2  # the speculative server's port: the default port + this
+ROOT = Path(__file__).resolve().parents[1]
 WAIT_S = 900.0
 STARTED: list = []  # the servers this process started in the background
 
@@ -47,12 +53,54 @@ def start_and_warm(port: int):
     return server
 
 
-def start_speculative():
-    """The prompt-lookup speculative server (tests/test_vllm_speculative.py), on its own port,
-    not warmed: that module reads its counters per run."""
-    from engine.remote.server import DEFAULT_PORT, start_server
+@dataclass(frozen=True)
+class Starter:
+    """`scripts/vllm_start.sh` (what `make vllm-start` runs) serving vLLM at `base_url`."""
 
-    return start_server(DEFAULT_PORT + SPEC_PORT_OFFSET, eager=True, speculative=True)
+    process: subprocess.Popen
+    base_url: str
+
+    def stop(self) -> None:
+        """SIGTERM, as `kill` sends it; the starter stops vLLM's process group and exits."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> Starter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_speculative(timeout_s: float = WAIT_S) -> Starter:
+    """The prompt-lookup speculative server (tests/test_vllm_speculative.py) on its own port,
+    started as a user starts one — `make vllm-start` with --speculate — so that the module's last
+    test can stop the real server the way a user does. Not warmed: that module reads its
+    counters per run."""
+    from engine.remote.server import DEFAULT_PORT, healthy
+
+    port = DEFAULT_PORT + SPEC_PORT_OFFSET
+    url = f"http://127.0.0.1:{port}/v1"
+    log = tempfile.NamedTemporaryFile(prefix="vllm-starter-", suffix=".log", delete=False)
+    process = subprocess.Popen([str(ROOT / "scripts" / "vllm_start.sh"), "--port", str(port),
+                                "--speculate"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, APP_PYTHON=sys.executable),
+                               start_new_session=True)
+    starter = Starter(process, url)
+    deadline = time.monotonic() + timeout_s
+    while not healthy(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            starter.stop()
+            tail = Path(log.name).read_text(errors="replace").strip()[-600:]
+            raise RuntimeError(f"the speculative vLLM did not start: {tail}")
+        time.sleep(1.0)
+    print(f"\nspeculative vLLM started by scripts/vllm_start.sh at {url}")
+    return starter
 
 
 def start_in_background() -> None:
@@ -66,16 +114,22 @@ def start_in_background() -> None:
     if os.environ.get(URL_ENV) or healthy(url) or not is_installed():
         return
     folder = Path(tempfile.mkdtemp(prefix="vllm-start-"))
-    main, spec = folder / "main", folder / "speculative"
+    main, spec, spec_starter = folder / "main", folder / "speculative", folder / "speculative.pid"
     os.environ.update({URL_ENV: url, STATUS_ENV: str(main), SPEC_STATUS_ENV: str(spec),
+                       SPEC_STARTER_ENV: str(spec_starter),
                        SPEC_URL_ENV: f"http://127.0.0.1:{DEFAULT_PORT + SPEC_PORT_OFFSET}/v1"})
 
     def say(status: Path, outcome: str) -> None:  # whole or not at all: no half is ever read
         status.with_suffix(".tmp").write_text(outcome)
         os.replace(status.with_suffix(".tmp"), status)
 
+    def speculative() -> Starter:
+        starter = start_speculative()
+        say(spec_starter, str(starter.process.pid))
+        return starter
+
     def start() -> None:
-        for status, begin in ((main, lambda: start_and_warm(DEFAULT_PORT)), (spec, start_speculative)):
+        for status, begin in ((main, lambda: start_and_warm(DEFAULT_PORT)), (spec, speculative)):
             try:
                 STARTED.append(begin())
                 say(status, "ok")
