@@ -142,17 +142,27 @@ class ServerProcess:
                 self.process.wait(timeout=wait_s)
             except subprocess.TimeoutExpired:
                 continue
-            try:  # the parent is gone; its children may not be yet
-                os.killpg(self.process.pid, 0)
-            except (ProcessLookupError, PermissionError):
+            if _group_gone(self.process.pid, 1.0):  # the parent is gone; its children may not be
                 break
-            time.sleep(1.0)
 
     def __enter__(self) -> ServerProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _group_gone(pgid: int, wait_s: float) -> bool:
+    """Whether process group `pgid` has no process left, waiting up to `wait_s` for it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def healthy(base_url: str, timeout: float = 1.0) -> bool:
@@ -188,7 +198,7 @@ def start_server(port: int = DEFAULT_PORT, eager: bool = True, timeout_s: float 
             if process.poll() is not None or time.perf_counter() - started > timeout_s:
                 tail = log.read_text(errors="replace").strip().splitlines()[-5:]
                 raise EngineError("vLLM did not start: " + " | ".join(tail)[-600:])
-            time.sleep(1.0)
+            time.sleep(0.25)
     except BaseException:  # a failed start, or Ctrl-C / a stop signal while it starts
         server.stop()
         raise
