@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import pandas as pd
@@ -17,6 +16,8 @@ from engine.lens.tokens import (
     visible,
 )
 from engine.records.trace import Trace
+
+from .text import as_text
 
 
 def piece_text(piece: str) -> str:
@@ -52,7 +53,7 @@ def chip(text: str, title: str, kind: str, partial: bool = False, marked: bool =
     style = f' style="{"; ".join(styles)}"' if styles else ""
     title = f"{MARKED_TITLE} · {title}" if marked else title
     return (f'<span class="ie-chip ie-{kind}{" ie-first-diff" if marked else ""}"{style} '
-            f'title="{html.escape(title, quote=True)}">{html.escape(visible(text))}</span>')
+            f'title="{as_text(title)}">{as_text(visible(text))}</span>')
 
 
 def _split_note(token: Token, characters: str) -> str:

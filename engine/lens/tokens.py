@@ -112,9 +112,18 @@ class Token:
         return data if data is not None else self.piece.encode()
 
 
+def text_ids(tokenizer: Any, text: str, add_special_tokens: bool = False) -> list[int]:
+    """Token ids of text someone typed, as ordinary text: a typed `<|im_end|>` is the several
+    tokens of its characters, never the model's end-of-turn token (`split_special_tokens`), so
+    no visitor can forge a turn of the chat. Text without such strings tokenizes as usual."""
+    return list(tokenizer(text, add_special_tokens=add_special_tokens,
+                          split_special_tokens=True)["input_ids"])
+
+
 def tokenize(tokenizer: Any, text: str) -> list[Token]:
-    """The text's tokens exactly as the model sees them (no BOS/chat template added)."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    """The text's tokens exactly as the model sees them in a prompt (no BOS/chat template
+    added; a typed special-token string is ordinary text, as `text_ids` says)."""
+    ids = text_ids(tokenizer, text)
     special = set(tokenizer.all_special_ids)
     return [Token(i, p, i in special) for i, p in zip(ids, tokenizer.convert_ids_to_tokens(ids))]
 
