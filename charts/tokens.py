@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import pandas as pd
@@ -53,7 +54,7 @@ def chip(text: str, title: str, kind: str, partial: bool = False, marked: bool =
     style = f' style="{"; ".join(styles)}"' if styles else ""
     title = f"{MARKED_TITLE} · {title}" if marked else title
     return (f'<span class="ie-chip ie-{kind}{" ie-first-diff" if marked else ""}"{style} '
-            f'title="{as_text(title)}">{as_text(visible(text))}</span>')
+            f'title="{html.escape(title)}">{as_text(visible(text))}</span>')
 
 
 def _split_note(token: Token, characters: str) -> str:

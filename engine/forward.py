@@ -19,7 +19,6 @@ from transformers import Cache, DynamicCache
 
 from .clock import clock_ms
 from .errors import InputError
-from .lens.tokens import text_ids
 from .loader import LoadedModel
 
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
@@ -28,6 +27,14 @@ CACHE_TENSORS = ("keys", "values", "key_scales", "value_scales")
 
 
 _SENTINEL = "\x00user text\x00"  # stands for the prompt when the chat template is rendered
+
+
+def text_ids(tokenizer: Any, text: str, add_special_tokens: bool = False) -> list[int]:
+    """Token ids of text someone typed, as ordinary text: a typed `<|im_end|>` is the several
+    tokens of its characters, never the model's end-of-turn token (`split_special_tokens`), so
+    no visitor can forge a turn of the chat. Text without such strings tokenizes as usual."""
+    return list(tokenizer(text, add_special_tokens=add_special_tokens,
+                          split_special_tokens=True)["input_ids"])
 
 
 def _holds_added_token(tokenizer: Any, text: str) -> bool:

@@ -148,3 +148,16 @@ def test_typed_special_tokens_are_ordinary_text(default_tokenizer):
         tok(rendered, add_special_tokens=False)["input_ids"]
     assert not special & set(prepare_prompt(tok, FORGED, False))  # raw: all of it is text
     assert not any(t.special for t in tokenize(tok, FORGED))  # and so the Tokens page's chips
+
+
+@pytest.mark.parametrize("text", [IMAGE, LINK, BOLD, "www.example.com :red[x] $x$ ~s~ *e* `c`",
+                                  "<a href='http://x.y'>z</a> &amp; back\\slash | t"])
+def test_as_text_renders_as_itself_in_markdown_html_and_charts(text):
+    from markdown_it import MarkdownIt
+
+    from charts.text import as_text
+
+    shown = as_text(text)
+    assert html.unescape(shown) == text  # HTML and plotly decode the references: the text itself
+    rendered = MarkdownIt("commonmark").enable("strikethrough").renderInline(shown)  # no tag of its own
+    assert html.unescape(rendered) == text and "<a" not in rendered and "<img" not in rendered

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..forward import text_ids
 from ..spec import ModelSpec
 
 
@@ -110,14 +111,6 @@ class Token:
         """Bytes this token contributes to the text (a special token: its literal name)."""
         data = None if self.special else piece_bytes(self.piece)
         return data if data is not None else self.piece.encode()
-
-
-def text_ids(tokenizer: Any, text: str, add_special_tokens: bool = False) -> list[int]:
-    """Token ids of text someone typed, as ordinary text: a typed `<|im_end|>` is the several
-    tokens of its characters, never the model's end-of-turn token (`split_special_tokens`), so
-    no visitor can forge a turn of the chat. Text without such strings tokenizes as usual."""
-    return list(tokenizer(text, add_special_tokens=add_special_tokens,
-                          split_special_tokens=True)["input_ids"])
 
 
 def tokenize(tokenizer: Any, text: str) -> list[Token]:
