@@ -110,9 +110,13 @@ def open_page(page: str, trace) -> AppTest:
     return at.run()
 
 
-@pytest.mark.parametrize("page", ["generate.py", "attention.py"])
+@pytest.mark.parametrize("page", ["generate.py", "attention.py", "tokens.py"])
 def test_a_crafted_trace_shows_its_texts_as_text(page, crafted):
-    at = open_page(page, crafted)
+    at = AppTest.from_file(str(ROOT / "pages" / page), default_timeout=60)
+    state_of(at.session_state).run.trace = crafted
+    at.session_state["tok_text"] = " ".join(PAYLOADS)  # the Tokens page's text, typed by a visitor
+    at.session_state["bpe_word"] = LINK
+    at.run()
     assert not at.exception
     seen = " ".join(readable(text) for _, text in shown_strings(at))
     assert all(p in seen for p in PAYLOADS)  # the payloads are on the page: the check bites
@@ -161,3 +165,12 @@ def test_as_text_renders_as_itself_in_markdown_html_and_charts(text):
     assert html.unescape(shown) == text  # HTML and plotly decode the references: the text itself
     rendered = MarkdownIt("commonmark").enable("strikethrough").renderInline(shown)  # no tag of its own
     assert html.unescape(rendered) == text and "<a" not in rendered and "<img" not in rendered
+
+
+@pytest.mark.parametrize("text", ["·un", "a`b", "`x", "``[a](b)``"])
+def test_a_code_span_holds_any_text(text):
+    from markdown_it import MarkdownIt
+
+    from ui.text import code_span
+
+    assert MarkdownIt("commonmark").renderInline(code_span(text)) == f"<code>{html.escape(text)}</code>"

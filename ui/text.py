@@ -25,3 +25,11 @@ def plain(text: str) -> str:
     markdown: every markdown punctuation character escaped, so `~x~` is not strikethrough and
     `a.b` is not a link."""
     return _MARKDOWN.sub(r"\\\1", text)
+
+
+def code_span(text: str) -> str:
+    """User text as a Markdown code span, whatever backticks it holds: fenced by one backtick
+    more than its longest run (CommonMark), padded where it starts or ends with one."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
