@@ -174,3 +174,18 @@ def test_a_code_span_holds_any_text(text):
     from ui.text import code_span
 
     assert MarkdownIt("commonmark").renderInline(code_span(text)) == f"<code>{html.escape(text)}</code>"
+
+
+def test_a_load_test_files_texts_are_text_in_its_gantt():
+    from charts.remote import gantt_chart
+
+    from .test_charts_remote import make_run
+
+    run = make_run()
+    hostile = (replace(run.requests[0], prompt=BOLD + IMAGE),
+               replace(run.requests[1], error="<a href='https://example.com'>" + BOLD + "</a>"),
+               *run.requests[2:])
+    fig = gantt_chart(replace(run, requests=hostile))
+    texts = list(_json_strings(json.loads(fig.to_json())))
+    assert any(BOLD in html.unescape(t) for t in texts)  # shown...
+    assert not any("<b>bold" in t or "<a " in t for t in texts)  # ...as text
