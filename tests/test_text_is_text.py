@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from charts.text import JOINER
 from engine import GenerationSettings, generate_trace
 from engine.records.tracefile import decode_trace, trace_to_bytes
 from ui.state import state_of
@@ -24,6 +25,7 @@ PAYLOADS = (IMAGE, LINK, BOLD)
 # text acts on the tags alone
 ACTIVE = ("![x](", "[evil](", "<b>bold")
 CHART_ACTIVE = ("<b>bold",)
+BARE_LINK = re.compile(r"(?i)\b(?:https?://|www\.)")
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +95,28 @@ def shown_strings(at: AppTest):
                 yield kind, text
 
 
-def readable(text: str) -> str:
-    """What a reader sees of escaped text (Markdown backslashes, character references undone)."""
+def undone(text: str) -> str:
+    """Escaped text as GFM's bare-link finder sees it: backslashes and references undone."""
     return html.unescape(re.sub(r"\\(.)", r"\1", text))
 
 
+def readable(text: str) -> str:
+    """What a reader sees of escaped text (the invisible word joiners left out too)."""
+    return undone(text).replace(JOINER, "")
+
+
 def unescaped(at: AppTest) -> list[str]:
-    """Every shown string holding a payload in a form its renderer would act on."""
-    return [f"{kind}: {text[:160]!r}" for kind, text in shown_strings(at)
-            if any(a in text for a in (CHART_ACTIVE if kind == "PlotlyChart" else ACTIVE))]
+    """Every shown string holding a payload in a form its renderer would act on: Markdown or
+    HTML syntax, or (Markdown) a bare address GFM would link."""
+    found = []
+    for kind, text in shown_strings(at):
+        if kind == "PlotlyChart":
+            bad = any(a in text for a in CHART_ACTIVE)
+        else:
+            bad = any(a in text for a in ACTIVE) or BARE_LINK.search(undone(text)) is not None
+        if bad and any(m in readable(text) for m in ("x.png", "example.com", "bold")):
+            found.append(f"{kind}: {text[:160]!r}")
+    return found
 
 
 def open_page(page: str, trace) -> AppTest:
@@ -162,9 +177,10 @@ def test_as_text_renders_as_itself_in_markdown_html_and_charts(text):
     from charts.text import as_text
 
     shown = as_text(text)
-    assert html.unescape(shown) == text  # HTML and plotly decode the references: the text itself
+    assert html.unescape(shown).replace(JOINER, "") == text  # HTML and plotly: the text itself
     rendered = MarkdownIt("commonmark").enable("strikethrough").renderInline(shown)  # no tag of its own
-    assert html.unescape(rendered) == text and "<a" not in rendered and "<img" not in rendered
+    assert html.unescape(rendered).replace(JOINER, "") == text
+    assert "<a" not in rendered and "<img" not in rendered and not BARE_LINK.search(html.unescape(rendered))
 
 
 @pytest.mark.parametrize("text", ["·un", "a`b", "`x", "``[a](b)``"])
