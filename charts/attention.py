@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from engine.records.trace import Trace
 
+from .text import as_text
 from .tokens import piece_text, visible
 
 MASKED_COLOR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens)
@@ -29,9 +30,10 @@ MAX_FRAME_VALUES = 1_000_000  # … and its frames hold at most 4 MB of float32 
 
 
 def sequence_labels(trace: Trace) -> list[str]:
-    """Labels of every position that has an attention row: the prompt, then fed-back outputs."""
+    """Labels of every position that has an attention row: the prompt, then fed-back outputs.
+    Safe for the figures' text and for Markdown (a widget's options): see charts/text.py."""
     pieces = list(trace.prompt_pieces) + [s.piece for s in trace.steps[:-1]]
-    return [f"{i}:{visible(piece_text(p))}" for i, p in enumerate(pieces)]
+    return [f"{i}:{as_text(visible(piece_text(p)))}" for i, p in enumerate(pieces)]
 
 
 def _check_weights(weights: np.ndarray, labels: Sequence[str]) -> tuple[int, int]:
@@ -239,7 +241,7 @@ def _check_decode(weights: np.ndarray, labels: Sequence[str], prompt_len: int) -
 def _decode_title(labels: Sequence[str], prompt_len: int, step: int, produced: str) -> str:
     position = prompt_len + step - 1  # of the token fed at this step
     return (f"step {step}: token {labels[position]} attends over {position + 1} cached tokens, "
-            f"producing {visible(piece_text(produced))!r}")
+            f"producing {as_text(repr(visible(piece_text(produced))))}")
 
 
 def decode_row_chart(weights: np.ndarray, labels: Sequence[str], prompt_len: int, step: int,

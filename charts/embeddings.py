@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from .text import as_text
+
 GROUP_STYLE = {"probed token": ("#111111", 15, "star"), "prompt token": ("#d62728", 11, "circle"),
                "neighbour": ("#1f77b4", 8, "circle"), "vocabulary sample": ("#c7c7c7", 4, "circle")}
 
@@ -88,7 +90,9 @@ def embedding_map(points: dict[str, tuple[np.ndarray, list[str]]],
     optionally gives a group longer hover texts. The probed token is labelled first, then its
     neighbours, then the prompt's tokens, each only where its text has room (`label_positions`);
     every point shows its label on hover. Axis ranges are set (the data's extent, padded) so
-    the room computed here is the room on screen."""
+    the room computed here is the room on screen. Hover texts are escaped (a vocabulary piece
+    such as `<br>` is shown, not obeyed: charts/text.py); WebGL's point labels draw text as it
+    is, references included, so they stay unescaped."""
     everything = np.vstack([np.asarray(c).reshape(-1, 2) for c, _ in points.values()])  # (N, 2)
     x_range, y_range = _padded(everything[:, 0]), _padded(everything[:, 1])
     order = [g for g in LABELLED if g in points]
@@ -110,7 +114,8 @@ def embedding_map(points: dict[str, tuple[np.ndarray, list[str]]],
             x=xy[:, 0], y=xy[:, 1], mode="markers+text" if text is not None else "markers",
             text=text, textposition=[p or "top center" for p in placed[group]]
             if group in placed else None, textfont={"size": 12, "color": color},
-            hovertext=(hover or {}).get(group, labels), hoverinfo="text", name=group,
+            hovertext=[as_text(h) for h in (hover or {}).get(group, labels)], hoverinfo="text",
+            name=group,
             marker={"color": color, "size": size, "symbol": symbol}))
     fig.update_layout(height=MAP_HEIGHT, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.05})

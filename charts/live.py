@@ -9,6 +9,7 @@ from engine.records.trace import Step, Trace
 from engine.timing.disturbance import assess
 from engine.timing.metrics import warmup_step
 
+from .text import as_text
 from .tokens import piece_text, visible
 
 PREFILL_COLOR = "#d62728"
@@ -45,7 +46,7 @@ def step_chart(trace: Trace) -> go.Figure:
                 marker={"color": color, "pattern": {
                     "shape": DELAYED_PATTERN if hatched else "", "fgcolor": "white", "size": 6,
                     "fillmode": "overlay"}},
-                customdata=[[visible(piece_text(s.piece)), s.context_len,
+                customdata=[[as_text(visible(piece_text(s.piece))), s.context_len,
                              _timing_note(s, hatched)] for s in chosen],
                 hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
                               "<br>context %{customdata[1]} tokens%{customdata[2]}<extra>"
@@ -97,7 +98,7 @@ def empty_step_chart() -> go.Figure:
 
 def topk_chart(step: Step) -> go.Figure:
     """The model's top candidates at one step, the chosen token marked."""
-    labels = [f"{rank + 1}. {visible(piece_text(p))}" for rank, p in enumerate(step.top_pieces)]
+    labels = [f"{rank + 1}. {as_text(visible(piece_text(p)))}" for rank, p in enumerate(step.top_pieces)]
     chosen = [int(t) == step.token_id for t in step.top_ids]
     fig = go.Figure(go.Bar(
         x=[float(p) for p in step.top_probs], y=labels, orientation="h",

@@ -22,6 +22,7 @@ from engine.remote.summary import tokens_per_second_window
 from .gantt import Bars, Marks, gantt_figure, top_legend
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
 from .serving import QUEUE_COLOR
+from .text import as_text
 
 TIME_AXIS = "time since the load started (s)"
 RUNNING_COLOR = DECODE_COLOR  # requests the server is decoding
@@ -41,8 +42,9 @@ def now_ms(run: LoadRun) -> float:
 
 
 def _short(text: str, n: int = MAX_PROMPT_HOVER) -> str:
+    """A file's text (a prompt, an error) for hover text: one line, cut, and shown as text."""
     text = " ".join(text.split())
-    return text if len(text) <= n else text[:n - 1] + "…"
+    return as_text(text if len(text) <= n else text[:n - 1] + "…")
 
 
 def request_spans(r: RemoteRequest, arrival_ms: float, now: float
@@ -89,7 +91,7 @@ def gantt_chart(run: LoadRun) -> go.Figure:
                  "ttft": "sent → first token (TTFT, client)"
                          + (f" · {r.prompt_tokens} prompt tokens" if r.prompt_tokens else ""),
                  "decode": f"{r.output_tokens} tokens in {len(r.chunk_ms)} chunks · finish: "
-                           f"{r.finish}"}
+                           f"{as_text(r.finish)}"}
         for name, span in request_spans(r, arrival, now).items():
             if span is not None:
                 bars[name].add(span[0] / 1000.0, (span[1] - span[0]) / 1000.0, row,
@@ -113,7 +115,7 @@ def gantt_chart(run: LoadRun) -> go.Figure:
 
 def _end_text(r: RemoteRequest, t_ms: float) -> str:
     ttft = "–" if r.ttft_ms is None else f"{r.ttft_ms:,.0f} ms"
-    text = (f"request {r.id} {r.finish} at {t_ms / 1000:.2f} s: {r.output_tokens} tokens, "
+    text = (f"request {r.id} {as_text(r.finish)} at {t_ms / 1000:.2f} s: {r.output_tokens} tokens, "
             f"TTFT {ttft}")
     return text + (f"<br>{_short(r.error, 120)}" if r.error else "")
 

@@ -33,6 +33,7 @@ from engine.errors import EngineError
 from engine.experiments import Experiments
 from engine.files import read_trace_file
 from engine.lens.attention_stats import full_attention, has_attention, head_summary
+from engine.outfile import add_out_options, out_file
 from engine.records.trace import Trace
 from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
 from engine.timing.disturbance import RULE, assess
@@ -370,29 +371,25 @@ computed by the formula shown next to it.</p>
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m charts.report TRACE [-o OUT]`: write a trace file's run as one self-contained
-    HTML page. A user mistake (no such file, damaged trace, unwritable folder) is one line on
-    stderr and exit status 2."""
+    HTML page. A user mistake (no such file, damaged trace, unwritable folder, an --out that is
+    the trace itself or exists without --force: engine/outfile.py) is one line on stderr and exit
+    status 2."""
     parser = argparse.ArgumentParser(prog="python -m charts.report", description="write a trace "
                                      "file's run as one self-contained HTML page (opens offline)")
     parser.add_argument("file")
-    parser.add_argument("-o", "--out", default=None,
-                        help="the HTML file to write (default: the trace's name with .html)")
+    add_out_options(parser, "the HTML page (default: the trace's name with .html)")
     args = parser.parse_args(argv)
     try:
         opened = read_trace_file(args.file)
-        out = Path(args.out) if args.out else Path(args.file).with_suffix(".html")
+        out = out_file(args.out or Path(args.file).with_suffix(".html"), args.force, [args.file])
         data = report_html(opened.trace, opened.experiments).encode("utf-8")
-        try:
-            out.write_bytes(data)
-        except OSError as err:
-            raise EngineError(f"cannot write the report to {str(out)[:200]}: "
-                              f"{err.strerror or err}") from err
+        out.write(data)
     except EngineError as err:
         if os.environ.get("INFERENCE_EXPLORER_DEBUG") == "1":
             raise
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"report       {out} ({len(data):,} bytes)")
+    print(f"report       {out.path} ({len(data):,} bytes)")
     return 0
 
 

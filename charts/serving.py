@@ -19,6 +19,7 @@ from engine.serving.record import RequestRecord, ServingRun, StepRecord
 
 from .gantt import Bars, Marks, gantt_figure, top_legend
 from .live import DECODE_COLOR, PREFILL_COLOR
+from .text import as_text
 from .tokens import piece_text, visible
 
 # Requests cycle through these (never prefill red or decode blue, which the Gantt's bars use).
@@ -85,7 +86,7 @@ def gantt_chart(run: ServingRun) -> go.Figure:
         notes = {"queue": f"waited {_span(p.queue):.0f} ms",
                  "prefill": f"{len(r.spec.prompt_token_ids)} prompt tokens"
                             + (f" ({r.cached_tokens} from shared blocks)" if r.cached_tokens else ""),
-                 "decode": f"{len(r.token_ids)} tokens · finish: {r.finish}"}
+                 "decode": f"{len(r.token_ids)} tokens · finish: {as_text(r.finish)}"}
         for name, span in (("queue", p.queue), ("prefill", p.prefill), ("decode", p.decode)):
             if span is not None and span[1] >= span[0]:
                 bars[name].add(span[0], max(span[1] - span[0], 0.0), row,
@@ -304,7 +305,7 @@ def drafted_chips_html(pieces: list[str], drafted: list[bool]) -> str:
         style = f' style="{DRAFTED_STYLE}"' if from_draft else ""
         kind = "ie-gen ie-drafted" if from_draft else "ie-gen"
         parts.append(f'<span class="ie-chip {kind}"{style} title="{html.escape(title, quote=True)}">'
-                     f"{html.escape(visible(piece_text(piece)))}</span>")
+                     f"{as_text(visible(piece_text(piece)))}</span>")
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
 
 

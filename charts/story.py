@@ -11,6 +11,7 @@ from engine.records.trace import Step
 
 from .formatting import size
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR, topk_chart
+from .text import as_text
 from .tokens import piece_text, visible
 
 ATTENTION_COLOR = DECODE_COLOR
@@ -27,7 +28,7 @@ def next_token_chart(step: Step) -> go.Figure:
     if any(int(i) == step.token_id for i in step.top_ids):
         return fig
     bar = fig.data[0]
-    label = f"{step.chosen_rank + 1}. {visible(piece_text(step.piece))}"
+    label = f"{step.chosen_rank + 1}. {as_text(visible(piece_text(step.piece)))}"
     bar.x = (*bar.x, step.chosen_prob)
     bar.y = (*bar.y, label)
     bar.marker.color = (*bar.marker.color, PREFILL_COLOR)

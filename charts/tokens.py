@@ -18,6 +18,8 @@ from engine.lens.tokens import (
 )
 from engine.records.trace import Trace
 
+from .text import as_text
+
 
 def piece_text(piece: str) -> str:
     """'Ġthe' → ' the', 'Ċ' → '\\n', '▁the' → ' the'; a piece holding part of a UTF-8 character
@@ -52,7 +54,7 @@ def chip(text: str, title: str, kind: str, partial: bool = False, marked: bool =
     style = f' style="{"; ".join(styles)}"' if styles else ""
     title = f"{MARKED_TITLE} · {title}" if marked else title
     return (f'<span class="ie-chip ie-{kind}{" ie-first-diff" if marked else ""}"{style} '
-            f'title="{html.escape(title, quote=True)}">{html.escape(visible(text))}</span>')
+            f'title="{html.escape(title)}">{as_text(visible(text))}</span>')
 
 
 def _split_note(token: Token, characters: str) -> str:

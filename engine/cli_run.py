@@ -15,6 +15,7 @@ import sys
 from typing import Callable
 
 from .errors import EngineError
+from .outfile import OutFile, add_out_options, out_file
 from .quant import VARIANT_NAMES
 from .records.trace import Trace
 from .settings import (
@@ -62,7 +63,7 @@ def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--no-kv-cache", action="store_true", help="recompute everything each step")
     run.add_argument("--no-attention", action="store_true", help="do not record attention")
     run.add_argument("--no-hidden", action="store_true", help="do not record hidden states")
-    run.add_argument("--out", default=None, help="write the trace to this file")
+    add_out_options(run, "the trace (.npz)")
     run.add_argument("--speculate", default=None, choices=SPECULATE_CHOICES,
                      help="speculative decoding: prompt-lookup drafts (the context's last n-gram "
                           "found earlier, the tokens after it) verified k + 1 positions a forward "
@@ -102,6 +103,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
         raise EngineError("the prompt is empty")
     weights, dtype = chosen_weights(args.weights, args.dtype)
     speculate = speculation_options(args)
+    out = out_file(args.out, args.force)  # refused before the model loads
     interactive = sys.stderr.isatty()
     if not interactive:
         from transformers.utils import logging as hf_logging
@@ -110,7 +112,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
     lm = load_model(args.model, device=args.device, dtype=dtype,
                     progress=(lambda msg: print(msg, file=sys.stderr)) if interactive else None)
     if speculate is not None:
-        return _speculative_run(args, lm, settings, weights, speculate, print_summary)
+        return _speculative_run(args, lm, settings, weights, speculate, out, print_summary)
     options: dict = {"weights": weights}
     if weights in FLOAT_DTYPES and weights != "fp32" or lm.spec.dtype != "float32":
         options["native_problem"] = (f"the native step reads float32 and integer weights; this "
@@ -122,7 +124,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
         lm = built.lm
         options.update(native=built.native, native_problem=built.native_problem)
     trace = Run(lm, args.prompt, settings, **options).run_all()
-    return _report(trace, args.out, print_summary)
+    return _report(trace, out, print_summary)
 
 
 def decoder_line(trace: Trace) -> str:
@@ -153,7 +155,7 @@ def speculation_options(args: argparse.Namespace) -> tuple[int, int] | None:
 
 
 def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings, weights: str,
-                     options: tuple[int, int], print_summary) -> int:
+                     options: tuple[int, int], out: OutFile | None, print_summary) -> int:
     """`run --speculate`: the weights as asked (an integer variant's copy runs in torch, whose
     forwards verify the drafts), then a SpeculativeRun; its trace carries the speculation."""
     from .models import build_variant
@@ -165,16 +167,16 @@ def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings,
         lm = build_variant(lm, weights, with_native=False).lm
     draft, ngram = options
     trace = SpeculativeRun(lm, args.prompt, settings, draft, ngram, weights=weights).run_all()
-    return _report(trace, args.out, print_summary)
+    return _report(trace, out, print_summary)
 
 
-def _report(trace: Trace, out: str | None, print_summary: Callable[[Trace], None]) -> int:
+def _report(trace: Trace, out: OutFile | None, print_summary: Callable[[Trace], None]) -> int:
     """What every run prints: which decoder ran (stderr), the summary, where the trace went."""
-    from .records.tracefile import save_trace
+    from .records.tracefile import trace_to_bytes
 
     print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
     print_summary(trace)
-    if out:
-        save_trace(trace, out)
-        print(f"trace        {out}")
+    if out is not None:
+        out.write(trace_to_bytes(trace))
+        print(f"trace        {out.path}")
     return 0

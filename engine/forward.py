@@ -18,6 +18,7 @@ import torch
 from transformers import Cache, DynamicCache
 
 from .clock import clock_ms
+from .errors import InputError
 from .loader import LoadedModel
 
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
@@ -25,13 +26,47 @@ Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, 
 CACHE_TENSORS = ("keys", "values", "key_scales", "value_scales")
 
 
+_SENTINEL = "\x00user text\x00"  # stands for the prompt when the chat template is rendered
+
+
+def text_ids(tokenizer: Any, text: str, add_special_tokens: bool = False) -> list[int]:
+    """Token ids of text someone typed, as ordinary text: a typed `<|im_end|>` is the several
+    tokens of its characters, never the model's end-of-turn token (`split_special_tokens`), so
+    no visitor can forge a turn of the chat. Text without such strings tokenizes as usual."""
+    return list(tokenizer(text, add_special_tokens=add_special_tokens,
+                          split_special_tokens=True)["input_ids"])
+
+
+def _holds_added_token(tokenizer: Any, text: str) -> bool:
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return any(t.content in text for t in added.values())
+
+
+def _chat_text(tokenizer: Any, content: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": content}],
+                                         add_generation_prompt=True, tokenize=False)
+
+
 def prepare_prompt(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
-    """Token ids of the prompt: wrapped in the model's chat template (as a user turn) by default."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                             add_generation_prompt=True, tokenize=False)
+    """Token ids of the prompt: wrapped in the model's chat template (as a user turn) by default.
+
+    The template's own markers (`<|im_start|>`, `<|im_end|>`) are special tokens; the prompt is
+    ordinary text (`text_ids`) even where it spells a marker. A prompt holding no added token's
+    string is tokenized with the template text in one call, exactly as `generate()` users do; one
+    that does is tokenized apart from the template text around it."""
+    if not (chat_template and getattr(tokenizer, "chat_template", None)):
+        return text_ids(tokenizer, prompt, add_special_tokens=True)
+    text = _chat_text(tokenizer, prompt)
+    if not _holds_added_token(tokenizer, prompt):
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt)["input_ids"])
+    before, _, after = _chat_text(tokenizer, _SENTINEL).partition(_SENTINEL)
+    if before + prompt + after != text:  # a template that rewrites the text: no place to split
+        raise InputError("this model's chat template changes the prompt, so the special-token "
+                         "text in it (such as <|im_end|>) cannot be kept as text: remove it, "
+                         "or turn the chat template off")
+    return (list(tokenizer(before, add_special_tokens=False)["input_ids"])
+            + text_ids(tokenizer, prompt)
+            + list(tokenizer(after, add_special_tokens=False)["input_ids"]))
 
 
 def _forward(model: Any, input_ids: torch.Tensor, cache: Cache | None,

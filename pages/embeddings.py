@@ -93,8 +93,8 @@ def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
         st.caption(plain(probed.description()))
         if probed.word_initial is not None:
             text, _, piece = probed.word_initial
-            st.button(f"Probe “{text}” ({visible(piece_text(piece))}) instead", on_click=use_word_initial,
-                      args=(text,), icon=":material/space_bar:")
+            st.button(f"Probe “{plain(text)}” ({plain(visible(piece_text(piece)))}) instead",
+                      on_click=use_word_initial, args=(text,), icon=":material/space_bar:")
     else:
         st.caption(plain(f"Neighbours of the piece {token_label(lm, chosen)} (id {chosen}), as it "
                          "appears in the prompt."))

@@ -266,7 +266,7 @@ def why_this_token(trace: Trace) -> None:
     options = list(range(len(trace.steps)))
     pick = st.select_slider(
         "Generated token", options, value=options[-1] if len(options) == 1 else 0,
-        format_func=lambda i: f"{i}: {piece_text(trace.steps[i].piece)!r}", key=STEP)
+        format_func=lambda i: plain(f"{i}: {piece_text(trace.steps[i].piece)!r}"), key=STEP)
     step = trace.steps[pick]
     show_chart(topk_chart(step), name="next-token candidates")
     if step.chosen_rank > 0:

@@ -23,7 +23,7 @@ from engine import LoadedModel, Trace
 from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
 from ui.common import no_trace_notice, show_chart
 from ui.state import current_trace, loaded_model
-from ui.text import plain
+from ui.text import code_span, plain
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
 
@@ -57,7 +57,7 @@ def text_to_tokens(tok: Any) -> None:
                    "exactly.")
     split = [t for t in tokens if not t.special and splits_character(t.raw)]
     if split:
-        st.caption(f"Chips like {piece_text(split[0].piece).strip()} (dashed) hold UTF-8 bytes "
+        st.caption(f"Chips like {plain(piece_text(split[0].piece).strip())} (dashed) hold UTF-8 bytes "
                    "of a character split across tokens: this tokenizer works on bytes, and a "
                    "character it saw rarely is cut into pieces of 1–3 of its bytes that only "
                    "together decode to the character. Hover a chip to see which character.")
@@ -65,13 +65,14 @@ def text_to_tokens(tok: Any) -> None:
 
 def how_bpe_built_a_word(tok: Any) -> None:
     st.subheader("How BPE built a word")
-    word = st.text_input("Word", " unhappiness", max_chars=40, help="A leading space matters: "
-                         "most words follow one, and it is part of the word's first piece (·).")
+    word = st.text_input("Word", " unhappiness", max_chars=40, key="bpe_word",
+                         help="A leading space matters: most words follow one, and it is part of "
+                              "the word's first piece (·).")
     for pre in pre_tokens(tok, word)[:4]:
         steps = bpe_steps(tok, pre)
-        at = st.select_slider(f"Merge step for “{shown_piece(pre)}”", range(len(steps)),
+        at = st.select_slider(f"Merge step for “{plain(shown_piece(pre))}”", range(len(steps)),
                               value=len(steps) - 1, key=f"bpe-{pre}")
-        st.markdown(" ".join(f"`{shown_piece(p)}`" for p in steps[at].pieces))
+        st.markdown(" ".join(code_span(shown_piece(p)) for p in steps[at].pieces))
         st.dataframe(merge_table(steps, at), hide_index=True, width="stretch",
                      height=table_height(len(steps)))
     st.caption("Start from single bytes; repeatedly merge the adjacent pair that comes first in the "

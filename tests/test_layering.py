@@ -31,7 +31,8 @@ SKIP = {".venv", "build", "out", "__pycache__"}
 
 ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader",
                "engine.forward", "engine.runner", "engine.attention", "engine.detok",
-               "engine.sampling", "engine.clock", "engine.assets", "engine.records")
+               "engine.sampling", "engine.clock", "engine.assets", "engine.records",
+               "engine.outfile")
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
                    ("kernels", "kv", "quant", "serving", "remote", "lens", "timing"))
 ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",

@@ -277,7 +277,7 @@ def test_cli_report_writes_the_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["/no/such/trace.npz"], "no such file"),
-    ([str(EXAMPLES_DIR / "qa.npz"), "-o", "/no/such/folder/r.html"], "cannot write the report"),
+    ([str(EXAMPLES_DIR / "qa.npz"), "-o", "/no/such/folder/r.html"], "no such folder"),
     ([str(EXAMPLES_DIR / "examples.json")], "not a valid trace file"),
 ])
 def test_cli_report_user_mistakes_exit_2_with_one_line(args, message, capsys):

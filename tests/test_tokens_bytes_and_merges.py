@@ -82,7 +82,8 @@ def test_tokens_page_shows_bytes_and_the_whole_merge_table(monkeypatch):
     chips = [m.value for m in at.markdown if "ie-chips" in m.value]
     assert chips and "\ufffd" not in chips[-1]  # " 東京" here: <E6> <9D B1> …, after a space
     assert "·&lt;E6&gt;</span>" in chips[-1] and "UTF-8 bytes of 東" in chips[-1]
-    assert any("<E6>" in c.value and "split across" in c.value for c in at.caption)  # the key
+    assert any("\\<E6\\>" in c.value and "split across" in c.value  # the key, as Markdown text
+               for c in at.caption)
     at.text_input[0].set_value(" antidisestablishmentarianism").run()
     at.select_slider[0].set_value(2).run()
     merges = [(d, kw) for d, kw in shown if hasattr(d, "data") and "merge rank" in d.data][-1]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..forward import text_ids
 from ..spec import ModelSpec
 
 
@@ -113,8 +114,9 @@ class Token:
 
 
 def tokenize(tokenizer: Any, text: str) -> list[Token]:
-    """The text's tokens exactly as the model sees them (no BOS/chat template added)."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    """The text's tokens exactly as the model sees them in a prompt (no BOS/chat template
+    added; a typed special-token string is ordinary text, as `text_ids` says)."""
+    ids = text_ids(tokenizer, text)
     special = set(tokenizer.all_special_ids)
     return [Token(i, p, i in special) for i, p in zip(ids, tokenizer.convert_ids_to_tokens(ids))]
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, InputError
+from ..outfile import add_out_options, out_file
 from . import VARIANT_NAMES
 
 
@@ -31,7 +30,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--weights", type=_variants, default=None,
                         help="comma-separated variants (default: fp32, fp16, int8, q4_0, q4_1, "
                              f"q3 and the AWQ ones); any of {', '.join(VARIANT_NAMES)}")
-    parser.add_argument("--out", default=None, help="write the study record (JSON) to this file")
+    add_out_options(parser, "the study record (JSON)")
     parser.add_argument("--model", default=None, help="hub id or local folder (default: "
                                                       "SmolLM2-135M)")
     parser.add_argument("--new-tokens", type=int, default=None,
@@ -63,9 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from .study import default_plan, run_study
     from .study_record import study_to_json
 
-    out = Path(args.out) if args.out else None
-    if out is not None and not out.parent.is_dir():
-        raise InputError(f"cannot write the study to {str(out)[:200]}: no such folder")
+    out = out_file(args.out, args.force)
     if not sys.stderr.isatty():
         from transformers.utils import logging as hf_logging
 
@@ -81,10 +78,6 @@ def run(args: argparse.Namespace) -> int:
                       say=lambda text, done: print(f"[{done:4.0%}] {text}", file=sys.stderr))
     print(table(study))
     if out is not None:
-        try:
-            out.write_text(study_to_json(study))
-        except OSError as err:
-            raise EngineError(f"cannot write the study to {str(out)[:200]}: "
-                              f"{err.strerror or err}") from err
-        print(f"study        {out}")
+        out.write(study_to_json(study).encode("utf-8"))
+        print(f"study        {out.path}")
     return 0

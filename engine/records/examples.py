@@ -56,8 +56,10 @@ def record_example(lm: Any, example: Example) -> Trace:
 
 
 def record_examples(lm: Any, folder: Path = EXAMPLES_DIR) -> list[tuple[Example, int]]:
-    """Record every example into `folder`; (example, file bytes) for each. A file over
+    """Record every example into `folder`, replacing the shipped files (that is this command's
+    purpose; each is written atomically); (example, file bytes) for each. A file over
     MAX_EXAMPLE_BYTES is an error: the manifest must record fewer layers or tokens."""
+    from ..outfile import OutFile
     from .tracefile import trace_to_bytes
 
     written = []
@@ -66,6 +68,6 @@ def record_examples(lm: Any, folder: Path = EXAMPLES_DIR) -> list[tuple[Example,
         if len(data) > MAX_EXAMPLE_BYTES:
             raise EngineError(f"example {example.name} is {len(data):,} bytes, over "
                              f"{MAX_EXAMPLE_BYTES:,}: record fewer attention layers or tokens")
-        (folder / f"{example.name}.npz").write_bytes(data)
+        OutFile(folder / f"{example.name}.npz", force=True).write(data)  # re-recorded whole
         written.append((example, len(data)))
     return written

@@ -14,7 +14,8 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import InputError
-from ..serving.cli import out_path, positive_int, write_record
+from ..outfile import add_out_options, out_file
+from ..serving.cli import positive_int, write_record
 
 DEFAULT_PROMPTS = (
     "What is the capital of France?",
@@ -45,7 +46,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         help="send prompts as typed (default: the default model's chat template)")
     parser.add_argument("--compare-local", action="store_true",
                         help="also run the same load on this app's batched engine")
-    parser.add_argument("--out", default=None, help="write the load-test record (JSON) here")
+    add_out_options(parser, "the load-test record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     return parser
 
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from .loadtest import LoadTest
     from .record import LoadConfig
 
-    out = out_path(args.out)
+    out = out_file(args.out, args.force)
     try:
         config = LoadConfig(normalize_base_url(args.base_url), args.model or "",
                             tuple(args.prompt or DEFAULT_PROMPTS), args.requests,

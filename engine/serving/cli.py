@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from ..errors import EngineError, InputError
+from ..errors import InputError
+from ..outfile import OutFile, add_out_options, out_file
 
 DEFAULTS = {"max_new_tokens": 32, "max_batch": 8, "block_size": 16, "num_blocks": 256}
 
@@ -26,22 +26,10 @@ def positive_int(text: str) -> int:
     return value
 
 
-def out_path(out: str | None) -> Path | None:
-    """The --out file, checked before any work: its folder must exist (InputError otherwise)."""
-    path = Path(out) if out else None
-    if path is not None and not path.parent.is_dir():
-        raise InputError(f"cannot write the record to {str(path)[:200]}: no such folder")
-    return path
-
-
-def write_record(out: Path, data: bytes, json_on_stdout: bool) -> None:
+def write_record(out: OutFile, data: bytes, json_on_stdout: bool) -> None:
     """Write a record file and say where (on stderr when stdout carries JSON)."""
-    try:
-        out.write_bytes(data)
-    except OSError as err:
-        raise EngineError(f"cannot write the record to {str(out)[:200]}: "
-                          f"{err.strerror or err}") from err
-    print(f"record       {out}", file=sys.stderr if json_on_stdout else sys.stdout)
+    out.write(data)
+    print(f"record       {out.path}", file=sys.stderr if json_on_stdout else sys.stdout)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -61,7 +49,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--arrival", choices=("all", "poisson"), default="all")
     parser.add_argument("--rate", type=float, default=2.0, help="requests per second (poisson)")
     parser.add_argument("--raw", action="store_true", help="no chat template")
-    parser.add_argument("--out", default=None, help="write the serving record (JSON) to this file")
+    add_out_options(parser, "the serving record (JSON)")
     parser.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     parser.add_argument("--model", default=None, help="hub id or local folder (default: "
                                                       "SmolLM2-135M)")
@@ -108,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     if any(not p.strip() for p in args.prompts):
         raise InputError("a prompt is empty")
-    out = out_path(args.out)
+    out = out_file(args.out, args.force)
     try:
         config = ServingConfig(args.scheduler, args.max_batch, args.block_size, args.num_blocks,
                                args.prefix_sharing)
