@@ -98,3 +98,26 @@ def test_attention_charts_follow_the_global_format_and_its_own_switch_is_gone(ap
     # AppTest skips on a switched page (Chromium checks it: tests/e2e/test_present_browser.py)
     assert shown[0][0]["toImageButtonOptions"]["filename"].endswith("layer-0-head-0")
     assert "attn_format" not in at.session_state
+
+
+def test_presenting_a_table_is_html_in_the_grids_formats(app):
+    """Presenting, a table is an HTML table (its text sized by the style sheet, ≥ 22 px) with the
+    values the grid would show, formatted as its column configuration says."""
+    from ui.tables import cell_text
+
+    app.query_params["present"] = "1"
+    at = open_example(app.run())
+    at.switch_page("pages/steps.py").run()
+    assert not at.exception and not at.dataframe
+    trace = state_of(at.session_state).run.trace
+    table = at.table[0].value
+    assert table["step"].tolist() == list(range(len(trace.steps)))  # the values, not their text
+    assert cell_text(0.4513, "percent") == "45\\.13%" and cell_text(2.5, "%.2f×") == "2\\.50×"
+    assert cell_text(1234567, "localized") == "1,234,567" and cell_text(0.1234567) == "0\\.1235"
+    assert cell_text(None) == cell_text(float("nan")) == "" and cell_text(True) == "yes"
+    assert cell_text("*a*_b_") == "\\*a\\*\\_b\\_"  # markdown shown as itself
+    assert cell_text("https://x.org/c", kind="link", link_text="config ↗") == \
+        "[config ↗](https://x.org/c)"
+    at.session_state["present"] = False
+    at.run()
+    assert at.dataframe and not at.table  # the grid again

@@ -104,3 +104,8 @@ FIGURE_BOX = """(key) => {
   const r = fig.getBoundingClientRect();
   return [r.top, r.bottom, window.innerHeight];
 }"""
+
+# Every select box's shown value cut short (an ellipsis: its text wider than its box): [text].
+SELECT_CUT = """() => [...document.querySelectorAll('[data-testid="stSelectbox"] [data-baseweb="select"] *')]
+  .filter(e => e.children.length === 0 && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.textContent.trim())"""
