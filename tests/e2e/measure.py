@@ -105,7 +105,7 @@ FIGURE_BOX = """(key) => {
   return [r.top, r.bottom, window.innerHeight];
 }"""
 
-# Every select box's shown value cut short (an ellipsis: its text wider than its box): [text].
-SELECT_CUT = """() => [...document.querySelectorAll('[data-testid="stSelectbox"] [data-baseweb="select"] *')]
-  .filter(e => e.children.length === 0 && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
-  .map(e => e.textContent.trim())"""
+# Every select box's shown value cut short (its input's text wider than the input): [text].
+SELECT_CUT = """() => [...document.querySelectorAll('[data-testid="stSelectbox"] input')]
+  .filter(e => e.value && e.getClientRects().length && e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.value)"""

@@ -57,11 +57,14 @@ def test_tokens_stream_while_generating(browser, url):
 
     # A second run: once it shows its prompt, nothing of the first run is on screen (its summary
     # line, its answer), and it shows its prompt before its first token (no stale page meanwhile)
-    old = [page.get_by_text("stopped because").inner_text()[:60],
-           page.get_by_test_id("stCode").first.inner_text()[:40]]
+    main = page.get_by_test_id("stMain")
+    old = [main.get_by_text("stopped because").inner_text()[:60],
+           main.get_by_test_id("stCode").first.inner_text()[:40]]
     page.evaluate(WATCH_OLD, old)
     start_generation(page, "Name three planets.")
-    page.get_by_text("stopped because").wait_for(timeout=180_000)
+    page.wait_for_function("() => document.querySelector('.ie-chips').textContent.includes("
+                           "'planets') && document.body.innerText.includes('stopped because')",
+                           timeout=180_000)
     wait_for_app(page)
     log = page.evaluate("window.__old")  # [new prompt shown, old texts shown, generated chips]
     shown = [r for r in log if r[0]]
