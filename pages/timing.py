@@ -77,7 +77,9 @@ def ceilings_control(trace, lm) -> Ceilings | None:
              else "float32")
     ceil = cached_ceilings(device, dtype)  # a file: no turn, nothing measured
     label = "Measure again" if ceil is not None else "Measure this machine's ceilings"
-    if st.button(label, icon=":material/speed:",
+    # a key: the label changes once measured, and a button of a new identity would be drawn
+    # beside the old one (Streamlit keeps a replaced widget on screen until the run ends)
+    if st.button(label, icon=":material/speed:", key="measure_ceilings",
                  help="Reads a 1 GB buffer and times a matmul (a few seconds). The figures are "
                       "kept for this machine; each measurement keeps the best ever shown."):
         ceil = run_experiment(lambda job: ceilings(device, dtype, refresh=True), cut=False,
