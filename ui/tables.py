@@ -35,8 +35,8 @@ def cell_text(value: Any, fmt: str | None = None, kind: str | None = None,
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, numbers.Number):
-        if fmt == "percent":
-            text = f"{value:.2%}"
+        if fmt == "percent":  # as the grid: at most two decimals, no trailing zero
+            text = f"{value * 100:.2f}".rstrip("0").rstrip(".") + "%"
         elif fmt == "localized":
             text = f"{value:,}"
         elif fmt:
