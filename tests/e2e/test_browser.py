@@ -78,7 +78,7 @@ def test_stop_keeps_partial_output(browser, url):
     page = open_app(browser, url)
     start_generation(page, LONG_PROMPT)
     page.wait_for_function(f"document.querySelectorAll('{GEN}').length >= 4", timeout=120_000)
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_test_id("stMain").get_by_role("button", name="Stop").click()  # not the header's
     # the Stop click reruns the script: wait for that rerun's summary, not a gap between runs
     page.get_by_text("you pressed Stop").wait_for(timeout=60_000)
     wait_for_app(page)
