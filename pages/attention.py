@@ -36,6 +36,7 @@ from ui.experiment import run_experiment
 from ui.keys import HEAD, LAYER, MODEL_VIEW
 from ui.memo import memo
 from ui.state import loaded_model
+from ui.tables import show_table
 
 LIMIT = 96  # heatmap cells per side before blocks are averaged (keeps the browser payload small)
 TILE = 12  # model view: each head's prefill map as at most TILE × TILE block means
@@ -123,7 +124,7 @@ def model_view_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
         "on first token": summary["first"][li, h], "on previous token": summary["previous"][li, h],
         "on itself": summary["self"][li, h], "looks like": roles[li, h]}
         for li, layer in enumerate(trace.attention_layers) for h in range(spec.heads)])
-    st.dataframe(table.round(3), hide_index=True, width="stretch", height=320)
+    show_table(table.round(3), hide_index=True, width="stretch", height=320)
     st.caption("Averages over the prompt's query rows. A head that puts most weight on the first "
                "token is an attention sink; on the previous token, a previous-token head.")
 
@@ -185,7 +186,7 @@ def one_head_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
                 f"dimension, not the hidden size ({spec.hidden_size}), a common mistake.")
     st.caption(f"q (query head {head}, first 8 of {d} values): "
                + ", ".join(f"{v:.3f}" for v in inputs.query[head, pos, :8]))
-    st.dataframe(pd.DataFrame({
+    show_table(pd.DataFrame({
         "key token": labels[: pos + 1], "q·k": steps.scores, "× scale": steps.scaled,
         "softmax (recomputed)": steps.weights,
         "recorded weight": focus.weights[head, pos, : pos + 1]}).round(5), width="stretch")

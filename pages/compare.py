@@ -52,6 +52,7 @@ from ui.keys import COMPARE_A, COMPARE_HEAD, COMPARE_LAYER, COMPARE_UPLOAD
 from ui.memo import memo
 from ui.record import keep_compare_a, keep_compare_run
 from ui.state import app_state, compare_run, current_trace, session_model
+from ui.tables import show_table
 from ui.text import message, plain
 from ui.traces import read_viewable
 
@@ -253,7 +254,7 @@ def settings_section(a: Trace, b: Trace) -> None:
     differs = [r.differs for r in rows]
     styled = table.style.apply(lambda row: [HIGHLIGHT if differs[row.name] else ""] * len(row),
                                axis=1)
-    st.dataframe(styled, hide_index=True, width="stretch", height=35 * len(rows) + 38)
+    show_table(styled, hide_index=True, width="stretch", height=35 * len(rows) + 38)
     names = [r.name for r in rows if r.differs]
     st.caption("Highlighted: " + (", ".join(names) if names else "nothing — the same settings")
                + ".")
@@ -312,7 +313,7 @@ def numbers_section(a: Trace, b: Trace) -> None:
     if (note := decoder_note(a, b)) is not None:
         st.warning(plain(note))
     rows = metric_rows(a, b)
-    st.dataframe(pd.DataFrame([{
+    show_table(pd.DataFrame([{
         "": r.name, "run A": _FORMAT[r.unit](r.a), "run B": _FORMAT[r.unit](r.b),
         "B − A": _signed(r), "B ÷ A": "–" if r.ratio is None else f"{r.ratio:.2f}×",
         "how it is computed": r.formula} for r in rows]), hide_index=True, width="stretch")

@@ -17,6 +17,7 @@ from ui.experiment import run_experiment
 from ui.keys import EMB_PICK, EMB_PROBE
 from ui.memo import memo
 from ui.state import app_state, current_trace, loaded_model, session_model
+from ui.tables import show_table
 from ui.text import plain
 
 SAMPLE = " The king and the queen walked to Paris."
@@ -99,7 +100,7 @@ def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
         st.caption(plain(f"Neighbours of the piece {token_label(lm, chosen)} (id {chosen}), as it "
                          "appears in the prompt."))
     near = index.neighbours(chosen, 10)
-    st.dataframe(pd.DataFrame({"rank": range(1, 11), "token": [token_label(lm, i) for i in near.ids],
+    show_table(pd.DataFrame({"rank": range(1, 11), "token": [token_label(lm, i) for i in near.ids],
                                "id": near.ids, "cosine similarity": near.scores.round(4)}),
                  hide_index=True, width="stretch")
     return int(chosen), [int(i) for i in near.ids]

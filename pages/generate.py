@@ -19,7 +19,7 @@ from engine.records.tracefile import trace_to_bytes
 from engine.timing.metrics import warmup_note
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
-from ui.experiment import limit_text, run_experiment
+from ui.experiment import Job, limit_text, run_experiment
 from ui.keys import PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
 from ui.memo import memo
 from ui.record import keep_new_trace, keep_prompt, keep_trace
@@ -128,11 +128,14 @@ def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> N
     slots["chips"].markdown(token_chips_html(trace), unsafe_allow_html=True)
     show_answer(trace, slots)
     show_metrics(trace, slots)
+    # in a container: a chart (an element with an identity) that a new run replaces is kept on
+    # screen by Streamlit until that run ends, a container is not
     if not trace.steps:
-        show_chart(empty_step_chart(), where=slots["chart"], key=f"steps-{tag}-empty", name="steps")
-    elif draw_chart:
-        show_chart(step_chart(trace), where=slots["chart"], key=f"steps-{tag}-{len(trace.steps)}",
+        show_chart(empty_step_chart(), where=slots["chart"].container(), key=f"steps-{tag}-empty",
                    name="steps")
+    elif draw_chart:
+        show_chart(step_chart(trace), where=slots["chart"].container(),
+                   key=f"steps-{tag}-{len(trace.steps)}", name="steps")
 
 
 def show_answer(trace: Trace, slots: LiveSlots) -> None:
@@ -150,7 +153,7 @@ def show_empty(slots: LiveSlots) -> None:
     """Before the first run: the live parts, empty. Drawn now, the browser has loaded their code
     before the model runs (loaded during the first decode step, it would compete with the
     model)."""
-    show_chart(empty_step_chart(), where=slots["chart"], key="steps-none", name="steps")
+    show_chart(empty_step_chart(), where=slots["chart"].container(), key="steps-none", name="steps")
     slots["answer"].code("The answer will appear here as plain text.", language=None)
     with slots["metrics"].container():
         for col, name in zip(st.columns(5), ("TTFT", "Last ITL", "Mean ITL", "Decode rate",
@@ -179,7 +182,17 @@ def show_metrics(trace: Trace, slots: LiveSlots) -> None:
 
 def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
     """Run the model on the prompt, drawing every step; the finished (or stopped) run's trace,
-    or None when it could not start (the reason shown)."""
+    or None when it could not start (the reason shown). The run's first act is to show itself in
+    the live slots (its prompt's chips, empty metrics and chart, its progress in the status
+    line), so that no part of the last run is left on screen while the prefill runs; the status
+    line also holds the queue notice and any message, so the page's other elements keep their
+    places."""
+    with slots.status.container():
+        line = st.empty()
+        return _generation(prompt, slots, line)
+
+
+def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
     lm = loaded_model()
     if lm is None:
         st.error("No model is loaded yet — see the sidebar (it may still be loading). You can "
@@ -191,8 +204,12 @@ def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
                                          **session_model().run_options()), turn=False, cut=False)
     if run is None:  # the prompt was refused: the reason is shown
         return None
-    set_pending_run(run.trace())  # until the first token: this run, no answer
-    if run_experiment(lambda job: decode(run, slots), stop=budget, cut=False) is None:
+    started = run.trace()
+    set_pending_run(started)  # until the first token: this run, no answer
+    show(started, slots, "live")
+    prefill = f"Prefill: the {len(started.prompt_token_ids)}-token prompt in one forward pass…"
+    if run_experiment(lambda job: decode(run, slots, job), progress=prefill, where=line,
+                      stop=budget, cut=False) is None:
         return None
     trace = run.trace()
     if budget.is_set() and trace.stop_reason == "stopped":
@@ -209,12 +226,16 @@ def keep_run(trace: Trace) -> None:
         set_pending_run(trace)
 
 
-def decode(run: Run, slots: LiveSlots) -> Run:
-    """Every step of the run, drawn live and kept (Stop, or leaving the page, keeps what ran)."""
+def decode(run: Run, slots: LiveSlots, job: Job) -> Run:
+    """Every step of the run, drawn live and kept (Stop, or leaving the page, keeps what ran);
+    the status line counts the tokens."""
+    most = run.settings.max_new_tokens
     try:
         drawn = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
         for step in run:
             trace = run.trace()
+            job.progress((step.index + 1) / most, f"Decode: token {step.index + 1} of at most "
+                                                  f"{most} (Stop keeps the tokens so far)")
             if step.index == 0:
                 keep_new_trace(trace)  # results computed on the old trace go
             else:
@@ -328,19 +349,25 @@ header()
 TYPED, GENERATE, STOP = prompt_form()
 SLOTS = LiveSlots.make(*VIEWS)
 TRACE = shown_trace(STOP)
+REPLAY = not GENERATE and replay_asked("trace") and TRACE is not None and bool(TRACE.steps)
+# What the page shows below the live slots. A run (a generation, a replay) starts it empty, so
+# that nothing of the last run stays on screen while this one draws; any other rerun keeps it in
+# place (a container inherits what it held, with no flicker) until it is drawn again.
+AFTER = st.empty() if GENERATE or REPLAY else st.container()
 if GENERATE:
     TRACE = run_generation(TYPED, SLOTS) or shown_trace(False)
-elif replay_asked("trace") and TRACE is not None and TRACE.steps:
+elif REPLAY:
     replay_trace(TRACE, SLOTS)
-if TRACE is None:
-    show_empty(SLOTS)
-    st.info("Generate a trace above, open an example run or upload a trace file below.")
-else:
-    show(TRACE, SLOTS, "final")
-    summary(TRACE)
-    disturbance_warning(TRACE)
-    if TRACE.steps:
-        why_this_token(TRACE)
-        download(TRACE)
+with AFTER.container() if GENERATE or REPLAY else AFTER:
+    if TRACE is None:
+        show_empty(SLOTS)
+        st.info("Generate a trace above, open an example run or upload a trace file below.")
+    else:
+        show(TRACE, SLOTS, "final")
+        summary(TRACE)
+        disturbance_warning(TRACE)
+        if TRACE.steps:
+            why_this_token(TRACE)
+            download(TRACE)
 examples_section(TRACE is None)
 replay_section(TRACE)

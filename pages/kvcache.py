@@ -32,6 +32,7 @@ from ui.config import config
 from ui.experiment import Job, run_experiment
 from ui.record import keep_experiments
 from ui.state import current_experiments, current_trace, last_serving_run, loaded_model
+from ui.tables import show_table
 from ui.text import plain
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
@@ -51,7 +52,7 @@ def live_memory(trace: Trace | None) -> None:
                 f"**{last.kv_bytes:,} B**" + ("" if trace.settings.kv_cache else
                                                " (cache off: nothing is kept)."))
     per_layer = m.kv_bytes(last.context_len) // m.layers if trace.settings.kv_cache else 0
-    st.dataframe(pd.DataFrame({"layer": range(m.layers), "measured (B)": last.kv_bytes_per_layer,
+    show_table(pd.DataFrame({"layer": range(m.layers), "measured (B)": last.kv_bytes_per_layer,
                                "formula (B)": [per_layer] * m.layers}),
                  hide_index=True, height=200)
 
@@ -100,7 +101,7 @@ def on_off_table(found: tuple[OnOff, ...]) -> None:
     """The results: per length the median and min–max of the rounds, the delayed rounds; a note
     for a longer output measured faster than a shorter one; the chart of the rounds and the
     per-step times of the longest output's median round."""
-    st.dataframe(pd.DataFrame([{
+    show_table(pd.DataFrame([{
         "new tokens": r.new_tokens, "rounds": r.rounds,
         "cache on, median (ms)": round(r.median_ms(True)), "cache on, min–max (ms)": _spread(r, True),
         "cache off, median (ms)": round(r.median_ms(False)),
@@ -141,7 +142,7 @@ def calculator(lm: LoadedModel | None) -> None:
     context = c1.number_input("Context length (tokens)", 1, 1_000_000, 4096, step=1024)
     batch = c2.number_input("Batch (sequences)", 1, 1024, 1)
     dtype = c3.selectbox("Cache dtype", list(CACHE_DTYPES), index=1)
-    st.dataframe(pd.DataFrame([{
+    show_table(pd.DataFrame([{
         "model": x.name, "attention": x.attention, "per-layer rule": x.rule(dtype),
         "bytes per token": x.bytes_per_token(dtype),
         "total (GiB)": round(x.total_bytes(int(context), int(batch), dtype) / 2**30, 3),
@@ -190,7 +191,7 @@ def shrinking_it(trace: Trace | None, lm: LoadedModel | None) -> None:
                        keep=lambda runs: keep_experiments(cache_variants=runs))
     runs = current_experiments().cache_variants
     if runs:
-        st.dataframe(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),
+        show_table(pd.DataFrame([{"cache": r.config.label, "memory at end (B)": int(r.kv_bytes[-1]),
                                     "vs full": f"{r.kv_bytes[-1] / runs[0].kv_bytes[-1]:.0%}",
                                     "top-1 agreement": f"{r.agreement:.1%}",
                                     "mean KL (nats)": round(float(r.kl.mean()), 4)} for r in runs]),
@@ -252,7 +253,7 @@ def recorded_blocks(label: str, run: ServingRun) -> None:
                 f"{step.empty_slots(size)} slots wasted in last blocks (Σ blocks × {size} − "
                 f"tokens), versus {reserved - held} if every running request had reserved "
                 "prompt + max new tokens contiguous slots up front.")
-    st.dataframe(pd.DataFrame({
+    show_table(pd.DataFrame({
         "request": [row.request for row in step.tables],
         "tokens": [row.tokens for row in step.tables],
         "block table (logical → physical)": [" ".join(map(str, row.blocks)) for row in step.tables]}),
@@ -275,7 +276,7 @@ def modelled_blocks(trace: Trace | None) -> None:
                 f"{layout.total_waste} slots wasted in last blocks, versus "
                 f"{layout.contiguous_waste(max_len)} if every sequence reserved {max_len} "
                 "contiguous slots up front.")
-    st.dataframe(pd.DataFrame({"sequence": names, "tokens": layout.lengths,
+    show_table(pd.DataFrame({"sequence": names, "tokens": layout.lengths,
                                "block table (logical → physical)": [" ".join(map(str, t))
                                                                     for t in layout.block_tables]}),
                  hide_index=True)

@@ -35,6 +35,7 @@ from ui.config import config
 from ui.experiment import Job, budget_note, run_experiment
 from ui.record import keep_experiments
 from ui.state import current_experiments, loaded_model, session_model
+from ui.tables import show_table
 from ui.text import plain
 
 # Llama-style shapes from each config.json that assets/kv_models.json links (hidden, FFN,
@@ -62,7 +63,7 @@ def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
     rows = [{"variant": name, "decoder Linear weights stored as":
              STORAGE.get(name.removeprefix("awq_"), name),
              "bits per weight (codes + scales)": _bits(name)} for name in VARIANT_NAMES]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    show_table(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption("awq_…: the same format after an AWQ-style search for per-input-channel scales "
                "on a calibration text (engine/quant/awq.py); the scales are folded into the "
                "norms, so the stored bytes are the base format's.")
@@ -85,7 +86,7 @@ def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
              "lossless": "yes" if g.lossless else "no"}
             for i, g in enumerate((*study.grid, *study.embedding_grid))]
     number = st.column_config.NumberColumn
-    st.dataframe(pd.DataFrame(grid), hide_index=True, width="stretch", column_config={
+    show_table(pd.DataFrame(grid), hide_index=True, width="stretch", column_config={
         "max |change|": number(format="%.3g"), "grid step (mean scale)": number(format="%.3g"),
         "weights unchanged": number(format="percent")})
     st.caption("Measured on the loaded tensors: |W − dequantize(quantize(W))| per weight. "
@@ -118,7 +119,7 @@ def calculator(lm: LoadedModel | None) -> None:
         models.append(model_weights(f"{lm.spec.name.split(' (')[0]} (loaded)",
                                     lm.spec.param_count, formats=CALC_FORMATS))
     show_chart(calculator_chart(models), name="weights per format")
-    st.dataframe(pd.DataFrame([{"model": m.name, "parameters (B)": m.params / 1e9,
+    show_table(pd.DataFrame([{"model": m.name, "parameters (B)": m.params / 1e9,
                                 **{f"{f} (GB)": gb for f, gb in m.gigabytes.items()}}
                                for m in models]).round(3), hide_index=True, width="stretch")
     st.caption("Stored bytes = params × (bits + scale bits / group) / 8, every weight in the "
@@ -200,14 +201,16 @@ def results_table(study: QuantStudy) -> None:
             "MBU": s.mbu(study.bandwidth_gb_s), "decoder": s.decoder + (" (delayed)" if s.disturbed
                                                                         else "")})
     number = st.column_config.NumberColumn
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+    # an HTML table: twelve columns read whole at 1440 px beside the sidebar, each cell wrapping
+    # (a data grid would cut the last ones at its edge)
+    show_table(pd.DataFrame(rows), hide_index=True, html=True, column_config={
         **{c: number(format="%.1f") for c in ("MB measured", "MB by formula", "TTFT (ms)",
                                                 "MB read / step")},
         "bits / weight": number(format="%.2f"), "perplexity": number(format="%.3f"),
         "KL (nats)": number(format="%.4f"), "top-1": number(format="percent"),
         "ITL (ms)": number(format="%.2f"), "MBU": number(format="percent")})
     with st.expander("How each variant's bytes add up (storage and formula)"):
-        st.dataframe(pd.DataFrame([{"variant": v.name, "decoder Linears stored as": v.report.storage,
+        show_table(pd.DataFrame([{"variant": v.name, "decoder Linears stored as": v.report.storage,
                                     "bytes by formula": v.report.formula,
                                     "= bytes": v.report.formula_bytes,
                                     "measured bytes": v.report.nbytes}

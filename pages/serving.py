@@ -43,6 +43,7 @@ from ui.sections.serving import (
     stream_specs,
 )
 from ui.state import generation_settings, loaded_model, serving_results, session_model
+from ui.tables import show_table
 from ui.text import plain
 
 REDRAW_S = 1.0  # the live charts redraw at most this often (a redraw shares the cores with the model)
@@ -304,7 +305,7 @@ def block_tables(run: ServingRun) -> None:
              "block table (logical → physical)": " ".join(map(str, row.blocks)),
              "empty slots in its last block": len(row.blocks) * run.config.block_size - row.tokens}
             for row in step.tables]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    show_table(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption(f"Step {step.index} ({step.kind}, {step.ms:.1f} ms): requests "
                f"{', '.join(map(str, step.requests))} computed {sum(step.new_tokens)} positions; "
                f"{step.shared_blocks} blocks shared, {step.copied_blocks} copied on write, "
@@ -317,7 +318,7 @@ def block_tables(run: ServingRun) -> None:
 
 def requests_table(run: ServingRun) -> None:
     with st.expander("Every request: prompt, answer, times"):
-        st.dataframe(pd.DataFrame([{
+        show_table(pd.DataFrame([{
             "request": r.id, "arrival (ms)": r.spec.arrival_ms, "queue (ms)": r.queue_ms,
             "TTFT (ms)": r.ttft_ms, "TPOT (ms)": r.tpot_ms, "prompt tokens": len(r.spec.prompt_token_ids),
             "from shared blocks": r.cached_tokens, "output tokens": len(r.token_ids),

@@ -12,6 +12,7 @@ from engine import Trace, summarize
 from engine.timing.disturbance import assess, cpu_share, expected_threads
 from engine.timing.metrics import warmup_note, warmup_step
 from ui.common import disturbance_warning, require_trace
+from ui.tables import show_table
 from ui.text import plain
 
 
@@ -45,7 +46,7 @@ def step_table(trace: Trace) -> None:
         "context (tokens)": step.context_len, "KV cache (bytes)": step.kv_bytes,
         "p(chosen)": round(step.chosen_prob, 4), "rank": step.chosen_rank + 1,
     } for step in trace.steps])
-    st.dataframe(table, hide_index=True, width="stretch", column_config={
+    show_table(table, hide_index=True, width="stretch", column_config={
         "wall (ms)": st.column_config.NumberColumn(help="The whole step: forward, sampling, "
                                                    "recording (wall clock; GPU: synchronized)"),
         "forward (ms)": st.column_config.NumberColumn(help="The model forward alone"),

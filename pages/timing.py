@@ -32,6 +32,7 @@ from ui.experiment import Job, run_experiment
 from ui.record import keep_experiments
 from ui.sections.timing_kernels import dtype_section, kernels_section
 from ui.state import current_experiments, loaded_model
+from ui.tables import show_table
 
 Points = dict[str, tuple[Work, float]]
 PHASE_WIDTH = 224  # px: the longest phase label ("decode, eager (static cache)") in full
@@ -76,7 +77,9 @@ def ceilings_control(trace, lm) -> Ceilings | None:
              else "float32")
     ceil = cached_ceilings(device, dtype)  # a file: no turn, nothing measured
     label = "Measure again" if ceil is not None else "Measure this machine's ceilings"
-    if st.button(label, icon=":material/speed:",
+    # a key: the label changes once measured, and a button of a new identity would be drawn
+    # beside the old one (Streamlit keeps a replaced widget on screen until the run ends)
+    if st.button(label, icon=":material/speed:", key="measure_ceilings",
                  help="Reads a 1 GB buffer and times a matmul (a few seconds). The figures are "
                       "kept for this machine; each measurement keeps the best ever shown."):
         ceil = run_experiment(lambda job: ceilings(device, dtype, refresh=True), cut=False,
@@ -109,7 +112,7 @@ def work_table(points: Points, ceil: Ceilings | None) -> None:
             row.update({"MFU": use.mfu, "MBU": use.mbu, "bound by": use.bound})
         rows.append(row)
     number = st.column_config.NumberColumn  # short headers: the phase and bound-by text fit
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+    show_table(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
         "phase": st.column_config.TextColumn("phase", width=PHASE_WIDTH),
         "GFLOPs": number("GFLOPs", format="%.3g"),
         "MB moved": number("MB", format="%.1f", help="bytes moved, in MB"),
@@ -207,7 +210,7 @@ def sweeps_section(lm) -> None:
             found = current_experiments().sweeps.get(key)
             if found:
                 show_chart(sweep_chart(found, x_title, y_title, as_rate), name=f"sweep {x_title}")
-                st.dataframe(pd.DataFrame([{
+                show_table(pd.DataFrame([{
                     "size": p.size, "median ms": round(p.ms, 2),
                     "min ms": round(p.ms_min, 2), "max ms": round(p.ms_max, 2),
                     "repeats": len(p.repeats_ms) or 1,

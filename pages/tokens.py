@@ -23,6 +23,7 @@ from engine import LoadedModel, Trace
 from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
 from ui.common import no_trace_notice, show_chart
 from ui.state import current_trace, loaded_model
+from ui.tables import show_table
 from ui.text import code_span, plain
 
 SENTENCES = json.loads((Path(__file__).parents[1] / "assets" / "multilingual.json").read_text())
@@ -73,7 +74,7 @@ def how_bpe_built_a_word(tok: Any) -> None:
         at = st.select_slider(f"Merge step for “{plain(shown_piece(pre))}”", range(len(steps)),
                               value=len(steps) - 1, key=f"bpe-{pre}")
         st.markdown(" ".join(code_span(shown_piece(p)) for p in steps[at].pieces))
-        st.dataframe(merge_table(steps, at), hide_index=True, width="stretch",
+        show_table(merge_table(steps, at), hide_index=True, width="stretch",
                      height=table_height(len(steps)))
     st.caption("Start from single bytes; repeatedly merge the adjacent pair that comes first in the "
                "tokenizer's own merge list (lowest rank). The last row equals the tokenizer's "
@@ -100,7 +101,7 @@ def same_sentence_many_languages(lm: LoadedModel) -> None:
     frame = pd.DataFrame(table)
     show_chart(language_bars(list(frame.language), list(frame.tokens), list(frame["× English"])),
                name="tokens per language")
-    st.dataframe(frame, hide_index=True, width="stretch")
+    show_table(frame, hide_index=True, width="stretch")
     st.caption(f"Cost on {plain(spec.name)}: KV cache = 2 · {spec.layers} layers · {spec.kv_heads} "
                f"KV heads · {spec.head_dim} head_dim · {spec.dtype_bytes} bytes · tokens = "
                f"{spec.kv_bytes_per_token:,} B per token; prefill FLOPs ≈ 2 · "

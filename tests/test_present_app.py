@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -98,3 +99,38 @@ def test_attention_charts_follow_the_global_format_and_its_own_switch_is_gone(ap
     # AppTest skips on a switched page (Chromium checks it: tests/e2e/test_present_browser.py)
     assert shown[0][0]["toImageButtonOptions"]["filename"].endswith("layer-0-head-0")
     assert "attn_format" not in at.session_state
+
+
+def _tables_page() -> None:
+    import pandas as pd
+    import streamlit as st
+
+    from ui.tables import show_table
+
+    show_table(pd.DataFrame({"step": [0, 1], "share": [0.4513, 0.5]}), hide_index=True,
+               column_config={"share": st.column_config.NumberColumn("CPU share", format="percent")})
+
+
+def test_presenting_a_table_is_html_in_the_grids_formats():
+    """Presenting, a table is an HTML table (its text sized by the style sheet, ≥ 22 px) with the
+    values the grid would show, formatted as its column configuration says."""
+    from ui.tables import cell_text
+
+    at = AppTest.from_function(_tables_page)
+    at.session_state["present"] = True
+    at.run()
+    assert not at.exception and not at.dataframe
+    table = at.table[0].value
+    assert table.columns.tolist() == ["step", "CPU share"]  # the column's label
+    assert table["step"].tolist() == [0, 1] and table["CPU share"].tolist() == [0.4513, 0.5]
+    shown = pa.ipc.open_stream(at.table[0].proto.arrow_data.styler.display_values).read_all()
+    assert shown.column(1).to_pylist() == ["45\\.13%", "50%"]  # the cells' text: cell_text's
+    assert cell_text(0.4513, "percent") == "45\\.13%" and cell_text(2.5, "%.2f×") == "2\\.50×"
+    assert cell_text(1234567, "localized") == "1,234,567" and cell_text(0.1234567) == "0\\.1235"
+    assert cell_text(None) == cell_text(float("nan")) == "" and cell_text(True) == "yes"
+    assert cell_text("*a*_b_") == "\\*a\\*\\_b\\_"  # markdown shown as itself
+    assert cell_text("https://x.org/c", kind="link", link_text="config ↗") == \
+        "[config ↗](https://x.org/c)"
+    at.session_state["present"] = False
+    at.run()
+    assert at.dataframe and not at.table  # the grid again

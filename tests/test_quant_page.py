@@ -46,7 +46,7 @@ def test_the_comparison_runs_and_is_kept():
     study = state_of(at.session_state).experiments.quant_study
     assert isinstance(study, QuantStudy)
     assert [v.name for v in study.variants] == ["fp32", "q4_0", "q3"]
-    table = next(d.value for d in at.dataframe if "ITL (ms)" in d.value.columns)
+    table = next(t.value for t in at.table if "ITL (ms)" in t.value.columns)  # an HTML table
     assert table["variant"].tolist() == ["fp32", "q4_0", "q3"]
     assert table["decoder"].tolist()[2].startswith("torch eager")  # q3: no native step
     grid = next(d.value for d in at.dataframe if "re-quantized to" in d.value.columns)

@@ -134,3 +134,32 @@ def generate_and_wait(page, prompt: str, timeout_ms: int = 180_000) -> None:
     start_generation(page, prompt)
     page.get_by_text("stopped because").wait_for(timeout=timeout_ms)
     wait_for_app(page, timeout_ms)
+
+
+# Records, at every change of the page while `name`'s run goes on: [the script is running, shown
+# buttons whose text holds `name`, shown tab bars, Streamlit's running indicator shown]. Streamlit
+# shows a rerun's elements as they come and keeps the last run's until then: a tree that changed
+# shape during a run would show two buttons or tab bars.
+WATCH_RUN = """(name) => {
+  window.__run = [];
+  const shown = e => e.getClientRects().length > 0;
+  new MutationObserver(() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    const main = document.querySelector('[data-testid="stMain"]');
+    const widget = document.querySelector('[data-testid="stStatusWidget"]');
+    window.__run.push([app.dataset.testScriptState === "running",
+      [...main.querySelectorAll('button')].filter(b => shown(b) && b.innerText.includes(name)).length,
+      [...main.querySelectorAll('[role="tablist"]')].filter(shown).length,
+      !!widget && shown(widget)]);
+  }).observe(document.body, {childList: true, subtree: true, attributes: true});
+}"""
+
+
+def check_run(page) -> None:
+    """What WATCH_RUN saw: never two run buttons or tab bars, the running indicator while the
+    script ran."""
+    log = page.evaluate("window.__run")
+    running = [r for r in log if r[0]]
+    assert running, "the run was seen"
+    assert max(r[1] for r in log) <= 1 and max(r[2] for r in log) <= 1, log
+    assert any(r[3] for r in running), "Streamlit's running indicator was shown"

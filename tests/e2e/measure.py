@@ -104,3 +104,8 @@ FIGURE_BOX = """(key) => {
   const r = fig.getBoundingClientRect();
   return [r.top, r.bottom, window.innerHeight];
 }"""
+
+# Every select box's shown value cut short (its input's text wider than the input): [text].
+SELECT_CUT = """() => [...document.querySelectorAll('[data-testid="stSelectbox"] input')]
+  .filter(e => e.value && e.getClientRects().length && e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.value)"""

@@ -7,6 +7,8 @@ from playwright.sync_api import expect
 from engine.files import read_trace_file
 
 from .browser import (
+    WATCH_RUN,
+    check_run,
     generate_and_wait,
     go_to,
     open_app,
@@ -16,6 +18,18 @@ from .browser import (
 
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
 GEN = ".ie-chips .ie-gen"
+# At every change of the page: [the chips show "planets" (the new prompt), how many of the `old`
+# texts the page holds, generated-token chips]
+WATCH_OLD = """(old) => {
+  window.__old = [];
+  new MutationObserver(() => {
+    const chips = document.querySelector('.ie-chips');
+    const text = document.querySelector('[data-testid="stMain"]').textContent;
+    window.__old.push([!!chips && chips.textContent.includes('planets'),
+                       old.filter(o => text.includes(o)).length,
+                       document.querySelectorAll('.ie-chips .ie-gen').length]);
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
 
 
 def no_exception(page) -> None:
@@ -38,6 +52,23 @@ def test_tokens_stream_while_generating(browser, url):
         assert page.get_by_test_id("stMetricLabel").filter(has_text=label).count() >= 1
     assert page.locator(".js-plotly-plot").count() >= 2  # step chart and top-k chart
     no_exception(page)
+
+    # A second run: once it shows its prompt, nothing of the first run is on screen (its summary
+    # line, its answer), and it shows its prompt before its first token (no stale page meanwhile)
+    main = page.get_by_test_id("stMain")
+    old = [main.get_by_text("stopped because").inner_text()[:60],
+           main.get_by_test_id("stCode").first.inner_text()[:40]]
+    page.evaluate(WATCH_OLD, old)
+    start_generation(page, "Name three planets.")
+    page.wait_for_function("() => document.querySelector('.ie-chips').textContent.includes("
+                           "'planets') && document.body.innerText.includes('stopped because')",
+                           timeout=180_000)
+    wait_for_app(page)
+    log = page.evaluate("window.__old")  # [new prompt shown, old texts shown, generated chips]
+    shown = [r for r in log if r[0]]
+    assert shown and not [r for r in shown if r[1]], log
+    assert shown[0][2] == 0, "the prompt is shown before the first token"
+    no_exception(page)
     page.close()
 
 
@@ -45,7 +76,7 @@ def test_stop_keeps_partial_output(browser, url):
     page = open_app(browser, url)
     start_generation(page, LONG_PROMPT)
     page.wait_for_function(f"document.querySelectorAll('{GEN}').length >= 4", timeout=120_000)
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_test_id("stMain").get_by_role("button", name="Stop").click()  # not the header's
     # the Stop click reruns the script: wait for that rerun's summary, not a gap between runs
     page.get_by_text("you pressed Stop").wait_for(timeout=60_000)
     wait_for_app(page)
@@ -62,9 +93,11 @@ def test_download_then_upload_replays(browser, url, tmp_path):
     generated = page.locator(GEN).count()
     go_to(page, "KV cache")
     page.get_by_role("tab", name="Shrinking it").click()
+    page.evaluate(WATCH_RUN, "Measure memory")
     page.get_by_role("button", name="Measure memory and quality").click()
     page.get_by_text("KL(full ‖ variant), nats").wait_for(timeout=120_000)  # an experiment result
     wait_for_app(page)
+    check_run(page)  # one button, one tab bar, the running indicator
     go_to(page, "Generate")
     with page.expect_download() as info:
         page.get_by_role("button", name="Download trace").click()

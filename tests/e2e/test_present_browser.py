@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .browser import wait_for_app
+from .browser import WATCH_RUN, check_run, wait_for_app
 from .measure import TEXT_OUTSIDE, TEXT_SIZES
 
 # Effective font sizes in CSS px: an SVG text's size times the scale of its transforms (plotly
@@ -28,14 +28,17 @@ SIZES = """() => {
 
 
 def open_example(page) -> None:
-    """The Short Q&A example from Generate's expander (opened on a first visit)."""
+    """The Short Q&A example from Generate's expander (opened on a first visit): its replay
+    shows Streamlit's running indicator while it runs, and one button to open it."""
     summary = page.get_by_text("Open an example run —")
     summary.wait_for()
     if not summary.locator("xpath=ancestor::details[1]").evaluate("d => d.open"):
         summary.click()
+    page.evaluate(WATCH_RUN, "Short Q&A")
     page.locator(".st-key-example_qa button").first.click()
     page.get_by_text("stopped because").wait_for(timeout=60_000)
     wait_for_app(page)
+    check_run(page)
     page.wait_for_timeout(1000)  # plotly draws after the script run has ended
 
 
@@ -91,9 +94,9 @@ def test_svg_download_from_a_chart_that_is_not_attention(browser, url, tmp_path)
     page.close()
 
 
-# Pages with charts and text from an example run alone (Steps is a data grid: a canvas, whose
-# text the DOM does not hold)
-PRESENTED = ["Generate", "Step by step", "Attention", "Prefill vs decode", "KV cache"]
+# Pages with charts, tables and text from an example run alone (presenting, a table is HTML:
+# ui/tables.py)
+PRESENTED = ["Generate", "Step by step", "Attention", "Prefill vs decode", "KV cache", "Steps"]
 
 
 def test_every_text_is_22px_and_no_page_is_hidden_at_1920_and_1280(browser, url):
@@ -125,4 +128,59 @@ def test_every_text_is_22px_and_no_page_is_hidden_at_1920_and_1280(browser, url)
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (width, i, box)
         assert page.get_by_test_id("stTopNav").count() == 0  # Streamlit's bar and its "N more"
         assert page.get_by_text(re.compile(r"^\d+ more$")).count() == 0
+    page.close()
+
+
+# Every cell of the HTML table whose header holds `header`: [text, cut (wider than its cell),
+# right edge past the table's visible box], and the table's font sizes (smallest first)
+TABLE_CELLS = """(header) => {
+  const table = [...document.querySelectorAll('[data-testid="stTable"]')]
+    .find(t => [...t.querySelectorAll('th')].some(th => th.textContent.trim() === header));
+  if (!table) return null;
+  const box = table.getBoundingClientRect();
+  const cells = [...table.querySelectorAll('th, td')].map(c => [c.textContent.trim(),
+    c.scrollWidth > c.clientWidth + 1, c.getBoundingClientRect().right > box.right + 1]);
+  const sizes = [...table.querySelectorAll('th, td')].flatMap(c => [c, ...c.querySelectorAll('*')])
+    .filter(e => e.textContent.trim()).map(e => parseFloat(getComputedStyle(e).fontSize));
+  return {cells, sizes: sizes.sort((a, b) => a - b)};
+}"""
+
+
+def test_the_quantization_table_is_whole_at_1440_and_22px_presenting(browser, url, tmp_path):
+    """A trace file carrying a Quantization study (made-up numbers, no model run): at 1440×900
+    beside the sidebar every cell of the results table, "decoder" included, is whole; presenting,
+    its cells are ≥ 22 px."""
+    from dataclasses import replace
+
+    from engine.experiments import Experiments
+    from engine.files import load_trace
+    from engine.records.examples import EXAMPLES_DIR
+    from engine.records.tracefile import trace_to_bytes
+    from tests.test_quant_study import fake_study
+
+    study = fake_study()
+    slow = replace(study.variants[2], speed=replace(study.variants[2].speed, others_share=0.7))
+    study = replace(study, variants=(*study.variants[:2], slow))  # "torch eager (delayed)"
+    path = tmp_path / "study.npz"
+    path.write_bytes(trace_to_bytes(load_trace(EXAMPLES_DIR / "qa.npz"), Experiments(quant_study=study)))
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(url)
+    wait_for_app(page)
+    page.get_by_text("instant", exact=True).click()
+    wait_for_app(page)
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
+    page.get_by_text("stopped because").wait_for(timeout=60_000)
+    wait_for_app(page)
+    token = page.evaluate("new URLSearchParams(location.search).get('s')")
+    for present in ("", "&present=1"):
+        page.goto(f"{url}/quantization?s={token}{present}")
+        wait_for_app(page)
+        page.get_by_text("torch eager (delayed)").first.wait_for(timeout=60_000)
+        found = page.evaluate(TABLE_CELLS, "decoder")
+        assert found and len(found["cells"]) == 12 * 4, found  # 12 columns: header + 3 variants
+        assert not [c for c in found["cells"] if c[1] or c[2]], found["cells"]
+        if present:
+            assert found["sizes"][0] >= 22, found["sizes"][:5]
+            sizes = page.evaluate(TEXT_SIZES)
+            assert sizes[0][0] >= 22, [s for s in sizes if s[0] < 22][:10]
     page.close()

@@ -140,7 +140,7 @@ def test_stop_keeps_the_partial_stream(page):
     page.get_by_role("button", name="Run the stream").click()
     progress = re.compile(r"step \d+: \d+ of at most \d+ tokens")
     expect(page.get_by_text(progress)).to_be_visible(timeout=120_000)  # the stream is running
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_test_id("stMain").get_by_role("button", name="Stop").click()  # not the header's
     expect(page.get_by_text("stopped before the end: the partial run")).to_be_visible(
         timeout=120_000)
     expect(page.locator('[data-testid="stException"]')).to_have_count(0)

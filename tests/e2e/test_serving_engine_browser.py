@@ -101,7 +101,7 @@ def _start_load(page, requests: str, tokens: str, concurrency: str) -> None:
 
 def test_stop_keeps_the_partial_load(page):
     _start_load(page, "8", "32", "2")
-    page.get_by_role("button", name="Stop").click()
+    page.get_by_test_id("stMain").get_by_role("button", name="Stop").click()  # not the header's
     expect(page.get_by_text("stopped before the end: the partial load")).to_be_visible(
         timeout=60_000)
     expect(page.locator('[data-testid="stException"]')).to_have_count(0)

@@ -11,7 +11,7 @@ from playwright.sync_api import expect, sync_playwright
 from ui.keys import STORY_FIGURE
 
 from .browser import go_to, launch_chromium, wait_for_app
-from .measure import CHART_OVERLAPS, FIGURE_BOX, TEXT_OUTSIDE, TEXT_SIZES
+from .measure import CHART_OVERLAPS, FIGURE_BOX, SELECT_CUT, TEXT_OUTSIDE, TEXT_SIZES
 
 # The stage headings, in order (pages/story.py STAGES; that module draws a page when imported)
 STAGES = ["Text → tokens (BPE)", "Tokens → vectors: embeddings and RoPE",
@@ -74,7 +74,8 @@ def test_keyboard_walks_the_whole_story_with_no_model(url):
 
 def test_a_clicker_brings_each_figure_into_view_in_presentation_mode(browser, url):
     """Presenting at 1280×720 (and 1920×1080 for the first step): → / PageDown shows the next
-    stage with its figure's top on screen, every text ≥ 22 px and no axis title cut."""
+    stage with its figure's top on screen, every text ≥ 22 px, no axis title cut and the stage's
+    name whole in the picker."""
     for width, height, stages in ((1280, 720, len(STAGES)), (1920, 1080, 2)):
         page = browser.new_page(viewport={"width": width, "height": height})
         page.goto(f"{url}/story?example=qa&present=1")
@@ -91,6 +92,7 @@ def test_a_clicker_brings_each_figure_into_view_in_presentation_mode(browser, ur
             sizes = page.evaluate(TEXT_SIZES)
             assert sizes[0][0] >= 22, (width, k, [s for s in sizes if s[0] < 22][:10])
             assert not page.evaluate(TEXT_OUTSIDE), (width, k)
+            assert not page.evaluate(SELECT_CUT), (width, k)  # the stage's name is whole
         page.close()
 
 

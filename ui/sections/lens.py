@@ -12,6 +12,7 @@ from engine.lens.logit_lens import logit_lens
 from ui.experiment import run_experiment
 from ui.memo import memo
 from ui.state import loaded_model
+from ui.tables import show_table
 
 
 def _lens_rows(trace: Trace, step_index: int) -> tuple | None:
@@ -35,7 +36,7 @@ def logit_lens_section(trace: Trace, step) -> None:
         rows = memo("lens", (trace, step.index), lambda: _lens_rows(trace, step.index))
         if rows is None:  # the reason is shown
             return
-        st.dataframe(pd.DataFrame([{
+        show_table(pd.DataFrame([{
             "layer": "embeddings" if r.layer == 0 else f"after layer {r.layer}",
             "would predict": f"{visible(piece_text(r.top_pieces[0]))} ({r.top_probs[0]:.0%})",
             "top 5": " | ".join(visible(piece_text(p)) for p in r.top_pieces),

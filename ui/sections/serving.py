@@ -34,6 +34,7 @@ from ui.experiment import Job, run_experiment
 from ui.files import RecordFiles, files_section
 from ui.record import keep_serving
 from ui.state import generation_settings, serving_results, session_model
+from ui.tables import show_table
 from ui.text import plain
 
 SAMPLES = json.loads((Path(__file__).parents[2] / "assets" / "serving_streams.json").read_text())
@@ -206,7 +207,7 @@ def why_batching(run: ServingRun) -> None:
                 "the batch's KV bytes, FLOPs per step ≈ 2 × parameters × batch. With few "
                 "requests the reads dominate, so a step of 8 costs little more than a step of "
                 "1, and tokens/s grow almost with the batch. Measured on the continuous run:")
-    st.dataframe(pd.DataFrame(rows).round(2), hide_index=True, width="stretch")
+    show_table(pd.DataFrame(rows).round(2), hide_index=True, width="stretch")
     st.caption("Tokens/s here = batch size ÷ median decode step time (each request in a "
                "decode step gets one token).")
 

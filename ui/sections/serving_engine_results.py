@@ -28,6 +28,7 @@ from ui.results import RemoteResults
 from ui.sections.serving import busy_warning, cpu_watch
 from ui.sections.serving_engine import DEFAULT_URL, LOCAL, YOUR_LOAD, hosted
 from ui.state import loaded_model, remote_results, session_model
+from ui.tables import show_table
 from ui.text import message, plain
 
 CLIENT_VS_SERVER = ("The client's TTFT also holds what the server's cannot see: the HTTP request, "
@@ -143,7 +144,7 @@ def results_section(run: LoadRun) -> None:
     counters(server, run)
     errors(run)
     with st.expander("Every request: prompt, answer, times"):
-        st.dataframe(pd.DataFrame([{
+        show_table(pd.DataFrame([{
             "request": r.id, "sent (s)": None if r.sent_ms is None else r.sent_ms / 1000,
             "TTFT (ms)": r.ttft_ms, "TPOT (ms)": r.tpot_ms, "e2e (ms)": r.e2e_ms,
             "prompt tokens": r.prompt_tokens, "output tokens": r.output_tokens,
@@ -180,7 +181,7 @@ def compare_section(run: LoadRun, label: str) -> None:
     if any(a.equal is not None for a in found.agreement):
         with st.expander("Per request: prompt tokens, output tokens, where they part",
                          expanded=any(a.equal is False for a in found.agreement)):
-            st.dataframe(agreement_table(found.agreement), hide_index=True, width="stretch")
+            show_table(agreement_table(found.agreement), hide_index=True, width="stretch")
     busy = bool(found.local.delayed_steps()) or (found.local_share or 0.0) >= OTHERS_LIMIT
     st.markdown(why_text(rows, server_stats(run), client_stats(run), found.agreement,
                          eager=LOCAL.eager and run.config.base_url == DEFAULT_URL, busy=busy))

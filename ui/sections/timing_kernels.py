@@ -18,6 +18,7 @@ from ui.config import config
 from ui.experiment import Job, budget_note, run_experiment
 from ui.record import keep_experiments
 from ui.state import current_experiments, session_model
+from ui.tables import show_table
 from ui.text import plain
 
 NEW_TOKENS = 32
@@ -76,7 +77,7 @@ def kernel_table(comparison, ceil) -> list[dict]:
                      "× eager": comparison.speedup(name), "MB moved": comparison.work.bytes / 1e6,
                      "achieved GB/s": use.bytes_s / 1e9, "MBU": use.mbu})
     number = st.column_config.NumberColumn
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+    show_table(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
         "ITL (ms)": number(format="%.1f"), "tokens/s": number(format="%.1f"),
         "× eager": number(format="%.2f×"), "MB moved": number(format="%.1f"),
         "achieved GB/s": number(format="%.1f"), "MBU": number(format="percent")})
@@ -159,7 +160,7 @@ def _dtype_result(result: DtypeComparison) -> None:
              "greedy tokens = float32's": "yes" if r.same_tokens else "no"}
             for r in result.runs]
     number = st.column_config.NumberColumn
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+    show_table(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
         **{name: number(format="%.1f") for name in ("ms per token (median)", "min ms", "max ms",
                                                     "tokens/s")},
         "time ÷ float32's": number(format="%.2f×")})
