@@ -21,10 +21,13 @@ from typing import Any, Callable
 
 from .errors import EngineError
 from .loader import LoadedModel, load_model
-from .settings import FLOAT_DTYPES, weights_name
+from .records.trace import Trace
+from .settings import FLOAT_DTYPES, GenerationSettings, weights_name
 
 Key = tuple[str, str]  # (source, weights variant)
 NATIVE_TOKENS = 256  # default size of a shared native decoder's cache (prompt + answer)
+WARM_PROMPT = "Hello."
+WARM_TOKENS = 4  # decode steps of `warm_up`'s run: the first few are the slow ones
 
 
 @dataclass(eq=False)
@@ -129,6 +132,25 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
     return WeightsVariant(lm, weights, nbytes, native, problem)
 
 
+def warm_up(entry: ModelEntry, settings: GenerationSettings | None = None,
+            prompt: str = WARM_PROMPT) -> Trace:
+    """One short run on the entry, as a visitor's first one runs (its native decoder built, the
+    decode steps on it where it can run): what only a model's first run pays — packing the native
+    step and, the first time on this machine, compiling it; torch's first prefill — is paid here
+    and not by the first visitor. Returns the run's trace."""
+    from .runner import Run
+
+    settings = settings or GenerationSettings(max_new_tokens=WARM_TOKENS)
+    native, problem = None, None
+    if settings.decoder == "native":
+        try:
+            native = entry.native()
+        except EngineError as err:
+            problem = str(err)
+    return Run(entry.lm, prompt, settings, native=native, native_problem=problem,
+               weights=entry.weights).run_all()
+
+
 def _variant_entry(base: LoadedModel, weights: str, native_tokens: int) -> ModelEntry:
     built = build_variant(base, weights, native_tokens)
     entry = ModelEntry(built.lm, weights=weights, weight_bytes=built.weight_bytes,
@@ -167,10 +189,13 @@ class ModelStore:
             raise EngineError(f"unknown weights {weights!r}: use one of {', '.join(VARIANT_NAMES)}")
         return self._variant(self.get(source, "fp32").lm, weights, self.native_tokens)
 
-    def get(self, source: str, weights: str) -> ModelEntry:
+    def get(self, source: str, weights: str,
+            warm: Callable[[ModelEntry], None] | None = None) -> ModelEntry:
         """The entry for this choice, loading it if needed (one load per key, even when several
         sessions ask at once); raises what `load_model` raises (EngineError for a bad choice).
-        `weights`: a variant name (or a dtype name: float16 = fp16)."""
+        `weights`: a variant name (or a dtype name: float16 = fp16). `warm(entry)` runs on an
+        entry this call loads, before the store hands it to anyone: whoever asks meanwhile waits
+        for the same load and gets the warmed entry (the server's start-up, ui/startup.py)."""
         key = (source, weights_name(weights))
         with self._lock:
             if key in self._entries:
@@ -184,6 +209,8 @@ class ModelStore:
                     return self._entries[key]
             try:
                 entry = self._build(*key)
+                if warm is not None:
+                    warm(entry)
             finally:
                 with self._lock:
                     self._loading.pop(key, None)  # a failed load leaves nothing behind

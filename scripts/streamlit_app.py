@@ -6,6 +6,11 @@ Streamlit 1.x treats such a folder as its old multipage layout until some sessio
 a reload on a sub-page) would get that page's file run on its own, without app.py's sidebar,
 session restore or model, and every raw module in `pages/` listed as a page. Clearing the
 class-level flag before the server creates its first session makes every run go through app.py.
+
+Before the server starts, a background thread begins the start-up work (ui/startup.py): the app's
+imports, then loading and warming the model the first visitor gets, into the same process-wide
+model store the sessions use. The server does not wait for it; a visitor who comes meanwhile
+waits for the same work, never for a second copy of it.
 """
 
 from __future__ import annotations
@@ -16,11 +21,17 @@ from pathlib import Path
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.web import cli
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app.py"
 
 
 def main() -> None:
     PagesManager.uses_pages_directory = False
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # the app's folder, as Streamlit adds it for app.py
+    from ui.startup import start_in_background
+
+    start_in_background()
     sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
     sys.exit(cli.main())
 
