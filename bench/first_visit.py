@@ -80,6 +80,11 @@ def usable_ms(page, url: str) -> float:
 
 
 def publish(page) -> str:
+    """Publish the page's run; its link. (The sidebar drew before the run: a reload draws it with
+    the run, restored.)"""
+    page.reload()
+    wait_for_app(page)
+    page.locator(".ie-chips .ie-gen").first.wait_for(timeout=60_000)
     sidebar = page.get_by_test_id("stSidebar")
     sidebar.get_by_text("Share this view").click()
     sidebar.get_by_role("button", name="Publish a link to this run").click()

@@ -137,7 +137,8 @@ def warm_up(entry: ModelEntry, settings: GenerationSettings | None = None,
     """One short run on the entry, as a visitor's first one runs (its native decoder built, the
     decode steps on it where it can run): what only a model's first run pays — packing the native
     step and, the first time on this machine, compiling it; torch's first prefill — is paid here
-    and not by the first visitor. Returns the run's trace."""
+    and not by the first visitor. It runs the shared native decoder: call it holding the model
+    turn, like any run. Returns the run's trace."""
     from .runner import Run
 
     settings = settings or GenerationSettings(max_new_tokens=WARM_TOKENS)
@@ -189,13 +190,10 @@ class ModelStore:
             raise EngineError(f"unknown weights {weights!r}: use one of {', '.join(VARIANT_NAMES)}")
         return self._variant(self.get(source, "fp32").lm, weights, self.native_tokens)
 
-    def get(self, source: str, weights: str,
-            warm: Callable[[ModelEntry], None] | None = None) -> ModelEntry:
+    def get(self, source: str, weights: str) -> ModelEntry:
         """The entry for this choice, loading it if needed (one load per key, even when several
         sessions ask at once); raises what `load_model` raises (EngineError for a bad choice).
-        `weights`: a variant name (or a dtype name: float16 = fp16). `warm(entry)` runs on an
-        entry this call loads, before the store hands it to anyone: whoever asks meanwhile waits
-        for the same load and gets the warmed entry (the server's start-up, ui/startup.py)."""
+        `weights`: a variant name (or a dtype name: float16 = fp16)."""
         key = (source, weights_name(weights))
         with self._lock:
             if key in self._entries:
@@ -209,8 +207,6 @@ class ModelStore:
                     return self._entries[key]
             try:
                 entry = self._build(*key)
-                if warm is not None:
-                    warm(entry)
             finally:
                 with self._lock:
                     self._loading.pop(key, None)  # a failed load leaves nothing behind

@@ -12,11 +12,12 @@ import threading
 import engine.models
 from engine.models import ModelStore
 from ui import shared, startup
+from ui.turns import FairLock
 
 ROOT = startup.ROOT
 
 
-def test_start_up_loads_and_warms_the_model_before_any_session_gets_it(native_lm, monkeypatch):
+def test_start_up_loads_and_warms_the_model_before_any_session(native_lm, monkeypatch):
     release, loads, warmed, got = threading.Event(), [], [], []
 
     def loader(source: str, dtype: str):
@@ -27,14 +28,14 @@ def test_start_up_loads_and_warms_the_model_before_any_session_gets_it(native_lm
     real_warm_up = engine.models.warm_up
 
     def warm_up(entry):
-        # while it warms, the entry is not handed out: the waiting session has nothing yet
-        warmed.append((store.peek("default", "fp32"), list(got), "native" in entry.extras))
+        warmed.append((shared.LOCK.locked(), "native" in entry.extras))  # in the model turn
         trace = real_warm_up(entry)
         warmed.append(trace)
         return trace
 
     store = ModelStore(1 << 30, loader=loader, native_tokens=128)
     monkeypatch.setattr(shared, "MODELS", store)
+    monkeypatch.setattr(shared, "LOCK", FairLock())
     monkeypatch.setattr(engine.models, "warm_up", warm_up)
     monkeypatch.setattr(startup, "import_scripts_modules", lambda: [])
     lines = []
@@ -47,14 +48,15 @@ def test_start_up_loads_and_warms_the_model_before_any_session_gets_it(native_lm
     release.set()
     thread.join(120)
     session.join(120)
-    assert loads == [("default", "float32")]  # one load, the session waited on it
+    assert loads == [("default", "float32")]  # one load: the session waited on the start-up's
     entry = store.peek("default", "fp32")
     assert got == [entry] and entry.lm is native_lm
-    assert warmed[0] == (None, [], False)  # warmed before anyone had it, native built there
+    assert warmed[0] == (True, False)  # the warm-up run held the model turn and built the decoder
     trace = warmed[1]
     assert trace.decoder.name == "native" and 1 <= len(trace.steps) <= engine.models.WARM_TOKENS
-    assert entry.native() is entry.extras["native"]  # the decoder the warm run used, kept
-    assert any("model default/fp32 ready" in line for line in lines), lines
+    assert entry.extras["native"] is not None and not shared.LOCK.locked()
+    assert shared.LOCK.typical_hold_s is not None  # the turn's history has the warm-up's time
+    assert any("model default/fp32 loaded in" in line for line in lines), lines
 
 
 def test_a_failed_start_up_is_one_line_and_the_sessions_load_says_why(monkeypatch):

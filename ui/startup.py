@@ -4,9 +4,10 @@ background thread, so the server answers at once).
 
 A visitor who arrives meanwhile is never slower for it: their script run waits on the same
 imports (Python's import lock) and the same load (the model store's gate for that model: one
-load), where without it they would have done both themselves.
+load), where without it they would have done both themselves; the warm-up run takes the model
+turn like any run, so a Generate pressed during it waits for it (a second or two) and is then
+as fast as every later one.
 """
-
 from __future__ import annotations
 
 import ast
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+WARM_UP = "warm-up"  # the start-up run's kind of job in the model turn (ui/turns.py)
 SCRIPTS = ("app.py", "pages")  # what Streamlit runs for a visit: app.py and the pages it routes to
 
 
@@ -56,17 +58,22 @@ def import_scripts_modules(root: Path = ROOT) -> list[str]:
 
 def warm_default_model(say: Callable[[str], None]) -> None:
     """Load the model a first visitor gets — the default one, with the first weights offered
-    (hosted and local alike: float32) — into the app's shared store, and warm it with one short
-    run; a session asking for it meanwhile waits on this load."""
+    (hosted and local alike: float32) — into the app's shared store, then warm it with one short
+    run in the model turn. A session asking for the model meanwhile waits on this load (one
+    load); one that presses Generate during the warm-up run waits its turn behind it, as behind
+    any run."""
     from engine.models import warm_up
     from ui import shared
     from ui.config import config
 
     weights = config().weights_choices[0]
     start = time.perf_counter()
-    entry = shared.MODELS.get("default", weights, warm=warm_up)
-    say(f"start-up: model default/{weights} ready in {time.perf_counter() - start:.1f} s "
-        f"(load {entry.lm.load_seconds:.1f} s, then one warm-up run)")
+    entry = shared.MODELS.get("default", weights)
+    loaded = time.perf_counter()
+    with shared.LOCK.turn(kind=WARM_UP):
+        warm_up(entry)
+    say(f"start-up: model default/{weights} loaded in {loaded - start:.1f} s, warmed up in "
+        f"{time.perf_counter() - loaded:.1f} s")
 
 
 def start_up(say: Callable[[str], None] | None = None) -> None:
