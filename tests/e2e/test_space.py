@@ -132,6 +132,9 @@ def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> li
         kernels.get_by_text("Per token vs eager").wait_for(timeout=120_000)
         kernels.wait_for_selector(APP_IDLE, timeout=60_000)
         assert kernels.get_by_text("identical").count() >= 1
+        log = (home / "server.log").read_text()  # the start-up loaded and warmed it, once
+        assert log.count("start-up: model default/fp32 loaded in") == 1, log[-3000:]
+        assert "start-up: could not" not in log, log[-3000:]
         memory = rss(proc)
         print(f"server RSS with the model, the native decoder and 4 sessions: "
               f"{memory / 2**30:.2f} GiB")
