@@ -74,23 +74,54 @@ def test_a_failed_start_up_is_one_line_and_the_sessions_load_says_why(monkeypatc
     assert store.keys == []  # nothing half-loaded left: a visitor's own load tries again
 
 
-def test_the_server_starts_without_waiting_for_the_start_up(monkeypatch):
+def streamlit_app():
     spec = importlib.util.spec_from_file_location("streamlit_app", ROOT / "scripts" / "streamlit_app.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    release, seen = threading.Event(), []
-    monkeypatch.setattr(startup, "start_up", lambda: release.wait(30))
-    monkeypatch.setattr(script.cli, "main", lambda: seen.append(
-        [t.name for t in threading.enumerate() if t.is_alive()]) or 0)
+    return script
+
+
+def test_the_server_starts_first_and_the_start_up_work_once_it_listens(monkeypatch):
+    script = streamlit_app()
+    listening, order = threading.Event(), []
+    monkeypatch.setattr(script, "server_listening", lambda: listening.wait(30))
+    monkeypatch.setattr(startup, "start_up", lambda: order.append("start-up work"))
+
+    def serve():
+        order.append("server starts")
+        listening.set()
+        return 0
+
+    monkeypatch.setattr(script.cli, "main", serve)
     monkeypatch.setattr(sys, "argv", ["streamlit_app.py", "--server.port", "1"])
     try:
         script.main()
     except SystemExit as done:
         assert done.code == 0
-    finally:
-        release.set()
-    assert "start-up" in seen[0]  # the server started while the start-up was still working
     assert sys.argv == ["streamlit", "run", str(ROOT / "app.py"), "--server.port", "1"]
+    for thread in threading.enumerate():
+        if thread.name == "start-up":
+            thread.join(30)
+    assert order == ["server starts", "start-up work"]
+
+
+def test_waiting_for_the_server_reads_streamlit_s_runtime(monkeypatch):
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.runtime import RuntimeState
+
+    script = streamlit_app()
+    states = iter([None, RuntimeState.INITIAL, RuntimeState.NO_SESSIONS_CONNECTED])
+    now = {"state": None}
+
+    def exists():
+        now["state"] = next(states)
+        return now["state"] is not None
+
+    monkeypatch.setattr(Runtime, "exists", staticmethod(exists))
+    monkeypatch.setattr(Runtime, "instance", staticmethod(lambda: type("R", (), now)()))
+    assert script.server_listening(poll_s=0.001) is True
+    monkeypatch.setattr(Runtime, "exists", staticmethod(lambda: False))
+    assert script.server_listening(poll_s=0.001, longest_s=0.01) is False
 
 
 def test_the_scripts_imports_are_imported_at_start_up():

@@ -94,7 +94,12 @@ def start_up(say: Callable[[str], None] | None = None) -> None:
         say(f"start-up: could not import the pages' modules: {type(err).__name__}: {err}")
 
 
-def start_in_background() -> threading.Thread:
-    thread = threading.Thread(target=start_up, name="start-up", daemon=True)
+def start_in_background(first: Callable[[], None] = lambda: None) -> threading.Thread:
+    """`first()` (waiting until the server listens), then `start_up()`, in a daemon thread."""
+    def work() -> None:
+        first()
+        start_up()
+
+    thread = threading.Thread(target=work, name="start-up", daemon=True)
     thread.start()
     return thread
