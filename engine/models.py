@@ -21,10 +21,13 @@ from typing import Any, Callable
 
 from .errors import EngineError
 from .loader import LoadedModel, load_model
-from .settings import FLOAT_DTYPES, weights_name
+from .records.trace import Trace
+from .settings import FLOAT_DTYPES, GenerationSettings, weights_name
 
 Key = tuple[str, str]  # (source, weights variant)
 NATIVE_TOKENS = 256  # default size of a shared native decoder's cache (prompt + answer)
+WARM_PROMPT = "Hello."
+WARM_TOKENS = 4  # decode steps of `warm_up`'s run: the first few are the slow ones
 
 
 @dataclass(eq=False)
@@ -127,6 +130,26 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
         except EngineError as err:
             problem = str(err)
     return WeightsVariant(lm, weights, nbytes, native, problem)
+
+
+def warm_up(entry: ModelEntry, settings: GenerationSettings | None = None,
+            prompt: str = WARM_PROMPT) -> Trace:
+    """One short run on the entry, as a visitor's first one runs (its native decoder built, the
+    decode steps on it where it can run): what only a model's first run pays — packing the native
+    step and, the first time on this machine, compiling it; torch's first prefill — is paid here
+    and not by the first visitor. It runs the shared native decoder: call it holding the model
+    turn, like any run. Returns the run's trace."""
+    from .runner import Run
+
+    settings = settings or GenerationSettings(max_new_tokens=WARM_TOKENS)
+    native, problem = None, None
+    if settings.decoder == "native":
+        try:
+            native = entry.native()
+        except EngineError as err:
+            problem = str(err)
+    return Run(entry.lm, prompt, settings, native=native, native_problem=problem,
+               weights=entry.weights).run_all()
 
 
 def _variant_entry(base: LoadedModel, weights: str, native_tokens: int) -> ModelEntry:

@@ -22,6 +22,7 @@ from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
 from ui.keys import PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
 from ui.memo import memo
+from ui.preload import preload_chart_code
 from ui.record import keep_new_trace, keep_prompt, keep_trace
 from ui.replay import REPLAY_MAX_S, LiveSlots, ask_replay, replay, replay_asked, trace_waits
 from ui.sections.lens import logit_lens_section
@@ -150,11 +151,10 @@ def show_answer(trace: Trace, slots: LiveSlots) -> None:
 
 
 def show_empty(slots: LiveSlots) -> None:
-    """Before the first run: the live parts, empty. Drawn now, the browser has loaded their code
-    before the model runs (loaded during the first decode step, it would compete with the
-    model)."""
-    show_chart(empty_step_chart(), where=slots["chart"].container(), key="steps-none", name="steps")
-    slots["answer"].code("The answer will appear here as plain text.", language=None)
+    """Before the first run: the metrics, empty, and where the answer will be. The chart and the
+    answer's code block come with the run; their browser code is loaded once this page is usable
+    (ui/preload.py), not in its first paint nor during the first decode steps."""
+    slots["answer"].caption("The answer will appear here as plain text.")
     with slots["metrics"].container():
         for col, name in zip(st.columns(5), ("TTFT", "Last ITL", "Mean ITL", "Decode rate",
                                              "KV cache")):
@@ -371,3 +371,5 @@ with AFTER.container() if GENERATE or REPLAY else AFTER:
             download(TRACE)
 examples_section(TRACE is None)
 replay_section(TRACE)
+if TRACE is None:
+    preload_chart_code('[data-testid="stTextArea"] textarea')

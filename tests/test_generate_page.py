@@ -13,6 +13,7 @@ import streamlit as st
 
 import ui.experiment
 from engine import GenerationSettings, Run
+from ui.preload import CHUNKS, chunk_files
 from ui.state import state_of
 
 from .test_app import fresh, generate
@@ -123,11 +124,17 @@ def test_no_replay_banner_after_a_live_run():
     assert not [i.value for i in at.info if "Replay" in i.value]
 
 
-def test_the_live_parts_are_drawn_empty_before_the_first_run():
-    """The chart, the answer block and the metrics exist before the model runs, so the browser
-    loads their code then, not during the first decode step (the first-decode-step spike)."""
+def test_before_the_first_run_the_chart_code_is_loaded_not_drawn():
+    """Before the model runs: the metrics, empty, and where the answer will be; no chart or code
+    block (compiling their browser code would hold back the first paint), but the script that has
+    the browser load that code once the page is idle (ui/preload.py), before a run needs it."""
     at = fresh().run()
     assert not at.exception
-    assert at.get("plotly_chart"), "the step chart's empty axes"
-    assert answer_blocks(at) == ["The answer will appear here as plain text."]
+    assert not at.get("plotly_chart") and answer_blocks(at) == []
+    assert any("answer will appear here" in c.value for c in at.caption)
     assert [m.value for m in at.metric] == ["–"] * 5
+    files = chunk_files()
+    assert len(files) == len(CHUNKS)  # this Streamlit's front end still has them, one file each
+    assert any(all(name in h.proto.body for name in files) for h in at.get("html"))
+    after = generate(at, "Say hi.", tokens=2)
+    assert not any(all(name in h.proto.body for name in files) for h in after.get("html"))

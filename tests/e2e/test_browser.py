@@ -30,6 +30,9 @@ WATCH_OLD = """(old) => {
                        document.querySelectorAll('.ie-chips .ie-gen').length]);
   }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
+# How many times the page fetched each preloaded front-end file (ui/preload.py CHUNKS).
+CHUNK_LOADS = ("['/PlotlyChart.', '/StreamlitSyntaxHighlighter.'].map((name) => performance"
+               ".getEntriesByType('resource').filter((r) => r.name.includes(name)).length)")
 
 
 def no_exception(page) -> None:
@@ -38,6 +41,8 @@ def no_exception(page) -> None:
 
 def test_tokens_stream_while_generating(browser, url):
     page = open_app(browser, url)
+    # the chart's and the code block's browser code, loaded once the page is usable (ui/preload.py)
+    page.wait_for_function(f"{CHUNK_LOADS}.every((n) => n === 1)", timeout=60_000)
     start_generation(page, "Count from one to twenty in words.")
     # the run's own summary line, not just "idle": right after the keypress the page can still
     # read idle before the rerun starts (a clean-clone CI run failed on exactly that)
@@ -51,6 +56,7 @@ def test_tokens_stream_while_generating(browser, url):
     for label in ("TTFT", "Last ITL", "Mean ITL", "Decode rate", "KV cache"):
         assert page.get_by_test_id("stMetricLabel").filter(has_text=label).count() >= 1
     assert page.locator(".js-plotly-plot").count() >= 2  # step chart and top-k chart
+    assert page.evaluate(CHUNK_LOADS) == [1, 1]  # the run's chart and answer used that code
     no_exception(page)
 
     # A second run: once it shows its prompt, nothing of the first run is on screen (its summary

@@ -153,6 +153,9 @@ def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> li
         assert kernels.get_by_text("Greedy tokens identical").count() >= 1
         summary = kernels.get_by_text("Per token vs eager").inner_text()
         assert "native C" in summary and "compiled" not in summary  # nothing compiled on this path
+        log = (home / "server.log").read_text()  # the start-up loaded and warmed it, once
+        assert log.count("start-up: model default/fp32 loaded in") == 1, log[-3000:]
+        assert "start-up: could not" not in log, log[-3000:]
         memory = rss(proc)
         print(f"server RSS with the model, the native decoder and 4 sessions: "
               f"{memory / 2**30:.2f} GiB")

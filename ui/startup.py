@@ -1,0 +1,105 @@
+"""The server's start-up work, done before its first visitor: load and warm the model a first
+visitor gets, then import what the app's scripts import (scripts/streamlit_app.py starts it in a
+background thread, so the server answers at once).
+
+A visitor who arrives meanwhile is never slower for it: their script run waits on the same
+imports (Python's import lock) and the same load (the model store's gate for that model: one
+load), where without it they would have done both themselves; the warm-up run takes the model
+turn like any run, so a Generate pressed during it waits for it (a second or two) and is then
+as fast as every later one.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WARM_UP = "warm-up"  # the start-up run's kind of job in the model turn (ui/turns.py)
+SCRIPTS = ("app.py", "pages")  # what Streamlit runs for a visit: app.py and the pages it routes to
+
+
+def script_imports(root: Path = ROOT) -> list[str]:
+    """The modules app.py and the pages import at their top level, in order, once each (`from a
+    import b` names `a.b` too: Python imports it when `b` is a submodule)."""
+    files = [root / SCRIPTS[0], *sorted((root / SCRIPTS[1]).glob("*.py"))]
+    names: list[str] = []
+    for path in files:
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            names += [n for n in found if n not in names and n != "__future__"]
+    return names
+
+
+def import_scripts_modules(root: Path = ROOT) -> list[str]:
+    """Import what the scripts import (the first visit's script run then finds them loaded);
+    returns the modules imported."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # as Streamlit puts the main script's folder
+    done = []
+    for name in script_imports(root):
+        parent, _, leaf = name.rpartition(".")
+        if parent in sys.modules and hasattr(sys.modules[parent], leaf):
+            continue  # imported already, or `from a import b` with b a name defined in a
+        importlib.import_module(name)
+        done.append(name)
+    return done
+
+
+def warm_default_model(say: Callable[[str], None]) -> None:
+    """Load the model a first visitor gets — the default one, with the first weights offered
+    (hosted and local alike: float32) — into the app's shared store, then warm it with one short
+    run in the model turn. A session asking for the model meanwhile waits on this load (one
+    load); one that presses Generate during the warm-up run waits its turn behind it, as behind
+    any run."""
+    from engine.models import warm_up
+    from ui import shared
+    from ui.config import config
+
+    weights = config().weights_choices[0]
+    start = time.perf_counter()
+    entry = shared.MODELS.get("default", weights)
+    loaded = time.perf_counter()
+    with shared.LOCK.turn(kind=WARM_UP):
+        warm_up(entry)
+    say(f"start-up: model default/{weights} loaded in {loaded - start:.1f} s, warmed up in "
+        f"{time.perf_counter() - loaded:.1f} s")
+
+
+def start_up(say: Callable[[str], None] | None = None) -> None:
+    """The model (its imports: the engine, torch, transformers), then the rest of what the
+    scripts import; a failure is one line on the server's log (a visitor who then asks for the
+    model, or opens the page, meets the same error with its own message, as without this)."""
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as app.py sets it, before transformers loads
+    try:
+        warm_default_model(say)  # first: a visitor's script run reaches the model store soonest
+    except Exception as err:  # noqa: BLE001 — see the docstring
+        say(f"start-up: could not prepare the model: {type(err).__name__}: {err}")
+    try:
+        start = time.perf_counter()
+        import_scripts_modules()
+        say(f"start-up: the pages' modules imported in {time.perf_counter() - start:.1f} s")
+    except Exception as err:  # noqa: BLE001 — see the docstring
+        say(f"start-up: could not import the pages' modules: {type(err).__name__}: {err}")
+
+
+def start_in_background(first: Callable[[], None] = lambda: None) -> threading.Thread:
+    """`first()` (waiting until the server listens), then `start_up()`, in a daemon thread."""
+    def work() -> None:
+        first()
+        start_up()
+
+    thread = threading.Thread(target=work, name="start-up", daemon=True)
+    thread.start()
+    return thread
