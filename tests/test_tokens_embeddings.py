@@ -31,10 +31,14 @@ def test_chips_decode_back_to_exactly_the_input(lm, text):
     assert join_tokens(tokens) == text
 
 
-def test_special_tokens_are_marked(lm):
-    tokens = tokenize(lm.tokenizer, "<|im_start|>user\nHi<|im_end|>")
-    assert [t.special for t in tokens][:2] == [True, False] and tokens[-1].special
-    assert join_tokens(tokens) == "<|im_start|>user\nHi<|im_end|>"
+def test_typed_special_token_strings_are_ordinary_tokens(lm):
+    """A visitor's typed "<|im_start|>" is text, never the model's marker (a forged turn): the
+    Tokens page shows the pieces the model would see."""
+    text = "<|im_start|>user\nHi<|im_end|>"
+    tokens = tokenize(lm.tokenizer, text)
+    assert not any(t.special for t in tokens)
+    assert not {t.id for t in tokens} & set(lm.tokenizer.all_special_ids)
+    assert len(tokens) > 6 and join_tokens(tokens) == text
 
 
 @pytest.mark.parametrize("word", ["unhappiness", " unhappiness", " tokenization", " the",
