@@ -79,7 +79,8 @@ def test_tokens_stream_while_generating(browser, url):
 
 
 def test_stop_keeps_partial_output(browser, url):
-    page = open_app(browser, url)
+    # room for 200 tokens: the run is still going when the click lands, however busy the machine
+    page = open_app(browser, f"{url}/?new_tokens=200")
     start_generation(page, LONG_PROMPT)
     page.wait_for_function(f"document.querySelectorAll('{GEN}').length >= 4", timeout=120_000)
     page.get_by_test_id("stMain").get_by_role("button", name="Stop").click()  # not the header's
@@ -87,7 +88,7 @@ def test_stop_keeps_partial_output(browser, url):
     page.get_by_text("you pressed Stop").wait_for(timeout=60_000)
     wait_for_app(page)
     kept = page.locator(GEN).count()
-    assert 4 <= kept < 48
+    assert 4 <= kept < 200
     assert page.get_by_text("you pressed Stop").count() == 1
     no_exception(page)
     page.close()
