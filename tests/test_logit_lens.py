@@ -10,6 +10,7 @@ import pytest
 from engine import GenerationSettings, generate_trace
 from engine.errors import EngineError
 from engine.lens.logit_lens import logit_lens
+from ui.keys import LENS_ON
 from ui.state import state_of
 
 
@@ -53,6 +54,9 @@ def test_generate_page_shows_the_lens_for_the_picked_step():
     from tests.test_app import fresh, generate
 
     at = generate(fresh().run(), "The capital of France is", tokens=3)
+    assert not at.exception
+    assert not [d for d in at.dataframe if "would predict" in d.value]  # only when asked for
+    at.toggle(key=LENS_ON).set_value(True).run()
     assert not at.exception
     lens = next(d.value for d in at.dataframe if "would predict" in d.value)
     assert len(lens) == 31 and list(lens["layer"])[0] == "embeddings"

@@ -13,6 +13,7 @@ PROMPT = "prompt"
 SAMPLE = "sample"  # the sample-prompt picker
 UPLOAD = "upload"  # a trace file to replay
 REPLAY_SPEED = "replay_speed"
+LENS_ON = "lens_on"  # Generate's logit lens: read the layers of the picked step
 STEP = "pick"  # the generated token "Why this token?" explains (a share link presets it)
 
 # Attention (a share link presets the layer and head)

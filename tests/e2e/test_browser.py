@@ -66,9 +66,9 @@ def test_tokens_stream_while_generating(browser, url):
            main.get_by_test_id("stCode").first.inner_text()[:40]]
     page.evaluate(WATCH_OLD, old)
     start_generation(page, "Name three planets.")
-    page.wait_for_function("() => document.querySelector('.ie-chips').textContent.includes("
-                           "'planets') && document.body.innerText.includes('stopped because')",
-                           timeout=180_000)
+    page.wait_for_function("() => (document.querySelector('.ie-chips')?.textContent ?? '')"
+                           ".includes('planets') && document.body.innerText.includes('stopped "
+                           "because')", timeout=180_000)  # the chips are redrawn: null between
     wait_for_app(page)
     log = page.evaluate("window.__old")  # [new prompt shown, old texts shown, generated chips]
     shown = [r for r in log if r[0]]

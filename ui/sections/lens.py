@@ -10,6 +10,7 @@ from charts.tokens import piece_text, visible
 from engine import Trace
 from engine.lens.logit_lens import logit_lens
 from ui.experiment import run_experiment
+from ui.keys import LENS_ON
 from ui.memo import memo
 from ui.state import loaded_model
 from ui.tables import show_table
@@ -32,6 +33,12 @@ def logit_lens_section(trace: Trace, step) -> None:
         if lm is None or (lm.spec.name, lm.spec.dtype) != (trace.model.name, trace.model.dtype):
             st.caption("The lens runs this trace's model's final norm and LM head: load the model "
                        "(and weights dtype) that made the trace.")
+            return
+        # asked for, not computed with every page: it takes the model's turn, which a page that
+        # opens a recorded run (a share link, a replay) should neither wait for nor hold
+        if not st.toggle("Read every layer's prediction at this step", key=LENS_ON,
+                         help="Runs the model's final norm and LM head on each layer's recorded "
+                              "residual stream (a fraction of a second, in the model's turn)."):
             return
         rows = memo("lens", (trace, step.index), lambda: _lens_rows(trace, step.index))
         if rows is None:  # the reason is shown
