@@ -45,6 +45,10 @@ SAMPLES = {s["title"]: s["prompt"] for s in
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
 # after a redraw runs several times slower than the others (the first-decode-step spike).
 CHART_EVERY_S = 1.0
+# The tokens, answer and metrics redraw at most this often (the first token at once): a faster
+# model than the eye needs would spend a core of the visitor's machine, and of a shared server,
+# on frames no one reads. The finished run is drawn whole after its last step.
+FRAME_S = 0.1
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}
 VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the status line
 
@@ -231,18 +235,22 @@ def decode(run: Run, slots: LiveSlots, job: Job) -> Run:
     the status line counts the tokens."""
     most = run.settings.max_new_tokens
     try:
-        drawn = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
+        drawn = framed = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
         for step in run:
             trace = run.trace()
-            job.progress((step.index + 1) / most, f"Decode: token {step.index + 1} of at most "
-                                                  f"{most} (Stop keeps the tokens so far)")
             if step.index == 0:
                 keep_new_trace(trace)  # results computed on the old trace go
             else:
                 keep_trace(trace)
-            redraw = time.monotonic() - drawn >= CHART_EVERY_S
+            now = time.monotonic()
+            if step.index > 0 and now - framed < FRAME_S:
+                continue
+            job.progress((step.index + 1) / most, f"Decode: token {step.index + 1} of at most "
+                                                  f"{most} (Stop keeps the tokens so far)")
+            redraw = now - drawn >= CHART_EVERY_S
             show(trace, slots, "live", redraw)
-            drawn = time.monotonic() if redraw else drawn
+            framed = time.monotonic()
+            drawn = framed if redraw else drawn
     finally:
         if run.stop_reason == "running":  # interrupted: Stop, or the page left mid-run
             keep_run(replace(run.trace(), stop_reason="stopped"))

@@ -225,18 +225,26 @@ def sweeps_section(lm) -> None:
 
 
 def main() -> None:
+    """One container per section: a section that draws more in one run than in the next (a
+    button's spinner and queue notice) moves nothing below it, so Streamlit never shows a later
+    section twice (the old copy, faded, until the run ends, beside the new one)."""
     st.title("Prefill vs decode")
     trace = require_trace()
     lm = loaded_model()
     comparison = current_experiments().decode_comparison  # on this trace (kernels_section)
-    summary_section(trace)
-    disturbance_warning(trace)
-    ceil = roofline_section(trace, lm, comparison)
-    sweeps_section(lm)
+    with st.container():
+        summary_section(trace)
+        disturbance_warning(trace)
+    with st.container():
+        ceil = roofline_section(trace, lm, comparison)
+    with st.container():
+        sweeps_section(lm)
     if lm is None:
         return
-    dtype_section(trace, lm)
-    kernels_section(trace, lm, comparison, ceil)
+    with st.container():
+        dtype_section(trace, lm)
+    with st.container():
+        kernels_section(trace, lm, comparison, ceil)
 
 
 main()
