@@ -162,7 +162,7 @@ def test_timing_page_measures_ceilings_and_runs_a_sweep(tmp_path, monkeypatch):
 
 
 
-def _kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
+def kernel_table_checks(at, names: list[str], rounds: int = 3) -> None:
     """The kernel table: one row per contestant, MBU = bytes / ITL / measured bandwidth, and
     each contestant a point on the roofline."""
     from engine.kernels.microbench import ceilings
@@ -200,23 +200,6 @@ def with_decoders(at: AppTest, compiled, native) -> None:
     state_of(at.session_state).model = TinyDecoders(model.source, model.weights, model.entry)
 
 
-@pytest.mark.compile
-def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
-    """The real button path, with the shared decoders swapped for ones over the tiny model (a
-    real torch.compile in seconds, not minutes)."""
-    from engine.kernels.compiled import CompiledDecoder
-    from engine.kernels.native import NativeDecoder
-
-    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
-    at = generate(fresh().run(), "Name a colour.", tokens=4)
-    with_decoders(at, lambda: CompiledDecoder(tiny_lm, max_tokens=256),
-                  lambda: NativeDecoder(tiny_lm, max_tokens=256))
-    at.switch_page("pages/timing.py").run()
-    next(b for b in at.button if b.label.startswith("Measure")).click().run()
-    next(b for b in at.button if b.label == "Compile and compare").click().run()
-    _kernel_table_checks(at, ["eager", "compiled", "native C"])
-
-
 def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monkeypatch):
     from engine.kernels.compiled import CompiledDecoder
     from engine.kernels.native import NativeDecoder
@@ -229,7 +212,7 @@ def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monk
     assert any("run the app locally" in i.value for i in at.info)
     next(b for b in at.button if b.label.startswith("Measure")).click().run()
     next(b for b in at.button if b.label == "Compare eager and native C").click().run()
-    _kernel_table_checks(at, ["eager", "native C"], rounds=2)  # hosted: fits the per-click budget
+    kernel_table_checks(at, ["eager", "native C"], rounds=2)  # hosted: fits the per-click budget
     assert not decoder.compiled
 
 

@@ -102,3 +102,22 @@ def test_a_replaced_decoder_refuses_to_run_compiled(tiny_decoder, tiny_lm):
     with pytest.raises(EngineError, match="newer compiled decoder"):
         tiny_decoder.greedy(prompt, 3, compiled=True)
     assert tiny_decoder.greedy(prompt, 3, compiled=False)[0] == newer.greedy(prompt, 3, True)[0]
+
+
+@pytest.mark.compile
+@pytest.mark.real_model
+def test_timing_page_compiles_and_compares_decode(tiny_lm, monkeypatch):
+    """The timing page's real button path, with the shared decoders swapped for ones over the
+    tiny model (a real torch.compile in seconds, not minutes). Here, after the tests above, not in
+    tests/test_app.py: a process pays once for its first torch.compile's start."""
+    from engine.kernels.native import NativeDecoder
+    from tests.test_app import fresh, generate, kernel_table_checks, with_decoders
+
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    at = generate(fresh().run(), "Name a colour.", tokens=4)
+    with_decoders(at, lambda: CompiledDecoder(tiny_lm, max_tokens=256),
+                  lambda: NativeDecoder(tiny_lm, max_tokens=256))
+    at.switch_page("pages/timing.py").run()
+    next(b for b in at.button if b.label.startswith("Measure")).click().run()
+    next(b for b in at.button if b.label == "Compile and compare").click().run()
+    kernel_table_checks(at, ["eager", "compiled", "native C"])

@@ -1,15 +1,18 @@
 """How `pytest -n N --dist loadscope` (make test) shares the suite among pytest-xdist workers.
 
 A unit of work is a whole module, so its module fixtures (a browser module's page, a module's
-measured results) are set up once, and its tests run in file order; and every `vllm` test is in
-one unit, on one worker, as they read the one shared server's counters before and after their
-load (two loads at once would count each other's tokens). Units go out in the order the workers
+measured results) are set up once, and its tests run in file order. Two units cut across modules:
+every `vllm` test is in one, on one worker, as they read the one shared server's counters before
+and after their load (two loads at once would count each other's tokens); and every test of the
+`engine_cli` fixture is in another, so that one worker, not each, starts its forking server (an
+import of torch and transformers). Units go out in the order the workers
 collected them, and the workers put the longest first (after the few that must start on a fresh
 worker): the `vllm` unit (it waits for the server), then the browser modules, torch.compile, the
 real model, and the fast tier last, where its many small modules fill the gaps at the end.
 
-The workers know the markers, the controller (which hands out the units) only the test ids: each
-worker writes the ids of the `vllm` tests to a file the controller named in the environment.
+The workers know the markers and fixtures, the controller (which hands out the units) only the
+test ids: each worker writes the unit of each test of those two units to a file the controller
+named in the environment.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import pytest
 
 UNITS_ENV = "INFERENCE_EXPLORER_XDIST_UNITS"
 VLLM_UNIT = "vllm"
+# The tests that run `python -m engine` through the forking server (the `engine_cli` fixture,
+# tests/engine_cli.py), from several modules: one unit, so one worker starts that server.
+CLI_UNIT = "engine_cli"
 ORDER = (VLLM_UNIT, "browser", "compile", "real_model")  # then everything else
 # Modules that take longest within their tier (measured), first in it: the last units to go out
 # should be short ones. A stale name here costs only balance.
 LONG = {"test_quant_quality.py", "test_serving_engine.py", "test_speculative.py", "test_app.py",
-        "test_quant_page.py", "test_quant_awq_model.py", "test_kvcache.py", "test_examples.py",
+        "test_quant_page.py", "test_kvcache.py", "test_examples.py",
         "test_quant_model.py", "test_space.py", "test_browser.py",
         "test_hostile_files.py", "test_structure_imports.py", "test_remote_client_load.py",
         "test_native_lowbit.py", "test_remote_client.py", "test_timing.py", "test_cli_batch.py"}
@@ -42,12 +48,16 @@ def name_the_file() -> None:
 
 
 def unit(item: pytest.Item) -> str:
-    return VLLM_UNIT if item.get_closest_marker(VLLM_UNIT) else item.nodeid.split("::", 1)[0]
+    if item.get_closest_marker(VLLM_UNIT):
+        return VLLM_UNIT
+    if CLI_UNIT in getattr(item, "fixturenames", ()):
+        return CLI_UNIT
+    return item.nodeid.split("::", 1)[0]
 
 
 def order_and_record(items: list[pytest.Item]) -> None:
     """In a worker: the longest units first (a stable sort of whole units: a module's tests keep
-    their order), and the `vllm` tests' ids written for the controller."""
+    their order), and the units of the `vllm` and `engine_cli` tests written for the controller."""
     rank: dict[str, tuple[int, int]] = {}
     for item in items:
         tier = next((k for k, mark in enumerate(ORDER) if item.get_closest_marker(mark)), len(ORDER))
@@ -58,9 +68,9 @@ def order_and_record(items: list[pytest.Item]) -> None:
         rank[name] = min(rank.get(name, (tier, long)), (tier, long))
     items.sort(key=lambda item: rank[unit(item)])
     path = Path(os.environ[UNITS_ENV])
-    ids = [item.nodeid for item in items if unit(item) == VLLM_UNIT]
+    units = {item.nodeid: unit(item) for item in items if unit(item) in (VLLM_UNIT, CLI_UNIT)}
     part = path.with_name(f"{path.name}.{os.environ.get('PYTEST_XDIST_WORKER', 'w')}")
-    part.write_text(json.dumps(ids))
+    part.write_text(json.dumps(units))
     os.replace(part, path)  # whole or not at all: every worker writes the same list
 
 
@@ -74,13 +84,13 @@ class Scheduling:
         from xdist.scheduler import LoadScopeScheduling
 
         class ModuleUnits(LoadScopeScheduling):
-            _vllm: set[str] | None = None
+            _units: dict[str, str] | None = None
 
             def _split_scope(self, nodeid: str) -> str:
-                if self._vllm is None:
+                if self._units is None:
                     path = Path(os.environ[UNITS_ENV])
-                    self._vllm = set(json.loads(path.read_text())) if path.is_file() else set()
-                return VLLM_UNIT if nodeid in self._vllm else nodeid.split("::", 1)[0]
+                    self._units = json.loads(path.read_text()) if path.is_file() else {}
+                return self._units.get(nodeid) or nodeid.split("::", 1)[0]
 
         config.option.loadscopereorder = False  # the workers' order, not the largest count first
         return ModuleUnits(config, log)

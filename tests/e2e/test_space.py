@@ -1,8 +1,9 @@
 """The hosted demo through its own entrypoint: scripts/serve.sh with a Space's environment (hosted
 mode, a fresh HOME where scripts/prepare_model.sh loads the model as the Dockerfile does),
-driven by real Chromium. No Docker engine here: the image itself is not built. The walk includes
-the Prefill vs decode page's eager-vs-native comparison, clicked as a visitor would (real model,
-real C build): the one browser test of it."""
+driven by real Chromium. No Docker engine here: the image itself is not built. Four visitors
+generate at once (each gets their own prompt's greedy answer; those who wait are told their place
+in the queue), and the walk includes the Prefill vs decode page's eager-vs-native comparison,
+clicked as a visitor would (real model, real C build): the one browser test of each."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ PROMPTS = ["Name three fruits.", "Name three planets.", "Name three rivers.", "N
 # A hang, not a speed: speed is measured in bench/browser_bench.py (docs/benchmarks.md), not asserted.
 FIRST_PAGE_S = 60.0
 RSS_BOUND = 4 << 30
+# Whether the page ever told its visitor they wait in the queue for the model.
+WATCH_QUEUE = ("() => { window.__queued = false; new MutationObserver(() => { if (document.body"
+               ".innerText.includes('in the queue')) window.__queued = true; }).observe("
+               "document.body, {childList: true, subtree: true}); }")
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +123,8 @@ def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> li
             page.goto(url)
             page.get_by_text("SmolLM2-135M-Instruct · cpu").wait_for(timeout=60_000)
             page.wait_for_selector(APP_IDLE, timeout=60_000)
+        for page in pages:
+            page.evaluate(WATCH_QUEUE)
         for page, prompt in zip(pages, PROMPTS):
             start_generation(page, prompt)
         traces = []
@@ -130,6 +137,7 @@ def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> li
             path = tmp_path / f"visitor{i}.npz"
             info.value.save_as(path)
             traces.append(load_trace(path))
+        assert any(p.evaluate("window.__queued") for p in pages[1:]), "a waiting visitor was told"
 
         over = pages[0]
         over.get_by_role("textbox", name="Prompt", exact=True).fill("many words " * 200)
