@@ -8,6 +8,10 @@ CHROMIUM ?= /usr/bin/chromium
 
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+# pip installs without compiling (--no-compile: quick installs); the first import of a module
+# writes its bytecode once. A machine that says "never write bytecode" would have every process
+# (each test worker, server and CLI run) compile torch, transformers and streamlit again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup run test test-first test-rest test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start
 
