@@ -189,9 +189,12 @@ present_navigation(PAGES)  # and the pages are a row of links at the top
 set_page_title(page.title)
 sidebar_model()
 sidebar_settings()
-share_view(page)
+share = share_view(page)
 sidebar_presentation()
 try:
     page.run()
-finally:  # also after a page's st.stop(): the address always ends on this run's view
-    write_address()
+finally:  # also after a page's st.stop(): the share panel offers this run's record, and the
+    try:  # address always ends on this run's view
+        share()
+    finally:
+        write_address()

@@ -70,7 +70,7 @@ def sharing() -> None:
 
     restore_session()
     open_link()
-    share_view(SimpleNamespace(url_path="attention"))
+    share_view(SimpleNamespace(url_path="attention"))()  # app.py draws them after the page
     write_address()
 
 

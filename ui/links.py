@@ -1,15 +1,16 @@
 """Share links in the session: `open_link()` applies a link's values (app.py calls it on every
 run, right after `restore_session()`: a link is applied once, on the session's first run, before
-any widget exists), and `share_view(page)` draws "Share this view" (in the sidebar; presenting,
-on the page too) and, on the page a link opened, what it did. What a link holds and how it is
-checked is ui/link_params.py's; a published run is ui/snapshots.py's; the selection in the
-address, ui/address.py's.
+any widget exists), and `share_view(page)` shows, on the page a link opened, what it did, and
+places "Share this view" (in the sidebar; presenting, on the page too), drawn after the page.
+What a link holds and how it is checked is ui/link_params.py's; a published run is
+ui/snapshots.py's; the selection in the address, ui/address.py's.
 
 Opening a link only writes this session's own state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -150,16 +151,23 @@ def page_base(page: Any) -> str:
 # --- the sidebar control and the notes of an opened link ---
 
 
-def share_view(page: Any) -> None:
-    """"Share this view" in the sidebar and, presenting (the sidebar hidden), on the page; on the
-    page a link opened, what it did."""
+def share_view(page: Any) -> Callable[[], None]:
+    """On the page a link opened, what it did; and the places of "Share this view" in the sidebar
+    and, presenting (the sidebar hidden), on the page. Returns what draws them, which app.py calls
+    once the page has run: the panel then offers to publish the run this page run just made."""
     link_notes(page)
-    share = share_params(config().limits)
-    with st.sidebar.expander("Share this view", icon=":material/share:"):
-        share_panel(page, share, "sidebar")
-    if presenting():
-        with st.popover("Share this view", icon=":material/share:"):
-            share_panel(page, share, "page")
+    side = st.sidebar.empty()
+    here = st.empty() if presenting() else None
+
+    def draw() -> None:
+        share = share_params(config().limits)
+        with side.container(), st.expander("Share this view", icon=":material/share:"):
+            share_panel(page, share, "sidebar")
+        if here is not None:
+            with here.container(), st.popover("Share this view", icon=":material/share:"):
+                share_panel(page, share, "page")
+
+    return draw
 
 
 def share_panel(page: Any, share: Share, where: str) -> None:

@@ -19,8 +19,9 @@ from .browser import (
 
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
 GEN = ".ie-chips .ie-gen"
+OVERLAP_MS = 500  # the longest a busy browser may show a new run's prompt beside the last run
 # At every change of the page: [the chips show "planets" (the new prompt), how many of the `old`
-# texts the page holds, generated-token chips]
+# texts the page holds, generated-token chips, the page clock in ms]
 WATCH_OLD = """(old) => {
   window.__old = [];
   new MutationObserver(() => {
@@ -28,7 +29,8 @@ WATCH_OLD = """(old) => {
     const text = document.querySelector('[data-testid="stMain"]').textContent;
     window.__old.push([!!chips && chips.textContent.includes('planets'),
                        old.filter(o => text.includes(o)).length,
-                       document.querySelectorAll('.ie-chips .ie-gen').length]);
+                       document.querySelectorAll('.ie-chips .ie-gen').length,
+                       performance.now()]);
   }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 # How many times the page fetched each preloaded front-end file (ui/preload.py CHUNKS).
@@ -59,6 +61,10 @@ def test_tokens_stream_while_generating(browser, url):
     assert page.locator(".js-plotly-plot").count() >= 2  # step chart and top-k chart
     assert page.evaluate(CHUNK_LOADS) == [1, 1]  # the run's chart and answer used that code
     no_exception(page)
+    # the share panel is drawn after the page: the session's first run can be published at once
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_text("Share this view").click()
+    expect(sidebar.get_by_role("button", name="Publish a link to this run")).to_be_enabled()
 
     # A second run: once it shows its prompt, nothing of the first run is on screen (its summary
     # line, its answer), and it shows its prompt before its first token (no stale page meanwhile)
@@ -71,9 +77,12 @@ def test_tokens_stream_while_generating(browser, url):
                            ".includes('planets') && document.body.innerText.includes('stopped "
                            "because')", timeout=180_000)  # the chips are redrawn: null between
     wait_for_app(page)
-    log = page.evaluate("window.__old")  # [new prompt shown, old texts shown, generated chips]
+    log = page.evaluate("window.__old")  # [new prompt, old texts shown, generated chips, ms]
     shown = [r for r in log if r[0]]
-    assert shown and not [r for r in shown if r[1]], log
+    # the previous run's answer and summary go as the new prompt comes: a busy browser may paint
+    # the new chips a few frames before it removes them, never for long (the flash this guards
+    # against lasted 1.5 s)
+    assert shown and not [r for r in shown if r[1] and r[3] > shown[0][3] + OVERLAP_MS], log
     # the prompt no later than the first token: a busy server may send both in one message
     assert shown[0][2] <= 1, "the prompt is shown before the tokens"
     no_exception(page)
