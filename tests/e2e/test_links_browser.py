@@ -2,7 +2,8 @@
 layer and head opens with the selectors on them; the page's own "Share this view" gives a link
 with the page's path and the selection (never the session token), which opens the same view in
 another browser; a published run opens in another browser context as recorded, on the sender's
-selection; the address keeps the view through a reload and Back."""
+selection; the address keeps the view through a reload and Back. A link as the first visit after a
+server's start: tests/e2e/test_space.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from playwright.sync_api import expect
 
-from .browser import streamlit_server, wait_for_app
+from .browser import wait_for_app
 
 SHOTS = Path(os.environ.get("LINK_SHOTS", "/tmp/links-shots"))
 
@@ -77,18 +78,6 @@ def test_bad_values_in_a_link_are_one_line_each_never_a_traceback(url, browser):
     expect(warnings).to_have_count(3)  # retries until the page's deltas have all arrived
     page.get_by_text("No trace yet").first.wait_for(timeout=10_000)
     page.screenshot(path=SHOTS / "link-bad-1920.png")
-
-
-def test_a_link_as_the_first_visit_after_a_start(tmp_path, browser):
-    with streamlit_server(tmp_path / "streamlit.log") as fresh:
-        page = browser.new_page(viewport={"width": 1920, "height": 1080})
-        page.goto(f"{fresh}/attention?example=qa&layer=3&head=2")
-        wait_for_app(page)
-        page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
-        wait_for_app(page)
-        page.screenshot(path=SHOTS / "link-first-visit-1920.png")
-        layer = page.get_by_role("combobox", name="Layer", exact=True)
-        assert layer.count() == 1 and layer.input_value() == "3"
 
 
 def pick(page, label: str, option: str) -> None:

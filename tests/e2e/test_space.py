@@ -1,6 +1,7 @@
 """The hosted demo through its own entrypoint: scripts/serve.sh with a Space's environment (hosted
 mode, a fresh HOME where scripts/prepare_model.sh loads the model as the Dockerfile does),
-driven by real Chromium. No Docker engine here: the image itself is not built. Four visitors
+driven by real Chromium. No Docker engine here: the image itself is not built. The first visit is a
+share link (its view, as the server's start-up work goes on). Four visitors
 generate at once (each gets their own prompt's greedy answer; those who wait are told their place
 in the queue), and the walk includes the Prefill vs decode page's eager-vs-native comparison,
 clicked as a visitor would (real model, real C build): the one browser test of each."""
@@ -110,13 +111,20 @@ def test_a_space_serves_four_visitors_within_its_limits(space_env, tmp_path, lm)
 def visit(browser, first, env: dict[str, str], home: Path, tmp_path: Path) -> list:
     """Four visitors on a Space started now; returns each visitor's downloaded trace."""
     with space(env, home) as (url, proc, start):
-        first.goto(url)
+        # the first visit after the start is a share link: it opens its view, with the selectors
+        # on it, while the start-up work may still run
+        first.goto(f"{url}/attention?example=qa&layer=3&head=2")
         first.wait_for_selector(APP_CONNECTED, timeout=60_000)
-        first.get_by_role("textbox", name="Prompt", exact=True).wait_for(timeout=60_000)
+        first.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
         first.wait_for_selector(APP_IDLE, timeout=60_000)
         interactive_s = time.monotonic() - start
         print(f"\nfirst page interactive {interactive_s:.1f} s after the entrypoint started")
         assert interactive_s <= FIRST_PAGE_S
+        layer = first.get_by_role("combobox", name="Layer", exact=True)
+        assert layer.count() == 1 and layer.input_value() == "3"
+        first.goto(url)
+        first.get_by_role("textbox", name="Prompt", exact=True).wait_for(timeout=60_000)
+        first.wait_for_selector(APP_IDLE, timeout=60_000)
         first.get_by_text("SmolLM2-135M-Instruct · cpu").wait_for(timeout=60_000)  # loaded
 
         pages = [first] + [browser.new_page(viewport={"width": 1440, "height": 900},
