@@ -156,15 +156,18 @@ def share_view(page: Any) -> Callable[[], None]:
     and, presenting (the sidebar hidden), on the page. Returns what draws them, which app.py calls
     once the page has run: the panel then offers to publish the run this page run just made."""
     link_notes(page)
-    side = st.sidebar.empty()
-    here = st.empty() if presenting() else None
+    # the expander and the popover themselves are drawn now, so they stay put (and open) while
+    # the page runs; their containers keep the last panel on screen until it is drawn again
+    side = st.sidebar.expander("Share this view", icon=":material/share:").container()
+    here = (st.popover("Share this view", icon=":material/share:").container() if presenting()
+            else None)
 
     def draw() -> None:
         share = share_params(config().limits)
-        with side.container(), st.expander("Share this view", icon=":material/share:"):
+        with side:
             share_panel(page, share, "sidebar")
         if here is not None:
-            with here.container(), st.popover("Share this view", icon=":material/share:"):
+            with here:
                 share_panel(page, share, "page")
 
     return draw
