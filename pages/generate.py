@@ -366,6 +366,7 @@ if GENERATE:
     TRACE = run_generation(TYPED, SLOTS) or shown_trace(False)
 elif REPLAY:
     replay_trace(TRACE, SLOTS)
+DOWNLOADS = None  # the download row's place: filled last, its files take a moment to build
 with AFTER.container() if GENERATE or REPLAY else AFTER:
     if TRACE is None:
         show_empty(SLOTS)
@@ -376,8 +377,11 @@ with AFTER.container() if GENERATE or REPLAY else AFTER:
         disturbance_warning(TRACE)
         if TRACE.steps:
             why_this_token(TRACE)
-            download(TRACE)
+            DOWNLOADS = st.container()
 examples_section(TRACE is None)
 replay_section(TRACE)
+if DOWNLOADS is not None:  # the run is on screen before its report's bytes are built
+    with DOWNLOADS:
+        download(TRACE)
 if TRACE is None:
     preload_chart_code('[data-testid="stTextArea"] textarea')
