@@ -21,13 +21,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-from engine.loader import LoadedModel, load_model  # noqa: E402
-from engine.spec import spec_from_model  # noqa: E402
+import pytest  # noqa: E402
+
 from tests import vllm_session, xdist_units  # noqa: E402
+
+if TYPE_CHECKING:  # torch and the engine load in the fixtures: xdist's controller runs no test
+    import numpy as np
+
+    from engine.loader import LoadedModel
 
 E2E = Path(__file__).resolve().parent / "e2e"
 
@@ -151,6 +154,8 @@ def default_tokenizer():
 
     folder = _default_cache_dir(default_gguf_path())
     if not is_complete_cache(folder):
+        from engine.loader import load_model
+
         return load_model().tokenizer
     return AutoTokenizer.from_pretrained(folder)
 
@@ -158,7 +163,11 @@ def default_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_lm(default_tokenizer) -> LoadedModel:
     """A 2-layer random-weight Llama (4 query heads, 2 KV heads) with the real tokenizer."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from engine.loader import LoadedModel
+    from engine.spec import spec_from_model
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(default_tokenizer), hidden_size=64, intermediate_size=128,
@@ -175,6 +184,8 @@ def tiny_lm(default_tokenizer) -> LoadedModel:
 def eager_attentions(lm: LoadedModel, ids: list[int]) -> np.ndarray:
     """(L, H, S, S): transformers' eager attention with output_attentions over the whole sequence,
     the independent reference for every recorded weight. The model is set back to sdpa."""
+    import torch
+
     model = lm.model
     model.set_attn_implementation("eager")
     try:
@@ -189,6 +200,8 @@ def eager_attentions(lm: LoadedModel, ids: list[int]) -> np.ndarray:
 def native_lm(tiny_lm):
     """The tiny model with random norm weights (a fresh model's are all ones, so a norm read from
     the wrong place, or the wrong norm, would go unnoticed): the native step's test model."""
+    import torch
+
     model = copy.deepcopy(tiny_lm.model)
     generator = torch.Generator().manual_seed(0)
     for name, weight in model.named_parameters():
