@@ -102,9 +102,11 @@ def test_client_and_server_latencies_agree(load):
     run = load[-1]
     client, server = client_stats(run), server_stats(run)
     assert server is not None
-    # the client's TTFT adds the HTTP request and the API process; tens of ms, not more
+    # the client's TTFT adds the HTTP request and the API process: tens of ms on a quiet machine,
+    # a few hundred when other work shares the two cores (a clean-clone CI run: +239 ms on 868);
+    # never a different moment (a whole request, or none of the queueing, is seconds off)
     ttft_gap = client.ttft["mean"] - server.ttft["mean"]
-    assert -25.0 < ttft_gap < max(100.0, 0.25 * server.ttft["mean"]), (client.ttft, server.ttft)
+    assert -25.0 < ttft_gap < max(250.0, 0.5 * server.ttft["mean"]), (client.ttft, server.ttft)
     # per token on both sides (the server's histogram has one entry per step, one token each)
     assert abs(client.itl_per_token_ms - server.itl["mean"]) < 0.2 * server.itl["mean"], \
         (client.itl_per_token_ms, server.itl)
