@@ -13,22 +13,19 @@ import streamlit as st
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
-from charts.report import report_html
 from engine import Run, Trace, TraceFormatError, summarize
-from engine.records.tracefile import trace_to_bytes
 from engine.timing.metrics import warmup_note
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
 from ui.keys import PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
-from ui.memo import memo
 from ui.preload import preload_chart_code
 from ui.record import keep_new_trace, keep_prompt, keep_trace
 from ui.replay import REPLAY_MAX_S, LiveSlots, ask_replay, replay, replay_asked, trace_waits
+from ui.run_files import report_file_bytes, trace_file_bytes
 from ui.sections.lens import logit_lens_section
 from ui.state import (
     app_state,
-    current_experiments,
     current_trace,
     generation_settings,
     loaded_model,
@@ -302,19 +299,6 @@ def why_this_token(trace: Trace) -> None:
         st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
                    f"(p = {step.chosen_prob:.3f}), not the most probable token.")
     logit_lens_section(trace, step)
-
-
-def trace_file_bytes(trace: Trace) -> bytes:
-    """The trace file with this session's experiment results, made once per (trace, results)
-    pair (bytes, not a deferred callable: see ui/memo.py `file_bytes`)."""
-    found = current_experiments()
-    return memo("trace_file", (trace, found), lambda: trace_to_bytes(trace, found))
-
-
-def report_file_bytes(trace: Trace) -> bytes:
-    """The run's HTML report (charts/report.py), made once per (trace, results) pair."""
-    found = current_experiments()
-    return memo("report_file", (trace, found), lambda: report_html(trace, found).encode("utf-8"))
 
 
 def download(trace: Trace) -> None:

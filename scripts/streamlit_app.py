@@ -46,8 +46,10 @@ def main() -> None:
     PagesManager.uses_pages_directory = False
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the app's folder, as Streamlit adds it for app.py
+    from ui.link_page import install
     from ui.startup import start_in_background
 
+    install()  # run links ask for the chart code in the page's HTML (ui/link_page.py)
     start_in_background(first=server_listening)
     sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
     sys.exit(cli.main())

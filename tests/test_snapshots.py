@@ -147,6 +147,36 @@ def test_neither_side_reaches_the_published_copy(tmp_path):
     assert again is not opened
 
 
+def test_a_link_brings_the_senders_download_files(tmp_path, monkeypatch):
+    """The receiver's Generate page offers the files the sender's made, not a second build (the
+    report's figures cost the server a few tenths of a second at the moment a class opens it)."""
+    from charts.report import report_html
+    from engine.records.tracefile import trace_to_bytes
+    from ui.run_files import REPORT_FILE, TRACE_FILE
+
+    sending = sender(QA_TRACE, RESULTS)
+    made = {TRACE_FILE: trace_to_bytes(QA_TRACE, RESULTS),
+            REPORT_FILE: report_html(QA_TRACE, RESULTS).encode("utf-8")}
+    state = state_of(sending.session_state)
+    for name, data in made.items():  # what the sender's Generate page drew
+        state.memos[name] = ((state.run.trace, state.experiments), data)
+    run = publish(sending)["view"]
+
+    def build(*_):
+        raise AssertionError("the receiver built a download file again")
+
+    monkeypatch.setattr("ui.run_files.report_html", build)
+    monkeypatch.setattr("ui.run_files.trace_to_bytes", build)
+    receiver = session(tmp_path / "other", {"view": run})
+    assert not receiver.exception, receiver.exception
+    got = state_of(receiver.session_state)
+    for name, data in made.items():
+        (trace, found), kept = got.memos[name]
+        assert trace is got.run.trace and found is got.experiments and kept == data
+    labels = [b.label for b in receiver.get("download_button")]
+    assert labels == ["Download trace", "Download report (HTML)"]
+
+
 def test_a_gone_run_says_so_in_one_line_and_opens_the_fallback(tmp_path):
     gone = "A" * 22  # a well-formed id this server never published
     at = session(tmp_path, {"view": gone, "example": "qa", "layer": "3"})

@@ -36,6 +36,17 @@ def memo(name: str, key: tuple, compute: Callable[[], T], fresh: bool = False) -
     return held[1]
 
 
+def held(name: str, key: tuple) -> Any:
+    """The value kept under `name` for `key`, or None (nothing computed for that key)."""
+    found = app_state().memos.get(name)
+    return found[1] if found is not None and _same(found[0], key) else None
+
+
+def keep(name: str, key: tuple, value: Any) -> None:
+    """Keep `value`, computed elsewhere, as `name`'s value for `key`."""
+    app_state().memos[name] = (key, value)
+
+
 def file_bytes(name: str, record: Any, to_bytes: Callable[[Any], bytes]) -> bytes:
     """A record's file bytes for a download button, made once per record. Bytes, not a deferred
     callable: Streamlit stores a deferred download's file unreferenced, and another session's

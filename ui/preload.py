@@ -42,9 +42,9 @@ if (!window.__iePreload) {
 """
 
 
-def chunk_files(folder: Path = FRONT_END_JS) -> tuple[str, ...]:
-    """The file names of CHUNKS in this Streamlit's front end (each is one hashed file)."""
-    found = [sorted(folder.glob(f"{stem}.*.js")) for stem in CHUNKS]
+def chunk_files(stems: tuple[str, ...] = CHUNKS, folder: Path = FRONT_END_JS) -> tuple[str, ...]:
+    """The file names of `stems` in this Streamlit's front end (each is one hashed file)."""
+    found = [sorted(folder.glob(f"{stem}.*.js")) for stem in stems]
     return tuple(paths[0].name for paths in found if len(paths) == 1)
 
 

@@ -26,6 +26,8 @@ def record_size(value: Any) -> int:
         return arrays + 2048 * len(value.steps) + 100 * len(value.prompt_token_ids)
     if isinstance(value, (ServingResults, RemoteResults)):
         return value.nbytes
+    if isinstance(value, dict):  # a published run's download files (ui/run_files.py)
+        return 4096 + sum(len(data) for data in value.values() if isinstance(data, bytes))
     return 4096
 
 

@@ -7,7 +7,8 @@ Copies both ways, so no session's work reaches another's: publishing stores a de
 sender's later runs and results never change what the link opens), and opening gives the receiver
 a deep copy of its own (nothing the receiver does reaches the published run or the sender). A
 published run counts against the store's entries and bytes like a session and goes, like one,
-after the store's age limit.
+after the store's age limit. The sender's download files travel with it (ui/run_files.py), as
+bytes: immutable, nothing to copy.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ui import shared
 from ui.config import config
 from ui.link_params import Published
 from ui.record import keep_example, keep_new_trace, keep_prompt
+from ui.run_files import keep_made_files, made_files
 from ui.state import app_state, current_experiments, current_trace
 from ui.traces import current_example
 
@@ -42,6 +44,9 @@ def publish() -> None:
         return
     record: dict[str, object] = {"trace": copy.deepcopy(trace),
                                  "experiments": copy.deepcopy(experiments)}
+    files = made_files(trace, experiments)
+    if files:
+        record["files"] = files
     example = current_example()
     if example is not None:
         record["example"] = example.name
@@ -64,8 +69,9 @@ def open_published(run: str) -> bool:
     record = shared.SESSIONS.published(run)
     if record is None:
         return False
-    trace = copy.deepcopy(record["trace"])
-    keep_new_trace(trace, copy.deepcopy(record["experiments"]))
+    trace, experiments = copy.deepcopy(record["trace"]), copy.deepcopy(record["experiments"])
+    keep_new_trace(trace, experiments)
+    keep_made_files(trace, experiments, record.get("files", {}))
     keep_prompt(trace.prompt)
     if "example" in record:
         keep_example(record["example"], trace)

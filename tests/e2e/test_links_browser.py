@@ -102,6 +102,11 @@ def test_a_published_run_opens_elsewhere_as_recorded_on_the_same_selection(url, 
 
     receiver = open_link(browser, link)  # a browser context of its own: another visitor
     expect(receiver.get_by_text("Opened the run shared with this link")).to_have_count(1)
+    # The server's page for the link asks for the chart code itself (ui/link_page.py), before
+    # the app's script draws the first chart.
+    early = receiver.evaluate("[...document.querySelectorAll('head script[type=module]:not([src])')]"
+                              ".map((s) => s.textContent).join()")
+    assert "/PlotlyChart." in early, early
     assert (chosen(receiver, "Layer"), chosen(receiver, "Head")) == ("3", "2")
     assert receiver.locator('[data-testid="stException"]').count() == 0
     address = {k: v[0] for k, v in parse_qs(urlsplit(receiver.url).query).items()}

@@ -1,0 +1,48 @@
+"""The run's two download files: the trace file with the results computed on it, and the HTML
+report. Each is made once per (trace, results) pair and kept in the session's memo.
+
+A published run carries the sender's copies of both (made when the sender's Generate page drew
+its download row), so a link's first paint does not build them again: the report's figures take
+the server a few tenths of a second, which on a shared machine come out of the very moment the
+receiver's browser is starting the app, and a class opening one link would build the same bytes
+once per student.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from charts.report import report_html
+from engine import Trace
+from engine.experiments import Experiments
+from engine.records.tracefile import trace_to_bytes
+from ui.memo import held, keep, memo
+from ui.state import current_experiments
+
+TRACE_FILE, REPORT_FILE = "trace_file", "report_file"
+
+
+def trace_file_bytes(trace: Trace) -> bytes:
+    """The trace file with this session's experiment results (bytes, not a deferred callable:
+    see ui/memo.py `file_bytes`)."""
+    found = current_experiments()
+    return memo(TRACE_FILE, (trace, found), lambda: trace_to_bytes(trace, found))
+
+
+def report_file_bytes(trace: Trace) -> bytes:
+    """The run's HTML report (charts/report.py)."""
+    found = current_experiments()
+    return memo(REPORT_FILE, (trace, found), lambda: report_html(trace, found).encode("utf-8"))
+
+
+def made_files(trace: Trace, found: Experiments) -> dict[str, bytes]:
+    """The files this session has already made for (trace, found), compressed for keeping (the
+    report holds plotly.js: ~5 MB, ~1.5 MB compressed)."""
+    made = ((name, held(name, (trace, found))) for name in (TRACE_FILE, REPORT_FILE))
+    return {name: zlib.compress(data, 6) for name, data in made if data is not None}
+
+
+def keep_made_files(trace: Trace, found: Experiments, files: dict[str, bytes]) -> None:
+    """Take files made elsewhere for a copy of (trace, found) as this session's own."""
+    for name, data in files.items():
+        keep(name, (trace, found), zlib.decompress(data))
