@@ -16,6 +16,7 @@ import streamlit as st
 
 from engine import EngineError
 from ui import shared
+from ui.clients import current_client
 from ui.config import config
 from ui.text import message
 
@@ -61,10 +62,12 @@ def job_kind(work: Callable[..., Any]) -> str:
 def model_turn(stop: threading.Event | None = None, kind: str = "") -> Iterator[threading.Event]:
     """Hold the process-wide turn while this session runs the shared model: one run at a time,
     so no visitor's timings are measured while another visitor's forward shares the cores.
-    Waiting visitors are served first come, first served, and see their place in the queue and
-    an estimate (`kind` names this job for the estimates). Yields `stop` (or a new event), which
-    is set once this turn has used the hosted per-click budget (`Limits.click_s`): loops check it
-    and end early (see `budget_note`)."""
+    The turn rotates between clients (this session's visitor: `current_client`), not tabs: a
+    visitor's next run waits behind every other visitor who waits, so opening tabs buys no
+    turns. Waiting visitors see their place in the queue and an estimate (`kind` names this job
+    for the estimates). Yields `stop` (or a new event), which is set once this turn has used the
+    hosted per-click budget (`Limits.click_s`): loops check it and end early (see
+    `budget_note`)."""
     stop = stop or threading.Event()
     notice = st.empty()
     lock = shared.LOCK
@@ -75,7 +78,7 @@ def model_turn(stop: threading.Event | None = None, kind: str = "") -> Iterator[
 
     budget = config().limits.click_s
     try:
-        with lock.turn(on_wait=waiting, kind=kind):
+        with lock.turn(on_wait=waiting, kind=kind, client=current_client()):
             notice.empty()
             timer = threading.Timer(budget, stop.set) if budget else None
             if timer is not None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM_UP = "warm-up"  # the start-up run's kind of job in the model turn (ui/turns.py)
+START_UP = "start-up"  # its client in the model turn: no visitor's, so it costs none a turn
 SCRIPTS = ("app.py", "pages")  # what Streamlit runs for a visit: app.py and the pages it routes to
 
 
@@ -70,7 +71,7 @@ def warm_default_model(say: Callable[[str], None]) -> None:
     start = time.perf_counter()
     entry = shared.MODELS.get("default", weights)
     loaded = time.perf_counter()
-    with shared.LOCK.turn(kind=WARM_UP):
+    with shared.LOCK.turn(kind=WARM_UP, client=START_UP):
         warm_up(entry)
     say(f"start-up: model default/{weights} loaded in {loaded - start:.1f} s, warmed up in "
         f"{time.perf_counter() - loaded:.1f} s")
