@@ -21,6 +21,7 @@ from ui import shared  # noqa: E402
 from ui.address import write_address  # noqa: E402
 from ui.config import config  # noqa: E402
 from ui.experiment import run_experiment  # noqa: E402
+from ui.guard import model_refusal  # noqa: E402
 from ui.keys import MODEL_SOURCE, WEIGHTS  # noqa: E402
 from ui.links import open_link, share_view  # noqa: E402
 from ui.present import (  # noqa: E402
@@ -99,6 +100,11 @@ def sidebar_model() -> None:
             help="A causal LM with safetensors weights, already on this machine (offline).")
         source = custom.strip() or "default"
     weights = sidebar_weights()
+    refusal = model_refusal(source)  # a shared server: no folder outside its allowlist, and
+    if refusal is not None:  # no word on whether it exists
+        st.sidebar.error(message(refusal), icon=":material/block:")
+        no_model()
+        return
     models = shared.MODELS
     if config().hosted and weights == "fp32" and models.peek(source, weights) is None:
         loading_in_background(source, weights)  # the page draws now; it reruns when the model is in

@@ -97,6 +97,8 @@ def load_form(server: Server) -> LoadConfig | None:
     try:
         if not lines:
             raise ValueError("Write at least one prompt (one per line).")
+        if server.refused:
+            raise ValueError(server.problem or "")
         if not server.models:
             raise ValueError("No server answers at that URL: start one (above) or fix the URL, "
                              "then press List models.")

@@ -69,6 +69,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         xdist_units.order_and_record(items)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_user_on_loopback() -> None:
+    """AppTest binds no address, and Streamlit's unset address means every interface: a shared
+    server (ui/guard.py). The suite is one user on loopback, as `make run` is, unless a test says
+    otherwise with `bind`. (Streamlit reads STREAMLIT_SERVER_ADDRESS only on its command line.)"""
+    from streamlit import config as st_config
+
+    st_config.set_option("server.address", "127.0.0.1")
+
+
+@pytest.fixture
+def bind(monkeypatch) -> Iterator:
+    """`bind(address)` sets Streamlit's `server.address` as `ADDRESS=… make run` would (put back
+    afterwards), in local mode with none of ui/guard.py's operator flags."""
+    from streamlit import config as st_config
+
+    for name in ("INFERENCE_EXPLORER_TRUST_NETWORK", "INFERENCE_EXPLORER_ALLOWED_URLS",
+                 "INFERENCE_EXPLORER_MODEL_DIRS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
+    before = st_config.get_option("server.address")
+    yield lambda address: st_config.set_option("server.address", address)
+    st_config.set_option("server.address", before)
+
+
 @pytest.fixture(scope="session")
 def vllm_url() -> Iterator[str]:
     """The base URL of a real vLLM server (CPU build, the default model in float32): the one

@@ -23,6 +23,7 @@ from engine.remote.client import RemoteError, list_models, normalize_base_url
 from engine.remote.record import LoadRun
 from ui.config import config
 from ui.files import RecordFiles, files_section
+from ui.guard import url_refusal
 from ui.memo import memo
 from ui.record import keep_remote
 from ui.replay import ask_replay
@@ -86,6 +87,7 @@ class Server:
     url: str
     models: tuple[str, ...]
     problem: str | None = None
+    refused: bool = False  # a shared server does not send requests there (ui/guard.py)
 
 
 def probe(url: str, force: bool = False) -> Server:
@@ -112,6 +114,10 @@ def server_section() -> Server:
                              "anything that serves /v1/completions with streaming; its "
                              "Prometheus /metrics (at the server's root) is read when present.")
     listed = list_col.button("List models", icon=":material/refresh:", width="stretch")
+    refusal = url_refusal(url.strip(), own_urls())
+    if refusal is not None:  # before any request: a shared server's visitor picks no address
+        st.error(message(refusal), icon=":material/block:")
+        return Server(url.strip(), (), refusal, refused=True)
     if LOCAL.starting:
         local_start_progress()
         listed = True
@@ -127,6 +133,13 @@ def server_section() -> Server:
     if found.url == DEFAULT_URL:
         offer_local_start()
     return found
+
+
+def own_urls() -> tuple[str, ...]:
+    """The base URLs of the vLLM this app starts (and the docs' default local address): the
+    only ones a shared server talks to, besides the operator's allowlist."""
+    started = LOCAL.process.base_url if LOCAL.process is not None else DEFAULT_URL
+    return tuple(dict.fromkeys((DEFAULT_URL, started)))
 
 
 def offer_local_start() -> None:
