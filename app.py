@@ -31,7 +31,7 @@ from ui.present import (  # noqa: E402
     sidebar_presentation,
     start_presentation,
 )
-from ui.record import restore_session  # noqa: E402
+from ui.record import not_kept_notice, restore_session  # noqa: E402
 from ui.session_model import SessionModel  # noqa: E402
 from ui.sidebar_settings import (  # noqa: E402
     DECODER_HELP,
@@ -197,10 +197,13 @@ sidebar_model()
 sidebar_settings()
 share = share_view(page)
 sidebar_presentation()
+NOT_KEPT = st.empty()  # above the page: filled once the page has written this run's work
 try:
     page.run()
-finally:  # also after a page's st.stop(): the share panel offers this run's record, and the
-    try:  # address always ends on this run's view
+finally:  # also after a page's st.stop(): the share panel offers this run's record, the notice
+    try:  # says whether the server kept the work, and the address ends on this run's view
         share()
+        if (notice := not_kept_notice()) is not None:
+            NOT_KEPT.warning(notice, icon=":material/cloud_off:")
     finally:
         write_address()

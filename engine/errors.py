@@ -19,3 +19,11 @@ class ModelLoadError(EngineError):
 
 class TraceFormatError(EngineError, ValueError):
     """A trace file that is truncated, foreign, or from an unknown format version."""
+
+
+class TooLargeError(TraceFormatError):
+    """A file that would hold more in memory than its reader allows (`size` bytes, decoded)."""
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size

@@ -15,7 +15,7 @@ from typing import Any, Literal, overload
 
 from .errors import TraceFormatError
 from .experiments import Experiments, experiments_from_dict
-from .records.fileformat import RecordFormat, Source
+from .records.fileformat import MAX_EXPANSION, RecordFormat, Source
 from .records.trace import Trace
 from .records.tracefile import MAX_TRACE_BYTES, TRACE_FORMAT, decode_trace
 from .remote.loadfile import LOADTEST_FORMAT
@@ -52,25 +52,27 @@ FORMATS: dict[str, RecordFormat[Any]] = {"trace": TRACE_FILE, "serving": SERVING
 
 
 @overload
-def read_record(kind: Literal["trace"], source: Source, max_bytes: int | None = None
-                ) -> TraceFile: ...
+def read_record(kind: Literal["trace"], source: Source, max_bytes: int | None = None,
+                max_expansion: float = MAX_EXPANSION) -> TraceFile: ...
 @overload
-def read_record(kind: Literal["serving"], source: Source, max_bytes: int | None = None
-                ) -> ServingRun: ...
+def read_record(kind: Literal["serving"], source: Source, max_bytes: int | None = None,
+                max_expansion: float = MAX_EXPANSION) -> ServingRun: ...
 @overload
-def read_record(kind: Literal["load-test"], source: Source, max_bytes: int | None = None
-                ) -> LoadRun: ...
-def read_record(kind: Kind, source: Source, max_bytes: int | None = None) -> Any:
-    """The record in a file of this kind (its own size cap unless `max_bytes`), or
-    TraceFormatError with one sentence."""
+def read_record(kind: Literal["load-test"], source: Source, max_bytes: int | None = None,
+                max_expansion: float = MAX_EXPANSION) -> LoadRun: ...
+def read_record(kind: Kind, source: Source, max_bytes: int | None = None,
+                max_expansion: float = MAX_EXPANSION) -> Any:
+    """The record in a file of this kind (its own size cap unless `max_bytes`; decoded, at most
+    `max_expansion` times the file's size), or TraceFormatError with one sentence."""
     if kind not in FORMATS:
         raise TraceFormatError(f"unknown file kind {kind!r}: one of {', '.join(FORMATS)}")
-    return FORMATS[kind].read(source, max_bytes)
+    return FORMATS[kind].read(source, max_bytes, max_expansion)
 
 
-def read_trace_file(source: Source, max_bytes: int = MAX_TRACE_BYTES) -> TraceFile:
+def read_trace_file(source: Source, max_bytes: int = MAX_TRACE_BYTES,
+                    max_expansion: float = MAX_EXPANSION) -> TraceFile:
     """The trace and its experiment results; see `read_record`."""
-    return TRACE_FILE.read(source, max_bytes)
+    return TRACE_FILE.read(source, max_bytes, max_expansion)
 
 
 def load_trace(source: Source, max_bytes: int = MAX_TRACE_BYTES) -> Trace:

@@ -26,6 +26,7 @@ class Limits:
     trace_tokens: int  # prompt + output of a trace file the pages will show
     click_s: float | None = None  # model time one click may take (None: no limit)
     kernel_rounds: int = 3  # paired rounds of the decode-kernel comparison
+    file_growth: float = 64.0  # how many times its size an opened file may grow when decoded
 
     @property
     def sequence_tokens(self) -> int:
@@ -40,12 +41,17 @@ class AppConfig:
     model_cache_mb: int  # weights the model store keeps (local: a few dtype/model choices)
     session_mb: int  # session records kept for reloads, all sessions together
     session_ttl_s: float
+    client_sessions: int = 64  # records one visitor (one address) may keep: its oldest go first
+    client_mb: int = 1024  # bytes one visitor's records may hold
+    session_entries: int = 256  # records of all visitors together
+    session_keep_s: float = 1800.0  # a record changed this recently is never evicted for others
 
     @classmethod
     def from_env(cls) -> "AppConfig":
         if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
-            return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2),
-                       HOSTED_MODEL_MB, 512, 2 * 3600.0)
+            return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2,
+                                       file_growth=8.0),
+                       HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128)
         return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
 
     @property

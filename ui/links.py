@@ -183,6 +183,9 @@ def share_panel(page: Any, share: Share, where: str) -> None:
                   help="Keeps a copy of this run (its tokens, timings and the results computed "
                        f"on it) on this server for {kept_for()}, and gives a link that opens it "
                        "exactly as it is now, with no model. Your later work does not change it.")
+    if trace is not None and app_state().links.publish_refused:
+        st.warning("Not published: this server has no room for it now (it keeps every visitor's "
+                   "recent work first). Share the trace file instead: Download trace on Generate.")
     done = published_run(trace)
     params = share.params if done is None else {"view": done.run, **share.params}
     link = share_url(page_base(page), params)

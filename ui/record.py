@@ -21,6 +21,7 @@ import streamlit as st
 from engine import Trace
 from engine.experiments import Experiments
 from ui import keys, shared
+from ui.clients import current_client
 from ui.results import RemoteResults
 from ui.sessions import new_token
 from ui.state import AppState, app_state, serving_results
@@ -70,7 +71,7 @@ def restore_session() -> None:
                 value = replace(value, stop_reason="stopped")
             if item in KEPT:
                 KEPT[item](state, value)
-                shared.SESSIONS.put(token, item, value)
+                _stored(state, token, item, value)
         state.token = token
     if st.query_params.get("s") != token:
         st.query_params["s"] = token
@@ -81,7 +82,24 @@ def _keep(item: str, value: Any) -> None:
     state = app_state()
     KEPT[item](state, value)
     if state.token is not None:
-        shared.SESSIONS.put(state.token, item, value)
+        _stored(state, state.token, item, value)
+
+
+def _stored(state: AppState, token: str, item: str, value: Any) -> None:
+    """Write one item of the session's record; remember which items the store refused (full of
+    other visitors' recent work, or over this visitor's share), for the page's notice."""
+    if shared.SESSIONS.put(token, item, value, current_client()):
+        state.not_kept.discard(item)
+    else:
+        state.not_kept.add(item)
+
+
+def not_kept_notice() -> str | None:
+    """One line while some of this session's work is not kept on the server, else None."""
+    if not app_state().not_kept:
+        return None
+    return ("This server is busy: your latest work here is not kept on it, so a reload or a "
+            "lost connection would lose it (it stays in this tab; download a trace to keep it).")
 
 
 def keep_prompt(prompt: str) -> None:

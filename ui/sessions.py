@@ -4,8 +4,15 @@ A reload (or a dropped websocket) starts a new Streamlit session with empty stat
 every session a random token that it keeps in the page's URL; what the session produced (its trace,
 its experiment results) is written here under that token, and a new session arriving with the token
 gets a copy. A copy, under a fresh token: a link that travels to someone else gives them the work
-as it was, and what they do next never lands in the original's record. Bounded three ways: entries
-(least recently used out), total bytes (estimated by `size_of`), and age since the last write.
+as it was, and what they do next never lands in the original's record. Bounded three ways: entries,
+total bytes (what each value really costs, `size_of`), and age since the last write.
+
+Fair to every visitor (a shared server, a class): each record belongs to a client (the visitor's
+address, ui/clients.py), and one client's records are capped in number and bytes — past its cap,
+that client's own least recently used records go, nobody else's. A record written in the last
+`keep_s` seconds is never evicted for another client's room: when the store is full of such
+records, the newcomer's write is refused (`put` returns False, the app says its work is not
+kept) instead of somebody else's work disappearing.
 
 A published run ("Share this view") is a record of its own under an unguessable id: written once
 (`publish`), never changed, read by whoever has the link (`published`). It counts against the same
@@ -18,6 +25,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 Record = dict[str, Any]
@@ -35,34 +43,59 @@ def new_view_id() -> str:
 _PUBLISHED = "view:"  # a published run's name in the store: ':' is never in a session token
 
 
+@dataclass(slots=True)
+class _Entry:
+    client: str
+    changed: float  # the last write: the age limit and the guaranteed keep count from here
+    values: Record = field(default_factory=dict)
+
+
 class SessionStore:
     def __init__(self, max_entries: int, max_bytes: int, ttl_s: float,
-                 size_of: Callable[[Any], int], clock: Callable[[], float] = time.monotonic
-                 ) -> None:
-        self.max_entries, self.max_bytes, self.ttl_s = max_entries, max_bytes, ttl_s
+                 size_of: Callable[[Any], int], clock: Callable[[], float] = time.monotonic,
+                 *, keep_s: float = 0.0, client_entries: int | None = None,
+                 client_bytes: int | None = None) -> None:
+        self.max_entries, self.max_bytes, self.ttl_s, self.keep_s = (max_entries, max_bytes,
+                                                                     ttl_s, keep_s)
+        self.client_entries = client_entries or max_entries
+        self.client_bytes = min(client_bytes or max_bytes, max_bytes)
         self._size_of, self._clock = size_of, clock
-        self._records: OrderedDict[str, tuple[float, Record]] = OrderedDict()
+        self._records: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         # Values by identity: a reload's copy shares the same immutable trace, so it is counted
         # once however many records hold it. id → [size, number of records holding it, value]
         self._objects: dict[int, list[Any]] = {}
         self._lock = threading.Lock()
 
-    def put(self, token: str, key: str, value: Any) -> None:
-        """Set one item of this token's record (None removes it)."""
+    def put(self, token: str, key: str, value: Any, client: str = "") -> bool:
+        """Set one item of this token's record (None removes it); False when it is not kept:
+        larger than one client may keep, or the store is full of others' recent work (then the
+        record stays as it was before this write)."""
         with self._lock:
             self._expire()
-            _, record = self._records.pop(token, (0.0, {}))
-            old = record.pop(key, None)
-            if old is not None:
-                self._release(old)
+            entry = self._records.pop(token, None)
+            new = entry is None
+            if entry is None:
+                entry = _Entry(client, self._clock())
+            old = entry.values.pop(key, None)
             if value is not None:
-                record[key] = value
+                entry.values[key] = value
                 self._hold(value)
-            self._records[token] = (self._clock(), record)
-            if self._unique_size(record) > self.max_bytes:  # too large on its own: not kept
-                self._drop(token)
-                return
-            self._trim()
+            previous = entry.changed
+            entry.changed = self._clock()
+            self._records[token] = entry
+            if self._unique_size(entry.values) <= self.client_bytes and self._make_room(token):
+                if old is not None:
+                    self._release(old)
+                return True
+            if value is not None:  # undo this write
+                del entry.values[key]
+                self._release(value)
+            if old is not None:
+                entry.values[key] = old
+            entry.changed = previous
+            if new:
+                del self._records[token]
+            return False
 
     def copy(self, token: str) -> Record | None:
         """A shallow copy of the token's record (values are immutable results), or None."""
@@ -72,27 +105,62 @@ class SessionStore:
             if found is None:
                 return None
             self._records.move_to_end(token)
-            return dict(found[1])
+            return dict(found.values)
 
-    def publish(self, record: Record) -> str | None:
+    def publish(self, record: Record, client: str = "") -> str | None:
         """Keep `record` (its values are the caller's own copies) under a new id and return the
-        id; None if it is larger than the whole store."""
+        id; None if it cannot be kept (larger than one client may keep, or no room)."""
         view_id = new_view_id()
+        name = _PUBLISHED + view_id
         with self._lock:
             self._expire()
             for value in record.values():
                 self._hold(value)
-            self._records[_PUBLISHED + view_id] = (self._clock(), dict(record))
-            if self._unique_size(record) > self.max_bytes:
-                self._drop(_PUBLISHED + view_id)
+            self._records[name] = _Entry(client, self._clock(), dict(record))
+            if self._unique_size(record) > self.client_bytes or not self._make_room(name):
+                self._drop(name)
                 return None
-            self._trim()
-        return view_id if self.published(view_id) is not None else None
+        return view_id
 
     def published(self, view_id: str) -> Record | None:
         """The published record `view_id` (a shallow copy: the caller copies its values before
         changing anything), or None (unknown, expired or dropped for room)."""
         return self.copy(_PUBLISHED + view_id)
+
+    def client_usage(self, client: str) -> tuple[int, int]:
+        """(records, bytes) this client holds (a value shared by its records counts once)."""
+        with self._lock:
+            return self._usage(client)
+
+    def _usage(self, client: str) -> tuple[int, int]:
+        held = {id(v): v for e in self._records.values() if e.client == client
+                for v in e.values.values()}
+        count = sum(1 for e in self._records.values() if e.client == client)
+        return count, sum(self._objects[i][0] for i in held)
+
+    def _make_room(self, token: str) -> bool:
+        """Bring the store within its bounds after `token` was written: first that client's own
+        older records, then records of anyone not written in `keep_s`; False if not possible
+        without evicting another client's recent work (nothing is evicted then)."""
+        client = self._records[token].client
+        while True:
+            count, size = self._usage(client)
+            if count <= self.client_entries and size <= self.client_bytes:
+                break
+            own = next((t for t, e in self._records.items() if e.client == client and t != token),
+                       None)
+            if own is None:
+                return False
+            self._drop(own)
+        now = self._clock()
+        while len(self._records) > self.max_entries or self.nbytes > self.max_bytes:
+            old = next((t for t, e in self._records.items()
+                        if t != token and (e.client == client or now - e.changed > self.keep_s)),
+                       None)
+            if old is None:
+                return False
+            self._drop(old)
+        return True
 
     def _hold(self, value: Any) -> None:
         entry = self._objects.setdefault(id(value), [self._size_of(value), 0, value])
@@ -108,18 +176,13 @@ class SessionStore:
         return sum(self._objects[id(v)][0] for v in {id(v): v for v in record.values()}.values())
 
     def _drop(self, token: str) -> None:
-        _, record = self._records.pop(token)
-        for value in record.values():
+        for value in self._records.pop(token).values.values():
             self._release(value)
 
     def _expire(self) -> None:
         now = self._clock()
-        for token in [t for t, (at, _) in self._records.items() if now - at > self.ttl_s]:
+        for token in [t for t, e in self._records.items() if now - e.changed > self.ttl_s]:
             self._drop(token)
-
-    def _trim(self) -> None:
-        while len(self._records) > self.max_entries or self.nbytes > self.max_bytes:
-            self._drop(next(iter(self._records)))  # least recently used first
 
     @property
     def nbytes(self) -> int:

@@ -18,6 +18,7 @@ import time
 
 from engine import Trace
 from ui import shared
+from ui.clients import current_client
 from ui.config import config
 from ui.link_params import Published
 from ui.record import keep_example, keep_new_trace, keep_prompt
@@ -50,7 +51,8 @@ def publish() -> None:
     example = current_example()
     if example is not None:
         record["example"] = example.name
-    run = shared.SESSIONS.publish(record)
+    run = shared.SESSIONS.publish(record, current_client())
+    links.publish_refused = run is None
     links.published = None if run is None else Published(
         run, trace, experiments, time.strftime("%H:%M UTC", time.gmtime()))
 

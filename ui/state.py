@@ -59,6 +59,7 @@ class LinkState:
     notes: OpenedLink | None = None
     seen: tuple[tuple[str, str] | None, dict[str, int]] | None = None
     published: Published | None = None
+    publish_refused: bool = False  # the store had no room for the last publish
 
 
 @dataclass(slots=True)
@@ -99,6 +100,7 @@ class AppState:
     page: PageState = field(default_factory=PageState)
     memos: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # ui/memo.py: name → (key, value)
     token: str | None = None  # the session record's token (ui/record.py; ?s= in the URL)
+    not_kept: set[str] = field(default_factory=set)  # items the store refused (ui/record.py)
 
     @property
     def trace(self) -> Trace | None:

@@ -19,7 +19,7 @@ def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
     """A trace file read within this app's limits: size-capped before parsing, checked, with
     generated tokens, and small enough for the pages to show (raises EngineError)."""
     limits = config().limits
-    opened = read_trace_file(read(), max_bytes=limits.trace_mb << 20)
+    opened = read_trace_file(read(), limits.trace_mb << 20, limits.file_growth)
     if not opened.trace.steps:
         raise TraceFormatError("this trace has no generated tokens to show")
     check_viewable(opened.trace, limits.trace_tokens)

@@ -18,15 +18,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Generic, TypeVar
 
-from ..errors import TraceFormatError
+from ..errors import TooLargeError, TraceFormatError
 
 Record = TypeVar("Record")
 Source = bytes | str | Path | BinaryIO  # a file's bytes, its path, or an open binary stream
 JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
+# How many times its size a file may grow when decoded (a trace's members decompressed): real
+# traces grow 1.2–1.5× (attention weights compress poorly), while a crafted file of zeros grows
+# hundreds of times and would make a few small uploads fill a server's memory. Files below
+# EXPANSION_FLOOR may grow to it whatever their ratio. The hosted app passes a smaller ratio.
+MAX_EXPANSION = 64.0
+EXPANSION_FLOOR = 1 << 20
+
+
 def mb(n: int) -> str:
     return f"{n / 2**20:,.0f} MB"
+
+
+def size_text(n: int) -> str:
+    return mb(n) if n >= 1 << 20 else f"{max(n >> 10, 1):,} KB"
 
 
 def container_count(raw: bytes) -> int:
@@ -48,10 +60,25 @@ class RecordFormat(Generic[Record]):
     max_containers: int  # JSON objects and lists allowed before parsing
     decode: Callable[[bytes, int], Record]
 
-    def read(self, source: Source, max_bytes: int | None = None) -> Record:
-        """The record in `source`, or TraceFormatError with one sentence."""
+    def read(self, source: Source, max_bytes: int | None = None,
+             max_expansion: float = MAX_EXPANSION) -> Record:
+        """The record in `source`, or TraceFormatError with one sentence. Decoded, it may hold
+        at most `max_bytes` and at most `max_expansion` times the file's size (EXPANSION_FLOOR
+        at least): both are checked on the sizes a file declares, before anything is inflated."""
         cap = self.max_bytes if max_bytes is None else max_bytes
-        return self.decode(self.source_bytes(source, cap), cap)
+        data = self.source_bytes(source, cap)
+        grown = max(int(len(data) * max_expansion), EXPANSION_FLOOR)
+        if grown >= cap:
+            return self.decode(data, cap)
+        try:
+            return self.decode(data, grown)
+        except TooLargeError as err:
+            if err.size > cap:
+                raise
+            raise TooLargeError(f"this {self.kind} file decompresses to {size_text(err.size)}, "
+                                f"{err.size / len(data):,.0f} times its {size_text(len(data))}; "
+                                f"files may grow at most {max_expansion:g}× here",
+                                err.size) from None
 
     def source_bytes(self, source: Source, max_bytes: int) -> bytes:
         """The bytes of a file, a path or a stream, refusing more than the cap allows (a zip is at

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Callable, Protocol
 
 import numpy as np
 
-from ..errors import TraceFormatError
+from ..errors import TooLargeError, TraceFormatError
 from ..settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from ..spec import ModelSpec
 from .fileformat import RecordFormat, mb
@@ -183,8 +183,8 @@ def _read_members(data: bytes, max_bytes: int) -> tuple[bytes, dict[str, np.ndar
             raise TraceFormatError("not a valid trace file: a member name appears twice")
         total = sum(info.file_size for info in infos)
         if total > max_bytes:
-            raise TraceFormatError(f"this trace decompresses to {mb(total)}; the limit here is "
-                                   f"{mb(max_bytes)}")
+            raise TooLargeError(f"this trace decompresses to {mb(total)}; the limit here is "
+                                f"{mb(max_bytes)}", total)
         if META_KEY + ".npy" not in names:
             raise TraceFormatError("not an Inference Explorer trace (no metadata)")
         meta, arrays = b"", {}
