@@ -243,3 +243,24 @@ def test_a_refused_session_is_told_its_work_is_not_kept(monkeypatch, tmp_path: P
     warnings = [w.value for w in at.warning if "not kept" in w.value]
     assert len(warnings) == 1 and "busy" in warnings[0]
     assert tiny.copy("someone") == {"prompt": "theirs"}
+
+
+def test_live_sessions_share_one_memory_budget(hosted_store, monkeypatch):
+    """Sessions hold what they opened whether or not the store kept it: together they stay
+    within one budget, and the session that would go over is told so in one line."""
+    from dataclasses import replace as changed
+
+    from ui.live import live_bytes
+
+    gc.collect()
+    one = footprint(read_trace_file(EXAMPLES["qa"]))
+    budget = live_bytes() + int(3.5 * one)
+    real = AppConfig.from_env()
+    monkeypatch.setattr(AppConfig, "from_env", classmethod(
+        lambda cls: changed(real, session_mb=-(-budget // 2**20))))
+    held = [session({"example": "qa"}, f"visitor {i}") for i in range(3)]
+    assert all(state_of(at.session_state).run.trace is not None for at in held)
+    late = session({"example": "qa"}, "late")
+    state = state_of(late.session_state)
+    (line,) = state.links.notes.notes  # what the link's page says it could not open
+    assert "memory for visitors' runs is full" in line and state.run.trace is None

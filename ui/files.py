@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine.errors import EngineError, InputError
+from ui.live import make_room
 from ui.memo import file_bytes
 from ui.replay import REPLAY_MAX_S, ask_replay
 from ui.state import app_state
@@ -30,7 +31,9 @@ def opened_file(label: str, key: str, max_mb: int, load: Callable[[bytes], T]) -
     try:
         if upload.size > max_mb << 20:
             raise InputError(f"the file is over {max_mb} MB")
-        return load(upload.getvalue()), upload.name[:120]
+        record = load(upload.getvalue())
+        make_room(record, "this file")
+        return record, upload.name[:120]
     except EngineError as err:
         st.error(f"Not opened: {message(err)}")
         return None

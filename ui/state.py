@@ -8,6 +8,8 @@ change what a reload must restore through ui/record.py's `keep_*` functions.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +86,7 @@ class PageState:
     opened_files: dict[str, str] = field(default_factory=dict)  # uploader key → file id opened
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, weakref_slot=True)
 class AppState:
     """Everything the app keeps for one session, by concern."""
 
@@ -113,7 +115,19 @@ def state_of(session: MutableMapping[str, Any]) -> AppState:
     if not isinstance(found, AppState):
         found = AppState()
         session[APP_STATE] = found
+        with _LIVE_LOCK:
+            _LIVE.add(found)
     return found
+
+
+# Every session's state, weakly (a closed session's goes with it): ui/live.py's memory budget.
+_LIVE: weakref.WeakSet[AppState] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+def live_states() -> list[AppState]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
 
 
 def app_state() -> AppState:

@@ -11,6 +11,7 @@ from engine.files import TraceFile, read_trace_file
 from engine.records.examples import Example, examples
 from engine.records.tracecheck import check_viewable
 from ui.config import config
+from ui.live import make_room
 from ui.record import keep_example, keep_new_trace, keep_prompt
 from ui.state import app_state, current_trace
 
@@ -23,6 +24,7 @@ def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
     if not opened.trace.steps:
         raise TraceFormatError("this trace has no generated tokens to show")
     check_viewable(opened.trace, limits.trace_tokens)
+    make_room(opened, "this trace")
     return opened
 
 
