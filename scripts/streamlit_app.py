@@ -46,10 +46,11 @@ def main() -> None:
     PagesManager.uses_pages_directory = False
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the app's folder, as Streamlit adds it for app.py
-    from ui.link_page import install
+    from ui import link_page, upload_guard
     from ui.startup import start_in_background
 
-    install()  # run links ask for the chart code in the page's HTML (ui/link_page.py)
+    link_page.install()  # run links ask for the chart code in the page's HTML
+    upload_guard.install()  # uploads only for the app's own uploaders, within caps
     start_in_background(first=server_listening)
     sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
     sys.exit(cli.main())

@@ -45,13 +45,15 @@ class AppConfig:
     client_mb: int = 1024  # bytes one visitor's records may hold
     session_entries: int = 256  # records of all visitors together
     session_keep_s: float = 1800.0  # a record changed this recently is never evicted for others
+    uploads_mb: int = 1024  # uploaded files the server holds for all sessions together
 
     @classmethod
     def from_env(cls) -> "AppConfig":
         if os.environ.get("INFERENCE_EXPLORER_HOSTED") == "1":
             return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2,
                                        file_growth=8.0),
-                       HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128)
+                       HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128,
+                       uploads_mb=200)
         return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
 
     @property

@@ -74,7 +74,9 @@ class RecordFormat(Generic[Record]):
             return self.decode(data, grown)
         except TooLargeError as err:
             if err.size > cap:
-                raise
+                raise TooLargeError(f"this {self.kind} file decompresses to "
+                                    f"{size_text(err.size)}; the limit here is {mb(cap)}",
+                                    err.size) from None
             raise TooLargeError(f"this {self.kind} file decompresses to {size_text(err.size)}, "
                                 f"{err.size / len(data):,.0f} times its {size_text(len(data))}; "
                                 f"files may grow at most {max_expansion:g}× here",

@@ -1,0 +1,87 @@
+"""Uploads only for files the app's own uploader asked for, and a bounded number of bytes held.
+
+Streamlit's upload endpoint (`PUT /_stcore/upload_file/<session>/<file id>`) takes any file id
+for a live session, and its file manager keeps every file until the session ends: replaying that
+request with made-up ids held hundreds of megabytes per visitor. Here the manager (the one class
+every upload goes through) accepts a file only under an id it issued to that session when the
+front end asked where to upload a file a visitor picked (`get_upload_urls`), and only once; a
+session keeps its two newest uploads; all sessions' uploads together stay under
+`AppConfig.uploads_mb`. A refused upload is an HTTP 400 with one sentence, which the uploader
+shows.
+
+`install()` patches Streamlit's MemoryUploadedFileManager (scripts/streamlit_app.py calls it
+before the server starts); it fails loudly if a Streamlit upgrade has renamed those methods.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+FILES_PER_SESSION = 2  # two uploaders in use at once at most (Compare runs: a trace file for B)
+ISSUED_PER_SESSION = 8  # ids handed out and not yet used, per session (older ones lapse)
+METHODS = ("get_upload_urls", "add_file", "remove_session_files", "remove_file")
+
+
+def refuse(detail: str) -> Exception:
+    from starlette.exceptions import HTTPException
+
+    return HTTPException(status_code=400, detail=detail)
+
+
+def guard(manager: type, max_total_bytes: Callable[[], int]) -> None:
+    """Patch `manager` (Streamlit's MemoryUploadedFileManager or a subclass) in place."""
+    if getattr(manager, "upload_guard", False):
+        return
+    missing = [m for m in METHODS if not callable(getattr(manager, m, None))]
+    if missing:
+        raise RuntimeError(f"Streamlit's uploaded-file manager changed ({', '.join(missing)}): "
+                           "ui/upload_guard.py needs updating for this Streamlit version")
+    issue, add, forget = manager.get_upload_urls, manager.add_file, manager.remove_session_files
+    issued: dict[str, OrderedDict[str, None]] = {}
+    lock = threading.Lock()
+
+    def get_upload_urls(self: Any, session_id: str, file_names: Sequence[str]) -> list[Any]:
+        infos = issue(self, session_id, list(file_names)[:ISSUED_PER_SESSION])
+        with lock:
+            ids = issued.setdefault(session_id, OrderedDict())
+            for info in infos:
+                ids[info.file_id] = None
+            while len(ids) > ISSUED_PER_SESSION:
+                ids.popitem(last=False)
+        return infos
+
+    def add_file(self: Any, session_id: str, file: Any) -> None:
+        with lock:
+            ids = issued.get(session_id)
+            if ids is None or file.file_id not in ids:
+                raise refuse("This upload was not asked for by one of the app's file uploaders.")
+            del ids[file.file_id]
+        held = list(self.file_storage.get(session_id, {}))
+        for old in held[:max(len(held) - FILES_PER_SESSION + 1, 0)]:
+            self.remove_file(session_id, old)  # the session's oldest uploads make room
+        if self._total_bytes + len(file.data) > max_total_bytes():
+            raise refuse("The server holds as many uploaded files as it can right now; try "
+                         "again in a few minutes.")
+        add(self, session_id, file)
+
+    def remove_session_files(self: Any, session_id: str) -> None:
+        with lock:
+            issued.pop(session_id, None)
+        forget(self, session_id)
+
+    manager.get_upload_urls = get_upload_urls
+    manager.add_file = add_file
+    manager.remove_session_files = remove_session_files
+    manager.upload_guard = True
+
+
+def install() -> None:
+    """Guard the uploads of this process's Streamlit server (its configured caps)."""
+    from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
+
+    from ui.config import config
+
+    guard(MemoryUploadedFileManager, lambda: config().uploads_mb << 20)
