@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -218,11 +219,17 @@ def test_sessions_opening_the_crafted_file_hold_nothing_and_evict_nothing(hosted
             error(problem)
 
     CRAFTED[0] = crafted
+    gc.collect()
+    rss = psutil.Process().memory_info().rss
+    sessions = []  # the attacker's sessions stay open
     for _ in range(8):
         CLIENT[0] = "attacker"
-        at = AppTest.from_function(upload, default_timeout=60).run()
-        (line,) = [e.value for e in at.error]
+        sessions.append(AppTest.from_function(upload, default_timeout=60).run())
+        (line,) = [e.value for e in sessions[-1].error]
         assert "times its" in line
+    gc.collect()
+    grown = psutil.Process().memory_info().rss - rss  # before: +641 MB (8 × 86 MB held)
+    assert grown < 64 << 20, f"the app's process grew {grown >> 20} MB"
     assert hosted_store.nbytes == held and restored(token)
 
 
