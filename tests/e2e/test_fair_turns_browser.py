@@ -1,0 +1,30 @@
+"""Fair turns in a browser (issue 27): one visitor's four tabs each start a long run, then another
+visitor generates "Hi" — the other visitor is told it is next and its run goes right after the
+run in progress, not after all four. Two clients as a Space's proxy shows them (X-Forwarded-For,
+hosted mode), on a hosted server of its own (tests/e2e/turns_load.py); an 8 s click budget
+instead of 15 s keeps the hostile runs short. The figures with the real budget, before and after,
+are bench/fair_turns.py's."""
+
+from __future__ import annotations
+
+from .turns_load import TABS, Contest, hosted_server, warmed_up
+
+CLICK_S = "8"
+
+
+def test_a_visitors_four_tabs_delay_another_visitors_run_by_one(browser, tmp_path):
+    log = tmp_path / "server.log"
+    with hosted_server(log, env={"INFERENCE_EXPLORER_CLICK_S": CLICK_S}) as (url, _proc):
+        warmed_up(log)
+        contest = Contest.open(browser, url)
+        contest.start()
+        victim = contest.victim_s()
+        notices = contest.notices()
+        hostile = contest.hostile_done_s()
+        print(f"\nvictim's Hi: {victim:.1f} s; hostile runs done at {hostile} s after its press; "
+              f"first notice: {notices[0][1] if notices else None}")
+        assert notices, "the victim was told it waits"
+        assert all("yours is next in the queue" in text for _, text in notices), notices
+        # the run in progress may finish drawing after the victim's short run; the other three
+        # hostile runs go after the victim's
+        assert sum(done > victim for done in hostile) >= TABS - 1, (victim, hostile)
