@@ -1,5 +1,6 @@
-"""Round-to-nearest weight formats: the error bound they promise, codes in range, packing, and
-bytes that are the stored tensors' nbytes (no model needed)."""
+"""Weight formats rounded by GGML's rules: the error bound they promise, codes in range, packing,
+and bytes that are the stored tensors' nbytes (no model needed). Byte-for-byte equality with
+gguf-py's quantizers: tests/test_quant_ggml_exact.py."""
 
 from __future__ import annotations
 
@@ -25,25 +26,33 @@ def sample_weight(out: int = 48, inn: int = 256, seed: int = 0) -> torch.Tensor:
     return w
 
 
+def step_share(fmt: QuantFormat) -> float:
+    """The part of a step |d̂| a weight may be off: half, but a whole step for Q4_0's rule (a
+    weight near −p lands on the last code, 2^(b−1) − 1)."""
+    return 1.0 if not fmt.zero_point and fmt.bits < 8 else 0.5
+
+
 @pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.name)
-def test_every_group_is_within_the_round_to_nearest_bound(fmt):
+def test_every_group_is_within_the_rounding_bound(fmt):
     w = sample_weight()
     q = quantize(w, fmt)
     err, bound = group_errors(w, q), error_bound(w, q)  # (out, G)
     assert err.shape == bound.shape == q.scales.shape
     assert (err <= bound).all(), float((err - bound).max())
-    d = q.scales.float()
-    # The bound is d̂/2 up to float16/float32 roundings, never something looser ...
-    assert (bound <= d / 2 * (1 + 2e-2) + 1e-6).all()
-    # ... and the data come close to it, so the test has something to catch.
+    d = q.scales.float().abs()
+    # The bound is the step share of |d̂| up to the float16 scale's rounding (≤ 128 · 2^-11 of
+    # d̂ for 8-bit codes) and float32 roundings, never something looser ...
+    assert (bound <= d * step_share(fmt) * (1 + 2 ** -3) + 1e-6).all()
+    # ... and the data come close to half a step, so the test has something to catch.
     assert float((err / (d / 2)).nan_to_num(0).max()) > 0.9
 
 
 @pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.name)
-def test_floor_instead_of_round_breaks_the_bound(fmt, monkeypatch):
-    """The mutation check: with floor the error reaches a whole step, the bound test fails."""
+def test_rounding_down_instead_of_to_nearest_breaks_the_bound(fmt, monkeypatch):
+    """The mutation check: with no half step the rounding goes down (or, for Q8_0's rounding
+    away from zero, always up), a weight is up to a whole step off, and the bound test fails."""
     w = sample_weight()
-    monkeypatch.setattr(formats, "_nearest", torch.floor)
+    monkeypatch.setattr(formats, "_HALF", 0.0)
     q = quantize(w, fmt)
     assert (group_errors(w, q) > error_bound(w, q)).any()
 
@@ -117,13 +126,27 @@ def test_dequantize_rebuilds_a_hand_made_q4_1_group():
     assert torch.equal(q.dequantize(), w)
 
 
-def test_symmetric_zero_stays_zero_and_scale_is_max_over_qmax():
+def test_q4_0_scale_is_the_signed_peak_over_minus_8():
+    """GGML's Q4_0, not max|w| / 7: the peak 0.7 gets code −8 with d = 0.7 / −8 < 0, zero
+    stays zero, and −0.35 = 4 · d lands exactly (the old absmax / 7 rule gave d = +0.1)."""
     w = torch.zeros(1, 32)
     w[0, 0], w[0, 1] = 0.7, -0.35
     q = quantize(w, FORMATS["q4_0"])
-    assert q.scales.item() == pytest.approx(0.1, rel=1e-3)  # 0.7 / 7, in float16
+    assert q.scales.item() == torch.tensor(-0.0875).half().item()
+    assert q.unpacked_codes()[0, :3].tolist() == [0, 12, 8]  # stored c + 8
     back = q.dequantize()[0]
     assert back[2:].abs().max() == 0 and back[0] == pytest.approx(0.7, rel=1e-3)
+    assert back[1] == pytest.approx(-0.35, rel=1e-3)
+
+
+def test_q8_0_rounds_halves_away_from_zero_with_the_float32_scale():
+    """d = 127 / 127 = 1: ±2.5 and ±0.5 go away from zero (3, 1), where torch.round goes to
+    even (2, 0)."""
+    w = torch.zeros(1, 32)
+    w[0, :5] = torch.tensor([127.0, 2.5, -2.5, 0.5, -0.5])
+    q = quantize(w, FORMATS["q8_0"])
+    assert q.scales.item() == 1.0
+    assert (q.unpacked_codes()[0, :5] - 128).tolist() == [127, 3, -3, 1, -1]
 
 
 def test_shapes_that_do_not_split_into_groups_are_refused():

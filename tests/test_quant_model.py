@@ -58,7 +58,7 @@ def test_the_gguf_weights_lie_on_their_files_q4_1_grid(lm):
     checks = {c.grid: c for c in linear_grids(lm.model, layers=[0, lm.spec.layers - 1])}
     own = checks["q4_1"]
     assert own.tensors == 14 and own.max_abs_error <= 1e-6 and own.exact_fraction > 0.999
-    for other in ("q4_0", "q4_1 (group 64)", "q3"):
+    for other in ("q4_0", "4-bit + min (group 64)", "q3"):
         assert checks[other].max_abs_error > 0.1 * own.mean_step, (other, checks[other])
         assert checks[other].exact_fraction < 0.9
 

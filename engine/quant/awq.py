@@ -46,6 +46,7 @@ import torch
 from ..errors import InputError
 from ..loader import LoadedModel
 from . import VARIANT_NAMES
+from .formats import rounded as formats_rounded
 from .scheme import FORMATS, QuantFormat
 from .texts import TEXTS_DIR, read_text, text_ids
 from .variants import AWQ_PREFIX, WeightReport, check_memory, embedding_weights, round_variant
@@ -168,23 +169,10 @@ def calibration_inputs(model: Any, ids: list[int]) -> tuple[list[dict[str, torch
 
 def rounded(weight: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
     """deq(q(weight)) (out, in) without packing codes: the search evaluates 20 scales per
-    group, and packing is most of `quantize`'s time. The same arithmetic as `formats.quantize`
-    then `dequantize` (float16 scale and minimum, round to nearest, clamp), which a test checks
-    value for value; the kept weights are rounded by `quantize` itself."""
-    out, inn = weight.shape
-    g = fmt.group_for(inn)
-    x = weight.reshape(out, inn // g, g)  # (out, G, g)
-    if fmt.zero_point:
-        top = 2 ** fmt.bits - 1
-        lo = x.amin(-1, keepdim=True)  # (out, G, 1)
-        d = ((x.amax(-1, keepdim=True) - lo) / top).half().float()
-        m = lo.half().float()
-        c = ((x - m) / torch.where(d > 0, d, 1.0)).round_().clamp_(0, top)  # (out, G, g)
-        return (d * c + m).reshape(out, inn)
-    half = 2 ** (fmt.bits - 1)
-    d = (x.abs().amax(-1, keepdim=True) / (half - 1)).half().float()  # (out, G, 1)
-    c = (x / torch.where(d > 0, d, 1.0)).round_().clamp_(-half, half - 1)  # (out, G, g)
-    return (d * c).reshape(out, inn)
+    group, and packing is most of `quantize`'s time. `formats.rounded`: the same rule as
+    `formats.quantize` then `dequantize`, which a test checks value for value; the kept weights
+    are rounded by `quantize` itself."""
+    return formats_rounded(weight, fmt)
 
 
 def _output_mse(x: torch.Tensor, weight: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor,

@@ -1,16 +1,26 @@
-"""Round-to-nearest weight quantizers whose stored form is real tensors, so that "bytes" is
-what the tensors hold (`nbytes`), not what a formula says they should.
+"""GGML's weight quantizers, and round-to-nearest formats of our own built the same way, whose
+stored form is real tensors, so that "bytes" is what the tensors hold (`nbytes`), not what a
+formula says they should.
 
 A weight W of shape (out, in) is split into groups along `in` (see `scheme`); each group keeps a
 float16 scale (and, with a zero point, a float16 minimum) and one code per weight, packed into
-uint8 bytes. `dequantize()` rebuilds float32 values in the order GGUF readers use
-(d · c + m), so a weight that came from a Q4_1 file is rebuilt bit for bit (see `gguf_grid`).
+uint8 bytes. The codes are chosen exactly as GGML's reference quantizers choose them (ggml-quants.c,
+and gguf-py's `gguf.quants`, the reference the tests compare with byte for byte), so q4_0, q4_1
+and q8_0 are GGML's Q4_0, Q4_1 and Q8_0 bit for bit (`ggml_blocks` writes their block bytes):
+- zero point (Q4_1; q3, q2): d = (max − min) / (2^b − 1), c = trunc((w − min) · (1/d) + 0.5);
+- symmetric 8-bit (Q8_0; int8 per row): d = max|w| / 127, c = w · (1/d) rounded half away from 0;
+- symmetric < 8 bits (Q4_0): the weight of largest magnitude, signed, p; d = p / −2^(b−1), so p
+  gets code −2^(b−1) exactly and d may be negative; c = trunc(w · (1/d) + 2^(b−1) + 0.5) − 2^(b−1),
+  clamped (a weight near −p lands on 2^(b−1) − 1: a whole step off, GGML's trade for the extra
+  level).
+The codes come from the float32 d (and min); d and min are rounded to float16 only when stored,
+as GGML does. `dequantize()` rebuilds float32 values as GGUF readers do (d · c + m), so a weight
+that came from a Q4_1 file is rebuilt bit for bit (see `gguf_grid`).
 
-What round to nearest promises (and `error_bound` computes per group): a weight inside the
-grid's range is at most half a step from a grid point, |w − deq(q(w))| ≤ d̂/2, where d̂ is the
-*stored* (float16) scale. Rounding the scale and minimum to float16 can leave the group's extreme
-weights slightly outside the grid's range; those are off by the overhang instead, so the exact
-bound is max(d̂/2, overhang), plus a few float32 roundings.
+What the rounding promises (`error_bound` computes it per group): a weight inside the float32
+grid's range is at most half a step from its grid point, |w − (d·c + m)| ≤ |d|/2; a weight
+outside it (Q4_0's −p side) by the overhang. Storing d and m as float16 moves each grid point by
+|c|·|d − d̂| + |m − m̂| more; plus a few float32 roundings.
 """
 
 from __future__ import annotations
@@ -23,12 +33,8 @@ import torch
 from .scheme import QuantFormat
 
 _FP32_SLACK = 2.0 ** -21  # 8 float32 ulps (2^-24 each) of the group's magnitude
-
-
-def _nearest(x: torch.Tensor) -> torch.Tensor:
-    """Round to the nearest integer: the rounding the error bound relies on (tests replace it
-    with floor to show the bound then fails)."""
-    return torch.round(x)
+_HALF = 0.5  # the half step of every rounding below (a test sets 0, rounding down, to show
+# that the error bound then fails)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -64,16 +70,13 @@ class QuantizedTensor:
         return unpack_codes(self.codes, self.fmt.bits, self.shape[1])
 
     def dequantize(self) -> torch.Tensor:
-        """(out, in) float32: d · c + m per group (symmetric: d · (c − 2^(bits−1)))."""
+        """(out, in) float32: d · c + m per group (symmetric: d · (c − 2^(bits−1))), as GGUF
+        readers compute it (`stored_values`)."""
         out, inn = self.shape
         g = self.group
         c = self.unpacked_codes().reshape(out, inn // g, g).float()  # (out, G, g)
-        d = self.scales.float().unsqueeze(-1)  # (out, G, 1)
-        if self.minimums is None:
-            w = d * (c - 2 ** (self.fmt.bits - 1))
-        else:
-            w = d * c + self.minimums.float().unsqueeze(-1)
-        return w.reshape(out, inn)
+        m = None if self.minimums is None else self.minimums.unsqueeze(-1)  # (out, G, 1)
+        return stored_values(c, self.scales.unsqueeze(-1), m, self.fmt.bits).reshape(out, inn)
 
 
 def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
@@ -116,61 +119,103 @@ def _scale16(d: torch.Tensor, what: str) -> torch.Tensor:
     return d16
 
 
+def _inverse(d: torch.Tensor) -> torch.Tensor:
+    """GGML's id = 1/d, and 0 for an all-zero (or constant) group, whose codes then come out
+    as the rounding of 0 (symmetric: code 0; zero point: code 0, value = min)."""
+    return torch.where(d == 0, 0.0, 1.0 / d)
+
+
+def choose_codes(x: torch.Tensor, fmt: QuantFormat
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """GGML's rule for `fmt` on grouped weights x (out, G, g) float32: codes (out, G, g) as
+    float32 integers stored offset to [0, 2^bits) (symmetric c + 2^(bits−1)), and the float32
+    scale d and minimum m (None when symmetric) (out, G, 1) the codes were chosen with, before
+    float16. Every float32 operation is GGML's, in its order, so the codes are its codes."""
+    half = 2 ** (fmt.bits - 1)
+    if fmt.zero_point:  # Q4_1
+        top = 2 ** fmt.bits - 1
+        lo = x.amin(-1, keepdim=True)  # (out, G, 1)
+        d = (x.amax(-1, keepdim=True) - lo) / top
+        codes = torch.trunc((x - lo) * _inverse(d) + _HALF).clamp_(0, top)
+        return codes, d, lo
+    if fmt.bits == 8:  # Q8_0: round half away from zero (frac ≥ 0.5 is exact in float32)
+        d = x.abs().amax(-1, keepdim=True) / (half - 1)
+        t = x * _inverse(d)
+        a = t.abs()
+        whole = a.floor()
+        c = torch.sign(t) * (whole + (a - whole >= _HALF).float())
+        return c.clamp_(-half, half - 1) + half, d, None
+    # Q4_0: the first weight of largest magnitude (numpy's argmax, as gguf-py), signed
+    peak = x.gather(-1, x.abs().argmax(-1, keepdim=True))  # (out, G, 1)
+    d = peak / -half
+    codes = torch.trunc(x * _inverse(d) + (half + _HALF)).clamp_(0, 2 * half - 1)
+    return codes, d, None
+
+
+def stored_values(codes: torch.Tensor, d16: torch.Tensor, m16: torch.Tensor | None,
+                  bits: int) -> torch.Tensor:
+    """d̂ · c + m̂ (zero point) or d̂ · (c − 2^(bits−1)) in float32, as GGUF readers compute it;
+    codes (…, g) offset as `choose_codes` returns them, d̂ and m̂ float16 (…, 1)."""
+    if m16 is None:
+        return d16.float() * (codes - 2 ** (bits - 1))
+    return d16.float() * codes + m16.float()
+
+
+def rounded(weight: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """deq(q(weight)) (out, in) float32 without packing the codes (packing is most of
+    `quantize`'s time; the AWQ search rounds many candidate scales); equal to
+    `quantize(weight, fmt).dequantize()` value for value."""
+    out, inn = weight.shape
+    g = fmt.group_for(inn)
+    x = weight.detach().float().reshape(out, inn // g, g)  # (out, G, g)
+    codes, d, m = choose_codes(x, fmt)
+    return stored_values(codes, d.half(), None if m is None else m.half(), fmt.bits).reshape(out, inn)
+
+
 @torch.no_grad()
 def quantize(weight: torch.Tensor, fmt: QuantFormat) -> QuantizedTensor:
-    """Round `weight` (out, in) to nearest on `fmt`'s per-group grid; scales from each group's
-    own range (max |w| symmetric, min and max with a zero point), rounded to float16 before the
-    codes are chosen, so the codes fit the scales actually stored."""
+    """`weight` (out, in) on `fmt`'s per-group grid by GGML's rule (`choose_codes`); the scale
+    and minimum it chose the codes with, rounded to float16, are what is stored."""
     if weight.dim() != 2:
         raise ValueError(f"a weight matrix is 2-D (out, in), not {tuple(weight.shape)}")
     out, inn = weight.shape
     fmt.check_shape(out, inn)
     g = fmt.group_for(inn)
     x = weight.detach().float().reshape(out, inn // g, g)  # (out, G, g)
-    if fmt.zero_point:
-        top = 2 ** fmt.bits - 1
-        lo, hi = x.amin(-1), x.amax(-1)  # (out, G)
-        d16, m16 = _scale16((hi - lo) / top, "scale"), _scale16(lo, "minimum")
-        d, m = d16.float().unsqueeze(-1), m16.float().unsqueeze(-1)  # (out, G, 1)
-        t = torch.where(d > 0, (x - m) / torch.where(d > 0, d, 1.0), 0.0)
-        codes = _nearest(t).clamp(0, top)
-    else:
-        half = 2 ** (fmt.bits - 1)
-        d16, m16 = _scale16(x.abs().amax(-1) / (half - 1), "scale"), None
-        d = d16.float().unsqueeze(-1)
-        t = torch.where(d > 0, x / torch.where(d > 0, d, 1.0), 0.0)
-        codes = _nearest(t).clamp(-half, half - 1) + half  # stored offset: 0 .. 2^bits − 1
+    codes, d, m = choose_codes(x, fmt)
+    d16 = _scale16(d.squeeze(-1), "scale")  # (out, G)
+    m16 = None if m is None else _scale16(m.squeeze(-1), "minimum")
     packed = pack_codes(codes.reshape(out, inn), fmt.bits)  # (out, in · bits / 8)
     return QuantizedTensor(fmt, (out, inn), packed, d16, m16)
 
 
 @torch.no_grad()
 def error_bound(weight: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:
-    """(out, G) the largest |w − deq(q(w))| round to nearest allows in each group.
+    """(out, G) the largest |w − deq(q(w))| the rounding allows in each group.
 
-    The stored grid is {m̂ + k·d̂, k = 0 .. 2^b − 1} (symmetric: {k·d̂, k = −2^(b−1) .. 2^(b−1) − 1}).
-    A weight inside the grid's range is within d̂/2 of a grid point; a weight outside it (only
-    the group's extremes, pushed out by the float16 rounding of d̂ and m̂) is as far as the
-    overhang. Bound = max(d̂/2, overhang) + 8 float32 ulps of the group's magnitude (the
-    arithmetic in t = (w − m̂)/d̂ and in d̂·c + m̂).
+    The float32 grid the codes were chosen on is {m + k·d} (symmetric m = 0, k ∈ [−2^(b−1),
+    2^(b−1) − 1]; zero point k ∈ [0, 2^b − 1]). A weight inside its range is within |d|/2 of
+    its grid point, one outside it (Q4_0's weights near −p) as far as the overhang. The stored
+    grid moves point k by |k|·|d − d̂| + |m − m̂|. Bound = max(|d|/2, overhang) + max|k|·|d − d̂|
+    + |m − m̂| + 8 float32 ulps of the group's magnitude.
     """
     out, inn = q.shape
     g = q.group
     x = weight.detach().float().reshape(out, inn // g, g)  # (out, G, g)
-    d = q.scales.float()  # (out, G)
+    _, d, m = choose_codes(x, q.fmt)
+    d = d.squeeze(-1)  # (out, G)
     bits = q.fmt.bits
-    if q.minimums is None:
-        amax = x.abs().amax(-1)
-        top_grid, bottom_grid = d * (2 ** (bits - 1) - 1), -d * 2 ** (bits - 1)
-        lo, hi = x.amin(-1), x.amax(-1)
-        magnitude = amax + d * 2 ** (bits - 1)
-    else:
-        m = q.minimums.float()
-        bottom_grid, top_grid = m, m + d * (2 ** bits - 1)
-        lo, hi = x.amin(-1), x.amax(-1)
-        magnitude = x.abs().amax(-1) + m.abs() + d * (2 ** bits - 1)
-    overhang = torch.maximum(bottom_grid - lo, hi - top_grid).clamp(min=0)
-    return torch.maximum(d / 2, overhang) + _FP32_SLACK * magnitude
+    k_lo, k_hi = (0, 2 ** bits - 1) if q.minimums is not None else (-2 ** (bits - 1),
+                                                                    2 ** (bits - 1) - 1)
+    m = torch.zeros_like(d) if m is None else m.squeeze(-1)
+    m16 = torch.zeros_like(d) if q.minimums is None else q.minimums.float()
+    bottom = torch.minimum(d * k_lo, d * k_hi) + m
+    top = torch.maximum(d * k_lo, d * k_hi) + m
+    lo, hi = x.amin(-1), x.amax(-1)
+    overhang = torch.maximum(bottom - lo, hi - top).clamp(min=0)
+    moved = max(-k_lo, k_hi) * (d - q.scales.float()).abs() + (m - m16).abs()
+    magnitude = x.abs().amax(-1) + m.abs() + d.abs() * 2 ** bits
+    return torch.maximum(d.abs() / 2, overhang) + moved + _FP32_SLACK * magnitude
 
 
 def group_errors(weight: torch.Tensor, q: QuantizedTensor) -> torch.Tensor:

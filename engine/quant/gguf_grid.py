@@ -27,7 +27,7 @@ _ROWS = 4096  # rows quantized at once (the embedding has 49,152)
 LINEAR_GRIDS: tuple[QuantFormat, ...] = (
     FORMATS["q4_1"],
     FORMATS["q4_0"],
-    QuantFormat("q4_1 (group 64)", 4, 64, True),
+    QuantFormat("4-bit + min (group 64)", 4, 64, True),  # our own grid, not GGML's Q4_1
     FORMATS["q3"],
 )
 # The embedding is Q8_0 in the file: 8-bit symmetric codes, one float16 scale per 32.
@@ -46,7 +46,7 @@ class GridCheck:
     weights: int
     max_abs_error: float  # max over all weights of |W − deq(q(W))|
     max_abs_weight: float  # max |W|: what the error is read against
-    mean_step: float  # mean float16 scale d̂: the grid's spacing (a rounding moves ≤ d̂/2)
+    mean_step: float  # mean |d̂| (float16 scale): the grid's spacing
     exact_fraction: float  # share of weights rebuilt bit for bit
 
     @property
@@ -74,7 +74,7 @@ def check_grid(weights: list[torch.Tensor], fmt: QuantFormat) -> GridCheck:
         max_w = max(max_w, float(w32.abs().max()))
         exact += int((w32 == back).sum())
         count += w32.numel()
-        step_sum += float(q.scales.float().sum())
+        step_sum += float(q.scales.float().abs().sum())  # Q4_0's d may be < 0
         groups += q.scales.numel()
     group = fmt.group_for(weights[0].shape[1]) if weights else 0
     return GridCheck(fmt.name, fmt.bits, group, fmt.zero_point, len(weights), count, max_err,

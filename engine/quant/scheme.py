@@ -3,13 +3,16 @@
 Kept free of torch so the calculator (bytes for any parameter count) and the CLI's argument
 checks can use the same definitions the quantizer does without loading a tensor library.
 
-Every format is round-to-nearest over groups of consecutive weights along a Linear layer's input
-dimension (one row of the (out, in) weight matrix is split into in / group groups):
-- symmetric (the Q4_0 / Q8_0 idea): one float16 scale d per group, value = d · c with a signed
-  code c in [-2^(b-1), 2^(b-1) - 1]; d = max|w| / (2^(b-1) - 1), so 0 is exactly representable;
-- with a zero point (the Q4_1 idea): a float16 scale d and a float16 group minimum m per group,
+Every format rounds groups of consecutive weights along a Linear layer's input dimension (one row
+of the (out, in) weight matrix is split into in / group groups), by GGML's rules (see `formats`):
+- symmetric: one float16 scale d per group, value = d · c with a signed code c; 8-bit as GGML's
+  Q8_0 (d = max|w| / 127, c in [-127, 127]); fewer bits as GGML's Q4_0 (d = the signed weight of
+  largest magnitude / −2^(b-1), c in [-2^(b-1), 2^(b-1) - 1]; d may be negative); 0 is exact;
+- with a zero point (GGML's Q4_1): a float16 scale d and a float16 group minimum m per group,
   value = d · c + m with c in [0, 2^b - 1]; d = (max w - min w) / (2^b - 1), so the grid spans
   the group's own range (better for groups that are not centred on 0).
+Only q4_0, q4_1 and q8_0 (groups of 32) carry GGML names, and they are GGML's formats bit for bit;
+int8 (one scale per row), q3 and q2 (3 and 2 bits) are our own, named so.
 `group=None` means one group per row: int8 "per output channel".
 
 Codes are packed: `lcm(b, 8) / b` consecutive codes fill `lcm(b, 8) / 8` bytes (two 4-bit codes
@@ -90,10 +93,11 @@ class QuantFormat:
     def describe(self) -> str:
         per = "per output channel (one row)" if self.group is None else f"per group of {self.group}"
         kind = ("float16 scale + float16 minimum" if self.zero_point else "float16 scale")
-        return f"{self.bits}-bit codes, round to nearest, {kind} {per}"
+        return f"{self.bits}-bit codes, GGML's rounding, {kind} {per}"
 
 
-# The weight formats of the variants (and Q8_0, the format of the default GGUF's embedding).
+# The weight formats of the variants (Q8_0 is also every integer variant's embedding format, as
+# in the default GGUF). q4_0, q4_1, q8_0: GGML's formats of those names (engine/quant/ggml_blocks.py).
 FORMATS: dict[str, QuantFormat] = {
     "int8": QuantFormat("int8", 8, None, False),
     "q8_0": QuantFormat("q8_0", 8, 32, False),
