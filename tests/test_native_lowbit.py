@@ -25,7 +25,7 @@ from engine.quant.scheme import FORMATS
 from engine.quant.variants import embedding_weights, quantize_linears
 
 PROMPT = [1, 415, 2936, 9060, 285]
-LOW_BIT = ("int8", "q4_0", "q4_1")
+LOW_BIT = ("int8", "q8_0", "q4_0", "q4_1")
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +172,7 @@ def test_load_prefix_copies_a_torch_prefill(native_lm):
 
 def test_variants_without_a_kernel_get_one_line_reasons(native_lm):
     assert native_problem(native_lm, "q4_0") is None and native_problem(native_lm, "int4") is None
-    assert native_problem(native_lm, "awq_q4_0") is None
+    assert native_problem(native_lm, "awq_q4_0") is None and native_problem(native_lm, "q8_0") is None
     for name in ("q3", "fp16", "nope"):
         reason = native_problem(native_lm, name)
         assert reason and "\n" not in reason and name in reason

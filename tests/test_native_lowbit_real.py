@@ -1,7 +1,7 @@
 """The native low-bit step on the real default model, against a transformers forward of the same
 dequantized weights: logits at every step (1e-4) and greedy tokens equal to that model's
 `generate`. Q4_1 packs the loaded model itself (its weights already lie on the GGUF's Q4_1 grid,
-the LM head on Q8_0); Q4_0 packs the variant's copy."""
+the LM head on Q8_0); Q4_0 and Q8_0 (GGML's blocks, re-laid) pack the variant's copy."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ PROMPT = "Name three colours and say why people like them."
 N = 24
 
 
-@pytest.fixture(scope="module", params=["q4_1", "q4_0"])
+@pytest.fixture(scope="module", params=["q4_1", "q4_0", "q8_0"])
 def decoder_and_reference(lm, request):
     name = request.param
     if name == "q4_1":

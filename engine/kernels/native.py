@@ -13,7 +13,8 @@ copied into this decoder's cache, and the greedy tokens must equal `model.genera
 The C file is compiled once per machine with the system C compiler (-O3 -march=native -fopenmp)
 and loaded with ctypes: no Python headers, no torch headers.
 
-Weights in fewer bits (`weights="int8" | "q4_0" | "q4_1"`, and AWQ copies as their base format):
+Weights in fewer bits (`weights="int8" | "q8_0" | "q4_0" | "q4_1"`, AWQ copies as their base
+format; q8_0, q4_0 and q4_1 are GGML's blocks, engine/quant/ggml_blocks.py):
 the step reads the stored codes and float16 scales themselves and unpacks them in registers, so
 the bytes it streams per token fall with the bits — the memory-bound lesson, measured. Its
 reference is a transformers forward of the same dequantized weights (the variant's copy from

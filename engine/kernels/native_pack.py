@@ -13,7 +13,8 @@ Inside a block, by format:
   [codes][B float16 scales][B float16 minimums, zero-point formats only]; codes are (G, B) int8
   (8-bit, value d·c) or (G/2, B) bytes with k even in the low nibble and k odd in the high one
   (4-bit: Q4_0 value d·(c − 8), Q4_1 value d·c + m). The codes and scales are exactly those of
-  engine.quant.formats.quantize, so the weights the step multiplies by are the variant's
+  engine.quant.formats.quantize — for Q8_0, Q4_0 and Q4_1 GGML's own blocks' (ggml_blocks),
+  re-laid 32 rows at a time — so the weights the step multiplies by are the variant's
   dequantized weights, bit for bit.
 """
 
@@ -43,6 +44,7 @@ MATRICES = ("qkv", "o", "gate_up", "down", "lm_head")
 NATIVE_WEIGHTS: dict[str, tuple[QuantFormat | None, QuantFormat | None]] = {
     "fp32": (None, None),
     "int8": (FORMATS["int8"], FORMATS["q8_0"]),
+    "q8_0": (FORMATS["q8_0"], FORMATS["q8_0"]),
     "q4_0": (FORMATS["q4_0"], FORMATS["q8_0"]),
     "q4_1": (FORMATS["q4_1"], FORMATS["q8_0"]),
 }

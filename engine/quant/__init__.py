@@ -1,7 +1,8 @@
 """Weights in fewer bits: formats, the weight-byte calculator, variants of the loaded model and
 their quality against float32.
 
-Modules: `scheme` (the formats as numbers, no torch), `formats` (quantize / dequantize tensors),
+Modules: `scheme` (the formats as numbers, no torch), `formats` (quantize / dequantize tensors
+by GGML's rules), `ggml_blocks` (our q4_0 / q4_1 / q8_0 as GGML's block bytes),
 `calculator` (bytes for any parameter count), `variants` (a quantized copy of the loaded model),
 `awq` (an AWQ-style activation-aware scale search before rounding),
 `gguf_grid` (the default model's weights already lie on its GGUF file's 4-bit grid), `quality`
@@ -14,4 +15,4 @@ from __future__ import annotations
 
 # Every name `apply_variant` and `python -m engine quality --weights` accept, reference first;
 # awq_<format>: that format's rounding after an AWQ-style scale search (`awq`).
-VARIANT_NAMES = ("fp32", "fp16", "bf16", "int8", "q4_0", "q4_1", "q3", "q2", "awq_q4_0", "awq_q3")
+VARIANT_NAMES = ("fp32", "fp16", "bf16", "int8", "q8_0", "q4_0", "q4_1", "q3", "q2", "awq_q4_0", "awq_q3")

@@ -13,8 +13,9 @@ What each variant quantizes:
 - the RMSNorm weights stay float32 (0.03% of the bytes).
 
 How each stores a quantized Linear weight (out, in): `fp16` / `bf16` as that dtype; `int8` one
-float16 scale per output row; `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`, `q2` a
-float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`).
+float16 scale per output row; `q8_0` and `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`,
+`q2` a float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`); q8_0,
+q4_0 and q4_1 are GGML's formats bit for bit (`formats`, `ggml_blocks`).
 `round_variant` makes the copy by plain rounding; engine/quant/apply.py's `apply_variant` is the
 entry for every variant name (an AWQ variant searches its scales first, engine/quant/awq.py).
 The returned model holds the dequantized weights in float32, so the torch forward measures what
