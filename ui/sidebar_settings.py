@@ -55,7 +55,8 @@ class Setting:
 
 
 WEIGHTS_LABELS = {"fp32": "fp32 (float32)", "fp16": "fp16 (float16)", "bf16": "bf16 (bfloat16)",
-                  "int8": "int8 (per-row scale)", "q4_0": "q4_0 (4-bit, scale per 32)",
+                  "int8": "int8 (per-row scale)", "q8_0": "q8_0 (8-bit, scale per 32)",
+                  "q4_0": "q4_0 (4-bit, scale per 32)",
                   "q4_1": "q4_1 (4-bit, scale + min per 32)"}
 DECODER_HELP = ("The prefill always runs in PyTorch (transformers). The decode steps run in the "
                 "hand-written C step (engine/kernels/native.py) wherever it can: float32 and "
