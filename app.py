@@ -13,6 +13,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from ui.startup import wait_for_start_up  # noqa: E402 — standard library only
+
+wait_for_start_up()  # before this run imports what the start-up thread may be importing
+
 import streamlit as st  # noqa: E402
 
 from engine import GenerationSettings  # noqa: E402

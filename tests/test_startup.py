@@ -133,3 +133,22 @@ def test_the_scripts_imports_are_imported_at_start_up():
     missing = [n for n in names if n not in sys.modules
                and not hasattr(sys.modules[n.rpartition(".")[0]], n.rpartition(".")[2])]
     assert missing == []
+
+
+def test_a_script_run_waits_for_the_start_up_work_before_importing(monkeypatch):
+    """app.py's first line waits while the start-up thread works (two threads importing the same
+    modules can hand one a half-made module), and not at all without one."""
+    monkeypatch.setattr(startup, "_STARTED", threading.Event())
+    monkeypatch.setattr(startup, "_OVER", threading.Event())
+    startup.wait_for_start_up(longest_s=5)  # none started: returns at once
+    release = threading.Event()
+    monkeypatch.setattr(startup, "start_up", lambda: release.wait(10))
+    startup.start_in_background()
+    waited = threading.Event()
+    waiter = threading.Thread(target=lambda: (startup.wait_for_start_up(10), waited.set()))
+    waiter.start()
+    assert not waited.wait(0.5)  # still starting up
+    release.set()
+    assert waited.wait(5)
+    app = (ROOT / "app.py").read_text()
+    assert app.index("wait_for_start_up()") < app.index("from engine")

@@ -2,11 +2,13 @@
 visitor gets, then import what the app's scripts import (scripts/streamlit_app.py starts it in a
 background thread, so the server answers at once).
 
-A visitor who arrives meanwhile is never slower for it: their script run waits on the same
-imports (Python's import lock) and the same load (the model store's gate for that model: one
-load), where without it they would have done both themselves; the warm-up run takes the model
-turn like any run, so a Generate pressed during it waits for it (a second or two) and is then
-as fast as every later one.
+A visitor who arrives meanwhile waits for it to end (`wait_for_start_up`, at the top of
+app.py) before their script run imports anything: two threads importing the same modules can
+hand one of them a half-made module (transformers' lazy names are not safe to import from two
+threads at once: "cannot import name 'StaticCache' from 'transformers'" on the first visitor's
+page), and the visitor would have waited for the same imports and the same model load anyway.
+The warm-up run takes the model turn like any run, so a Generate pressed during it waits for it
+(a second or two) and is then as fast as every later one.
 """
 from __future__ import annotations
 
@@ -95,11 +97,26 @@ def start_up(say: Callable[[str], None] | None = None) -> None:
         say(f"start-up: could not import the pages' modules: {type(err).__name__}: {err}")
 
 
+_STARTED = threading.Event()  # a start-up thread was started in this process
+_OVER = threading.Event()  # and its work is over
+
+
+def wait_for_start_up(longest_s: float = 120.0) -> None:
+    """Return once this process's start-up work is over (at once when there is none)."""
+    if _STARTED.is_set():
+        _OVER.wait(longest_s)
+
+
 def start_in_background(first: Callable[[], None] = lambda: None) -> threading.Thread:
     """`first()` (waiting until the server listens), then `start_up()`, in a daemon thread."""
     def work() -> None:
-        first()
-        start_up()
+        try:
+            first()
+            start_up()
+        finally:
+            _OVER.set()
+
+    _STARTED.set()
 
     thread = threading.Thread(target=work, name="start-up", daemon=True)
     thread.start()
