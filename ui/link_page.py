@@ -6,9 +6,10 @@ Streamlit's front end loads an element's code only when that element first arriv
 the app has started, the websocket connected and the page's first elements drawn, and the
 browser sits mostly idle while the app's own code downloads at the start. So the app's HTML
 (Streamlit's index.html, served to every address of the app) gets one more line for such
-links: a module import of plotly's chunk, the same file under the same address the front end
-imports later (it then finds it evaluated). A first visit without a run keeps the plain page:
-there the prompt box comes first and the chart code later (ui/preload.py).
+links: module imports of plotly's chunk and the code block's, the same files under the same
+addresses the front end imports later (it then finds them evaluated). A first visit without a
+run keeps the plain page: there the prompt box comes first and the chart code later
+(ui/preload.py).
 
 Streamlit has no setting for the page's head, so `install()` wraps the function that makes its
 static-file handler (scripts/streamlit_app.py calls it before the server starts); it fails
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-from ui.preload import chunk_files
+from ui.preload import CHUNKS, chunk_files
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -31,7 +32,7 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 RUN_PARAMETERS = ("view", "example")  # a link with one of these draws a recorded run at once
-EARLY = ("PlotlyChart",)
+EARLY = CHUNKS  # plotly's chunk and the code block's (the share panel's link is a code block)
 MAX_PAGE_BYTES = 1 << 20  # the app's HTML is ~10 kB; anything larger passes through untouched
 
 
