@@ -103,10 +103,11 @@ def test_client_and_server_latencies_agree(load):
     client, server = client_stats(run), server_stats(run)
     assert server is not None
     # the client's TTFT adds the HTTP request and the API process: tens of ms on a quiet machine,
-    # a few hundred when other work shares the two cores (a clean-clone CI run: +239 ms on 868);
-    # never a different moment (a whole request, or none of the queueing, is seconds off)
+    # a few hundred when other work shares the two cores (clean-clone CI runs: +239 ms on 868,
+    # +254 ms on 384); never a different moment (a whole request adds the 23 other tokens,
+    # 1.2 s or more here; none of the queueing is below the server's own)
     ttft_gap = client.ttft["mean"] - server.ttft["mean"]
-    assert -25.0 < ttft_gap < max(250.0, 0.5 * server.ttft["mean"]), (client.ttft, server.ttft)
+    assert -25.0 < ttft_gap < max(400.0, 0.75 * server.ttft["mean"]), (client.ttft, server.ttft)
     # per token on both sides (the server's histogram has one entry per step, one token each)
     assert abs(client.itl_per_token_ms - server.itl["mean"]) < 0.2 * server.itl["mean"], \
         (client.itl_per_token_ms, server.itl)
