@@ -33,7 +33,7 @@ def refuse(detail: str) -> Exception:
 
 def guard(manager: type, max_total_bytes: Callable[[], int]) -> None:
     """Patch `manager` (Streamlit's MemoryUploadedFileManager or a subclass) in place."""
-    if getattr(manager, "upload_guard", False):
+    if manager.__dict__.get("upload_guard", False):  # this class itself, not a base, is guarded
         return
     missing = [m for m in METHODS if not callable(getattr(manager, m, None))]
     if missing:
