@@ -33,13 +33,6 @@ class ServingResults:
     def share(self, name: str) -> float | None:
         return dict(self.others_share).get(name)
 
-    @property
-    def nbytes(self) -> int:
-        """About what the session record holds: ~100 bytes per token and per block-table row."""
-        runs = [r for r in (self.run, *self.batching, *self.sharing) if r is not None]
-        return 4096 + sum(100 * (r.output_tokens + sum(len(s.tables) + 1 for s in r.steps))
-                          for r in runs)
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RemoteResults:
@@ -55,10 +48,3 @@ class RemoteResults:
     local_name: str = ""
     agreement: tuple[Agreement, ...] = ()
     local_share: float | None = None
-
-    @property
-    def nbytes(self) -> int:
-        """About what the session record holds: ~100 bytes per token, ~1 KB per /metrics sample."""
-        run, local = self.run, self.local
-        return 4096 + (0 if run is None else 100 * run.output_tokens + 1024 * len(run.samples)) \
-            + (0 if local is None else 100 * (local.output_tokens + len(local.steps)))
