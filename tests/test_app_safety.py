@@ -173,7 +173,8 @@ def test_plain_text_renders_as_itself_in_markdown(text):
 
 
 def test_session_records_hold_at_most_their_cap_of_traces(lm):
-    from ui.shared import SESSIONS, record_size
+    from ui.footprint import footprint as record_size
+    from ui.shared import SESSIONS
 
     trace = Run(lm, "Hi", GenerationSettings(max_new_tokens=2, chat_template=False)).run_all()
     assert record_size(trace) >= sum(a.nbytes for s in trace.steps for a in (s.attention, s.hidden)

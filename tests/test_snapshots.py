@@ -23,8 +23,9 @@ from engine.experiments import Experiments
 from engine.files import read_trace_file
 from engine.records.examples import examples
 from engine.timing.sweeps import SweepPoint
+from ui.footprint import footprint
 from ui.sessions import SessionStore
-from ui.shared import SESSIONS, record_size
+from ui.shared import SESSIONS
 from ui.state import state_of
 
 APP = str(Path(__file__).parents[1] / "app.py")
@@ -104,7 +105,7 @@ def test_a_published_run_opens_as_recorded_with_no_model(tmp_path):
     assert params["prompt"] == QA_TRACE.prompt  # the fallback travels in the same link
     assert (params["layer"], params["head"], params["stage"]) == ("3", "2", "3")
     assert "s" not in params
-    assert len(SESSIONS) == entries + 1 and SESSIONS.nbytes >= held + record_size(QA_TRACE)
+    assert len(SESSIONS) == entries + 1 and SESSIONS.nbytes >= held + footprint(QA_TRACE)
     assert publish(sending)["view"] == params["view"]  # the same run again: the same id
 
     receiver = session(tmp_path / "other", params)

@@ -8,19 +8,11 @@ second copy of a model. Each is bounded (queue order, memory cap, entries and ag
 
 from __future__ import annotations
 
-from typing import Any
-
 from engine.models import ModelStore
 from ui.config import AppConfig, config
 from ui.footprint import footprint
 from ui.sessions import SessionStore
 from ui.turns import FairLock
-
-
-def record_size(value: Any) -> int:
-    """The bytes a session record's value holds (the store's caps count these)."""
-    return footprint(value)
-
 
 LOCK = FairLock()
 MODELS = ModelStore(config().model_cache_mb << 20,
@@ -30,7 +22,7 @@ MODELS = ModelStore(config().model_cache_mb << 20,
 def session_store(cfg: AppConfig) -> SessionStore:
     """The session records' store with this configuration's bounds and per-visitor quotas."""
     return SessionStore(max_entries=cfg.session_entries, max_bytes=cfg.session_mb << 20,
-                        ttl_s=cfg.session_ttl_s, size_of=record_size, keep_s=cfg.session_keep_s,
+                        ttl_s=cfg.session_ttl_s, size_of=footprint, keep_s=cfg.session_keep_s,
                         client_entries=cfg.client_sessions, client_bytes=cfg.client_mb << 20)
 
 
