@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                                                       "Gettysburg Address, assets/texts/)")
     quality.add_argument("--model", default=None, help="hub id or local folder (default: "
                                                        "SmolLM2-135M)")
+    quality.add_argument("--per-layer", action="store_true",
+                         help="also where the error enters: cosine of the residual stream and KL "
+                              "of the logit lens against float32 at every layer")
     quant_cli.add_parser(sub)
     serving_cli.add_parser(sub)
     remote_cli.add_parser(sub)
@@ -272,7 +275,16 @@ def _quality(args: argparse.Namespace) -> int:
 
         hf_logging.disable_progress_bar()
     lm = load_model(args.model)
-    json.dump(measure_quality(lm, args.weights, text).to_json(), sys.stdout, indent=1)
+    found = measure_quality(lm, args.weights, text).to_json()
+    if args.per_layer:
+        from .quant.drift import drift_to_dict, measure_drift
+        from .quant.texts import text_ids
+
+        source = "the Gettysburg Address" if args.text is None else "the text file"
+        # the positions the quality numbers score: its last layer's KL is their KL
+        found["per_layer"] = drift_to_dict(measure_drift(lm, [args.weights], text_ids(lm, text),
+                                                         source, scored=slice(0, -1)))
+    json.dump(found, sys.stdout, indent=1)
     print()
     return 0
 
