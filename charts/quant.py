@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.quant.calculator import GroupOverhead, ModelWeights
+from engine.quant.drift import DriftStudy
 from engine.quant.study import QuantStudy
 
 from .live import DELAYED_NAME, DELAYED_PATTERN
@@ -27,6 +28,7 @@ ITL_COLORS = {"native": NATIVE_COLOR, "torch eager": DECODE_COLOR}
 FORMAT_COLORS = {"fp32": "#444444", "fp16": "#1f77b4", "bf16": "#17becf", "int8": "#ff7f0e",
                  "int4": "#d62728", "q4_0": "#d62728", "q4_1": "#9467bd", "q3": "#8c564b",
                  "q2": "#7f7f7f"}
+OTHER_COLORS = ("#2ca02c", "#bcbd22", "#e377c2", "#1f77b4", "#ff9896", "#aec7e8", "#98df8a")
 ROW_TITLES = ("weights (MB)", "ITL (ms per token)", "KL vs fp32 (nats)")
 MB = 1e6
 
@@ -142,4 +144,44 @@ def overhead_chart(rows: list[GroupOverhead], code_bits: int = 4) -> go.Figure:
                      ticktext=[str(g) for g in groups])
     fig.update_yaxes(title_text=f"stored bits per weight ({code_bits}-bit codes)",
                      range=[code_bits - 0.4, top + 0.5])
+    return fig
+
+
+def variant_colors(names: list[str]) -> dict[str, str]:
+    """One colour per variant: the calculator's for its format, distinct others for the rest."""
+    spare = iter(c for c in OTHER_COLORS if c not in {FORMAT_COLORS.get(n) for n in names})
+    return {n: FORMAT_COLORS.get(n) or next(spare, "#7f7f7f") for n in names}
+
+
+def drift_chart(study: DriftStudy) -> go.Figure:
+    """Layers on x (0 = the embedding output, l = after decoder layer l), one line per variant
+    (one colour each, in both panels): the logit lens's KL from fp32 (nats) above, the residual
+    stream's cosine to fp32 below. A ring marks, per variant, the layer its KL grows the most."""
+    layers = list(range(study.layers + 1))
+    colors = variant_colors([d.variant for d in study.variants])
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    for d in study.variants:
+        color = colors[d.variant]
+        fig.add_trace(go.Scatter(
+            x=layers, y=d.kl, name=d.variant, mode="lines+markers", legendgroup=d.variant,
+            line={"color": color, "width": 3}, marker={"size": 6, "color": color},
+            hovertemplate=f"{d.variant} · layer %{{x}}: lens KL %{{y:.4g}} nats<extra></extra>"),
+            row=1, col=1)
+        layer, growth = d.fastest
+        fig.add_trace(go.Scatter(
+            x=[layer], y=[d.kl[layer]], mode="markers", legendgroup=d.variant, showlegend=False,
+            marker={"size": 16, "color": "rgba(0,0,0,0)", "line": {"color": color, "width": 3}},
+            hovertemplate=(f"{d.variant}: fastest growth at layer {layer} "
+                           f"(+{growth:.3g} nats)<extra></extra>")), row=1, col=1)
+        fig.add_trace(go.Scatter(
+            x=layers, y=d.cosine, name=d.variant, mode="lines+markers", legendgroup=d.variant,
+            showlegend=False, line={"color": color, "width": 3}, marker={"size": 6, "color": color},
+            hovertemplate=f"{d.variant} · layer %{{x}}: cosine %{{y:.5f}}<extra></extra>"),
+            row=2, col=1)
+    fig.update_yaxes(title_text="lens KL vs fp32 (nats)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="residual cosine to fp32", row=2, col=1)
+    fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=5, row=2, col=1)
+    fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 40, "b": 10},
+                      legend={"orientation": "h", "y": 1.02, "x": 0, "title_text": "weights:"},
+                      hovermode="closest")
     return fig

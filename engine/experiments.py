@@ -22,6 +22,7 @@ from .errors import TraceFormatError
 from .kernels.compiled import DecodeComparison
 from .kv.cachelab import OnOff, VariantRun
 from .kv.kvcache import CacheConfig
+from .quant.drift import DriftStudy, drift_from_dict, drift_to_dict
 from .quant.study import QuantStudy
 from .quant.study_record import study_from_dict, study_to_dict
 from .settings import MAX_NEW_TOKENS_LIMIT
@@ -42,6 +43,7 @@ class Experiments:
     decode_comparison: DecodeComparison | None = None
     dtype_comparison: DtypeComparison | None = None
     quant_study: QuantStudy | None = None  # the Quantization page's comparison of weight variants
+    quant_drift: DriftStudy | None = None  # the Quantization page's per-layer drift
 
     def __post_init__(self) -> None:
         unknown = set(self.sweeps) - set(SWEEPS)
@@ -51,7 +53,8 @@ class Experiments:
     @property
     def empty(self) -> bool:
         return not (self.sweeps or self.cache_on_off or self.cache_variants
-                    or self.decode_comparison or self.dtype_comparison or self.quant_study)
+                    or self.decode_comparison or self.dtype_comparison or self.quant_study
+                    or self.quant_drift)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain-JSON section a trace file carries (records.tracefile.ExperimentsSection)."""
@@ -85,6 +88,7 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
                       "ratio": r.ratio, "same_tokens": r.same_tokens, "tokens": list(r.tokens)}
                      for r in found.dtype_comparison.runs]},
         "quant_study": None if found.quant_study is None else study_to_dict(found.quant_study),
+        "quant_drift": None if found.quant_drift is None else drift_to_dict(found.quant_drift),
     }
 
 
@@ -284,7 +288,9 @@ def experiments_from_dict(data: Any) -> Experiments:
                            _comparison(data.get("decode_comparison")),
                            _dtype_comparison(data.get("dtype_comparison")),
                            None if data.get("quant_study") is None
-                           else study_from_dict(data["quant_study"]))
+                           else study_from_dict(data["quant_study"]),
+                           None if data.get("quant_drift") is None
+                           else drift_from_dict(data["quant_drift"]))
     except TraceFormatError:
         raise
     except (AttributeError, TypeError, ValueError, ArithmeticError) as err:

@@ -34,6 +34,7 @@ from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, budget_note, run_experiment
 from ui.record import keep_experiments
+from ui.sections.quant_drift import where_the_error_enters
 from ui.state import current_experiments, loaded_model, session_model
 from ui.tables import show_table
 from ui.text import plain
@@ -326,3 +327,4 @@ what_is_quantized(LM, STUDY)
 calculator(LM)
 run_comparison(LM)
 results(current_experiments().quant_study, LM)
+where_the_error_enters(LM)

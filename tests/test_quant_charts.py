@@ -89,3 +89,29 @@ def test_overhead_chart_bits_per_weight_per_group_size():
     assert list(zero.y) == [6.0, 5.0, 4.5, 4.25]
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.ticktext) == ["16", "32", "64", "128"]
     assert "bits per weight" in fig.layout.yaxis.title.text
+
+
+def test_the_drift_chart_gives_each_variant_one_colour_in_both_panels():
+    import numpy as np
+
+    from charts.quant import drift_chart
+    from engine.quant.drift import DriftStudy, LayerDrift
+
+    kl = np.array([0.0, 0.1, 0.15, 0.6, 0.7])
+    study = DriftStudy("m", "your prompt", 7, (
+        LayerDrift("q4_0", np.linspace(1, 0.9, 5), kl), LayerDrift("q8_0", np.ones(5), kl / 50),
+        LayerDrift("awq_q3", np.linspace(1, 0.8, 5), kl * 2)), 1.0)
+    fig = drift_chart(study)
+    assert fig.layout.yaxis.title.text == "lens KL vs fp32 (nats)"
+    assert fig.layout.yaxis2.title.text == "residual cosine to fp32"
+    assert fig.layout.xaxis2.title.text == "layer (0 = embeddings)"
+    colours: dict[str, set] = {}
+    for trace in fig.data:
+        colours.setdefault(trace.legendgroup, set()).add(
+            trace.line.color if trace.mode != "markers" else trace.marker.line.color)
+    assert all(len(c) == 1 for c in colours.values()) and len(set.union(*colours.values())) == 3
+    lines = [t for t in fig.data if t.yaxis == "y" and t.mode == "lines+markers"]
+    assert [list(t.x) for t in lines] == [[0, 1, 2, 3, 4]] * 3
+    rings = [t for t in fig.data if t.mode == "markers"]
+    assert [(t.x[0], t.y[0]) for t in rings][0] == (3, 0.6)  # q4_0 grows most into layer 3
+    assert sum(1 for t in fig.data if t.showlegend is not False) == 3  # one legend entry each

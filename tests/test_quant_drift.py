@@ -80,3 +80,16 @@ def test_a_file_entry_is_checked():
                    {**good, "variants": [{**good["variants"][0], "kl": [0.0] * 2}]}):
         with pytest.raises(ValueError):
             drift_from_dict(broken)
+
+
+def test_a_trace_file_carries_it_and_a_damaged_one_is_refused():
+    from engine.errors import TraceFormatError
+    from engine.experiments import Experiments, experiments_from_dict
+
+    study = DriftStudy("m", "s", 5, (LayerDrift("q4_0", np.ones(3), np.array([0, .1, .3])),), 1.0)
+    data = json.loads(json.dumps(Experiments(quant_drift=study).to_dict()))
+    back = experiments_from_dict(data).quant_drift
+    assert back.variants[0].kl.tolist() == [0, .1, .3] and back.source == "s"
+    data["quant_drift"]["variants"][0]["cosine"] = [1.0, float("nan")]
+    with pytest.raises(TraceFormatError):
+        experiments_from_dict(json.loads(json.dumps(data).replace("NaN", '"x"')))

@@ -67,3 +67,23 @@ def test_hosted_offers_the_capped_variant_set(monkeypatch):
     assert at.multiselect[0].value == list(HOSTED_VARIANTS)
     plan = default_plan(True, 30)
     assert len(plan.prompts) == 1 and plan.new_tokens == 16 and plan.grid_layers == (0, 15, 29)
+
+
+def test_the_drift_per_layer_is_measured_on_the_prompt_and_kept():
+    from engine.quant.drift import DriftStudy
+
+    at = fresh().run()
+    at.switch_page("pages/quantization.py").run()
+    drift = next(m for m in at.multiselect if m.label == "Weights variants to follow")
+    drift.set_value(["q4_0"])
+    next(b for b in at.button if b.label == "Measure the drift per layer").click()
+    at.run(timeout=300)
+    assert not at.exception
+    study = state_of(at.session_state).experiments.quant_drift
+    assert isinstance(study, DriftStudy) and [d.variant for d in study.variants] == ["q4_0"]
+    assert study.source.startswith("the sample prompt")  # no run yet in this session
+    text = " ".join(m.value for m in at.markdown)
+    assert "What to notice:" in text and f"layer {study.variants[0].fastest[0]}" in text
+    chart = next(f for f in _figures(at) if f["layout"].get("yaxis", {}).get("title", {}).get(
+        "text") == "lens KL vs fp32 (nats)")
+    assert chart["data"][0]["x"] == list(range(31)) and chart["data"][0]["name"] == "q4_0"

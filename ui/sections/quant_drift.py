@@ -1,0 +1,98 @@
+"""Quantization's "Where the error enters": each variant's drift from float32, layer by layer, on
+the visitor's prompt (engine/quant/drift.py)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from charts.quant import drift_chart
+from engine import LoadedModel, Trace
+from engine.quant import VARIANT_NAMES
+from engine.quant.drift import DriftStudy
+from engine.quant.study import sample_prompts
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.record import keep_experiments
+from ui.state import current_experiments, current_trace, session_model
+from ui.text import plain
+
+DEFAULT = ("q8_0", "q4_0", "q4_1", "q3")
+HOSTED = ("q8_0", "q4_0")  # two variants: a click's model time on a shared demo
+
+
+def _reference(lm: LoadedModel) -> LoadedModel:
+    """The float32 model to measure against, never a session's quantized copy."""
+    chosen = session_model()
+    return chosen.reference().lm if chosen is not None else lm
+
+
+def _prompt(lm: LoadedModel, trace: Trace | None) -> tuple[list[int], str]:
+    """The current run's prompt as it ran (chat template and all), else the first sample prompt."""
+    if trace is not None and trace.model.name == lm.spec.name:
+        return list(trace.prompt_token_ids), f"your prompt “{trace.prompt[:60]}”"
+    from engine.forward import prepare_prompt
+
+    prompt = sample_prompts()[0]
+    return prepare_prompt(lm.tokenizer, prompt, True), f"the sample prompt “{prompt}”"
+
+
+def _measure(lm: LoadedModel, names: list[str]) -> None:
+    ids, source = _prompt(lm, current_trace())
+
+    def drift(job: Job) -> DriftStudy:
+        from engine.quant.drift import measure_drift
+
+        return measure_drift(_reference(lm), names, ids, source,
+                             say=lambda text, done: job.progress(done, text),
+                             stop=job.stop.is_set)
+
+    run_experiment(drift, progress="Reading float32's residual stream…", cut=False,
+                   keep=lambda found: keep_experiments(quant_drift=found))
+
+
+def show_drift(study: DriftStudy) -> None:
+    st.markdown(f"**What to notice:** {plain(study.notice())}")
+    show_chart(drift_chart(study), name="drift per layer")
+    st.caption(
+        f"Measured on {plain(study.source)} ({study.tokens} tokens, every position; "
+        f"{study.model}). At layer l (0 = the embedding output, l = after decoder layer l): "
+        "KL = mean over positions of KL(fp32 ‖ variant) of the logit lens, softmax(LM head("
+        "final norm(h_l))), in nats; cosine = mean over positions of cos(h_l fp32, h_l "
+        "variant). The last layer's lens is the model's own output, so its KL is the one the "
+        "table above measures (there on the Gettysburg Address). The embedding is Q8_0 in every "
+        "integer variant, which for this model's GGUF-born weights is lossless: layer 0 reads 0.")
+
+
+def where_the_error_enters(lm: LoadedModel | None) -> None:
+    st.subheader("Where the error enters")
+    st.caption("Each variant's model and float32's read the same tokens; at every layer the two "
+               "residual streams are compared, and what each would predict if it stopped there "
+               "(the logit lens). Rounding errors enter at every layer; this shows where they "
+               "grow.")
+    study = current_experiments().quant_drift
+    if lm is None:
+        st.info("The drift is measured on the model: load one in the sidebar.")
+    else:
+        hosted = config().hosted
+        options = [n for n in VARIANT_NAMES if n != "fp32"]
+        with st.form("drift_form", border=False):
+            chosen = st.multiselect("Weights variants to follow", options,
+                                    default=list(HOSTED if hosted else DEFAULT),
+                                    help="Each is a quantized copy of the weights (a few seconds "
+                                         "each), read once on the prompt.")
+            trace = current_trace()
+            on = ("the current run's prompt" if trace is not None
+                  and trace.model.name == lm.spec.name else "a sample prompt (no run yet)")
+            st.caption(f"Reads {on}, one forward per variant.")
+            pressed = st.form_submit_button("Measure the drift per layer",
+                                            icon=":material/stacked_line_chart:")
+        if pressed and chosen:
+            _measure(lm, chosen)
+            study = current_experiments().quant_drift
+        elif pressed:
+            st.warning("Choose at least one variant.")
+    if study is not None:
+        if lm is not None and study.model != lm.spec.name:
+            st.info(f"Measured on {plain(study.model)}; measure again for the model loaded now.")
+        show_drift(study)
