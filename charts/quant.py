@@ -28,6 +28,7 @@ ITL_COLORS = {"native": NATIVE_COLOR, "torch eager": DECODE_COLOR}
 FORMAT_COLORS = {"fp32": "#444444", "fp16": "#1f77b4", "bf16": "#17becf", "int8": "#ff7f0e",
                  "int4": "#d62728", "q4_0": "#d62728", "q4_1": "#9467bd", "q3": "#8c564b",
                  "q2": "#7f7f7f"}
+NO_DRIFT = 1e-9  # nats: a variant whose lens KL never grows more than this has no ring
 OTHER_COLORS = ("#2ca02c", "#bcbd22", "#e377c2", "#1f77b4", "#ff9896", "#aec7e8", "#98df8a")
 ROW_TITLES = ("weights (MB)", "ITL (ms per token)", "KL vs fp32 (nats)")
 MB = 1e6
@@ -156,10 +157,11 @@ def variant_colors(names: list[str]) -> dict[str, str]:
 def drift_chart(study: DriftStudy) -> go.Figure:
     """Layers on x (0 = the embedding output, l = after decoder layer l), one line per variant
     (one colour each, in both panels): the logit lens's KL from fp32 (nats) above, the residual
-    stream's cosine to fp32 below. A ring marks, per variant, the layer its KL grows the most."""
+    stream's cosine to fp32 below. A ring marks, per variant that drifts at all, the layer its
+    KL grows the most."""
     layers = list(range(study.layers + 1))
     colors = variant_colors([d.variant for d in study.variants])
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12)
     for d in study.variants:
         color = colors[d.variant]
         fig.add_trace(go.Scatter(
@@ -167,17 +169,19 @@ def drift_chart(study: DriftStudy) -> go.Figure:
             line={"color": color, "width": 3}, marker={"size": 6, "color": color},
             hovertemplate=f"{d.variant} · layer %{{x}}: lens KL %{{y:.4g}} nats<extra></extra>"),
             row=1, col=1)
-        layer, growth = d.fastest
-        fig.add_trace(go.Scatter(
-            x=[layer], y=[d.kl[layer]], mode="markers", legendgroup=d.variant, showlegend=False,
-            marker={"size": 16, "color": "rgba(0,0,0,0)", "line": {"color": color, "width": 3}},
-            hovertemplate=(f"{d.variant}: fastest growth at layer {layer} "
-                           f"(+{growth:.3g} nats)<extra></extra>")), row=1, col=1)
         fig.add_trace(go.Scatter(
             x=layers, y=d.cosine, name=d.variant, mode="lines+markers", legendgroup=d.variant,
             showlegend=False, line={"color": color, "width": 3}, marker={"size": 6, "color": color},
             hovertemplate=f"{d.variant} · layer %{{x}}: cosine %{{y:.5f}}<extra></extra>"),
             row=2, col=1)
+        layer, growth = d.fastest
+        if growth <= NO_DRIFT:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[layer], y=[d.kl[layer]], mode="markers", legendgroup=d.variant, showlegend=False,
+            marker={"size": 16, "color": "rgba(0,0,0,0)", "line": {"color": color, "width": 3}},
+            hovertemplate=(f"{d.variant}: fastest growth at layer {layer} "
+                           f"(+{growth:.3g} nats)<extra></extra>")), row=1, col=1)
     fig.update_yaxes(title_text="lens KL vs fp32 (nats)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="residual cosine to fp32", row=2, col=1)
     fig.update_xaxes(title_text="layer (0 = embeddings)", dtick=5, row=2, col=1)

@@ -115,3 +115,5 @@ def test_the_drift_chart_gives_each_variant_one_colour_in_both_panels():
     rings = [t for t in fig.data if t.mode == "markers"]
     assert [(t.x[0], t.y[0]) for t in rings][0] == (3, 0.6)  # q4_0 grows most into layer 3
     assert sum(1 for t in fig.data if t.showlegend is not False) == 3  # one legend entry each
+    lossless = DriftStudy("m", "p", 7, (LayerDrift("q4_1", np.ones(5), np.zeros(5)),), 1.0)
+    assert not [t for t in drift_chart(lossless).data if t.mode == "markers"]  # no ring

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from charts.quant import drift_chart
+from charts.quant import NO_DRIFT, drift_chart
 from engine import LoadedModel, Trace
 from engine.quant import VARIANT_NAMES
 from engine.quant.drift import DriftStudy
@@ -53,6 +53,10 @@ def _measure(lm: LoadedModel, names: list[str]) -> None:
 
 def show_drift(study: DriftStudy) -> None:
     st.markdown(f"**What to notice:** {plain(study.notice())}")
+    still = [d.variant for d in study.variants if d.fastest[1] <= NO_DRIFT]
+    if still:
+        st.caption(f"{', '.join(still)}: no drift at any layer — its grid rebuilds these weights "
+                   "exactly (the grid check under “What is quantized” shows which grids do).")
     show_chart(drift_chart(study), name="drift per layer")
     st.caption(
         f"Measured on {plain(study.source)} ({study.tokens} tokens, every position; "
@@ -60,8 +64,9 @@ def show_drift(study: DriftStudy) -> None:
         "KL = mean over positions of KL(fp32 ‖ variant) of the logit lens, softmax(LM head("
         "final norm(h_l))), in nats; cosine = mean over positions of cos(h_l fp32, h_l "
         "variant). The last layer's lens is the model's own output, so its KL is the one the "
-        "table above measures (there on the Gettysburg Address). The embedding is Q8_0 in every "
-        "integer variant, which for this model's GGUF-born weights is lossless: layer 0 reads 0.")
+        "table above measures (there on the Gettysburg Address)."
+        + (" The embedding is Q8_0 in every integer variant, as in this model's GGUF file, so "
+           "it is lossless here: layer 0 reads 0." if "GGUF" in study.model else ""))
 
 
 def where_the_error_enters(lm: LoadedModel | None) -> None:
