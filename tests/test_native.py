@@ -107,17 +107,14 @@ def test_each_packed_part_is_where_the_layout_says(native_lm, tiny_native):
         else:
             layer = model.model.layers[part.layer]
             attn, mlp = layer.self_attn, layer.mlp
-            expected = {"in_norm": layer.input_layernorm.weight,
-                        "qkv": torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+            expected = {"in_norm": layer.input_layernorm.weight, "q": attn.q_proj.weight,
+                        "k": attn.k_proj.weight, "v": attn.v_proj.weight,
                         "o": attn.o_proj.weight, "post_norm": layer.post_attention_layernorm.weight,
-                        "gate_up": (mlp.gate_proj.weight, mlp.up_proj.weight),
+                        "gate": mlp.gate_proj.weight, "up": mlp.up_proj.weight,
                         "down": mlp.down_proj.weight}
         want = expected[part.name]
         where = f"{part.name} of layer {part.layer}"
-        if part.name == "gate_up":
-            for i, matrix in enumerate(want):
-                assert torch.equal(_unblocked(stored[:, i], matrix.shape[0]), matrix), where
-        elif stored.dim() == 1:
+        if stored.dim() == 1:
             assert torch.equal(stored, want), where
         else:
             assert torch.equal(_unblocked(stored, want.shape[0]), want), where
@@ -198,5 +195,5 @@ def test_a_part_of_the_wrong_shape_is_refused_by_name(native_lm, monkeypatch):
         return parts
 
     monkeypatch.setattr(native, "layout", one_block_short)
-    with pytest.raises(EngineError, match=r"cannot pack layer 0 qkv: shape \(\d+, 64, 32\)"):
+    with pytest.raises(EngineError, match=r"cannot pack layer 0 q: shape \(\d+, 64, 32\)"):
         NativeDecoder(native_lm, max_tokens=16)

@@ -18,11 +18,13 @@ from transformers import DynamicCache
 import engine.kernels.native as native
 from engine.errors import InputError
 from engine.kernels.native import NativeDecoder, native_problem
+from engine.kernels.native_formats import uniform_formats
 from engine.kernels.native_pack import ALIGN, BLOCK, NATIVE_WEIGHTS, layout, packed_bytes, quant_blocks
 from engine.quant.apply import apply_variant
 from engine.quant.formats import quantize
 from engine.quant.scheme import FORMATS
 from engine.quant.variants import embedding_weights, quantize_linears
+from tests.native_mutants import broken_sources
 
 PROMPT = [1, 415, 2936, 9060, 285]
 LOW_BIT = ("int8", "q8_0", "q4_0", "q4_1")
@@ -73,7 +75,7 @@ def test_bytes_streamed_are_the_stored_codes_and_scales(native_lm, variants, nam
     stored = sum(q.nbytes for q in quantize_linears(variants[name], name).values())
     head = sum(quantize(w, FORMATS["q8_0"]).nbytes for w in embedding_weights(variants[name]))
     norms = sum(p.nbytes for n, p in variants[name].named_parameters() if n.endswith("norm.weight"))
-    parts = layout(decoder.config, *NATIVE_WEIGHTS[name])
+    parts = layout(decoder.config, uniform_formats(decoder.config.layers, *NATIVE_WEIGHTS[name]))
     vocab_padding = (-decoder.config.vocab % BLOCK) * head / decoder.config.vocab
     assert decoder.weight_bytes == packed_bytes(parts)
     assert stored + head + norms <= decoder.weight_bytes
@@ -217,12 +219,9 @@ def test_the_parity_check_catches_a_broken_kernel(native_lm, variants, mutant, t
     """The mutation check: each broken copy of the C step compiles, runs, and fails the parity
     check above — so that check can fail, on the plain loops and on the AVX-512 path."""
     old, new, name, flags = MUTANTS[mutant]
-    source = native.SOURCE.read_text()
-    assert source.count(old) == 1, mutant
+    broken = broken_sources(tmp_path, old, new)
     if not flags and "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU has no AVX-512: the fast path is not compiled here")
-    broken = tmp_path / "native_decode.c"
-    broken.write_text(source.replace(old, new))
     monkeypatch.setattr(native, "SOURCE", broken)
     # -O1 after -O3: a mutant only has to compile and run wrong, and compiles in half the time.
     monkeypatch.setattr(native, "FLAGS", native.FLAGS + flags + ["-O1"])

@@ -35,6 +35,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from transformers import DynamicCache
@@ -42,20 +43,29 @@ from transformers import DynamicCache
 from ..errors import EngineError, InputError
 from ..forward import prefill, timed_greedy
 from ..loader import LoadedModel, cache_root
-from ..quant.scheme import QuantFormat
 from ..settings import FLOAT_DTYPES
+from .native_formats import (
+    MatrixFormat,
+    MatrixFormats,
+    format_code,
+    format_group,
+    uniform_formats,
+)
 from .native_pack import (
     BLOCK,
     MAX_GROUPS,
     NATIVE_WEIGHTS,
+    GgmlBlocks,
     NotOnGrid,
     base_variant,
-    format_code,
     layout,
+    pack_blocks,
     pack_weights,
+    stored_matrix,
 )
 
 SOURCE = Path(__file__).with_name("native_decode.c")
+HEADERS = ("native_groups.h", "native_ggml.h")  # next to SOURCE, which includes them
 MAX_HEAD_DIM = 512  # rope() in the C step keeps one head on its stack
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", f"-DBLOCK={BLOCK}",
          f"-DMAX_HEAD_DIM={MAX_HEAD_DIM}", f"-DMAX_GROUPS={MAX_GROUPS}"]
@@ -65,8 +75,7 @@ class Config(ctypes.Structure):
     """Mirror of the C `Config` struct (same field order and types)."""
 
     _fields_ = [(name, ctypes.c_int64) for name in (
-        "layers", "hidden", "heads", "kv_heads", "head_dim", "inter", "vocab", "max_tokens",
-        "layer_format", "layer_group", "head_format", "head_group")]
+        "layers", "hidden", "heads", "kv_heads", "head_dim", "inter", "vocab", "max_tokens")]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float)]
 
 
@@ -79,12 +88,13 @@ class NativeStep:
     hidden: torch.Tensor | None  # (L + 1, hidden) float32: every layer's input, the last one's output
 
 
-def _formats(weights: str) -> tuple[QuantFormat | None, QuantFormat | None]:
+def _formats(weights: str, layers: int) -> MatrixFormats:
+    """Every (layer, matrix)'s format for a weights variant."""
     name = base_variant(weights)
     if name not in NATIVE_WEIGHTS:
         raise InputError(f"the native step reads {', '.join(NATIVE_WEIGHTS)} weights, not "
                          f"{weights!r}")
-    return NATIVE_WEIGHTS[name]
+    return uniform_formats(layers, *NATIVE_WEIGHTS[name])
 
 
 def _compiler() -> str | None:
@@ -130,19 +140,14 @@ def native_problem(lm: LoadedModel, weights: str = "fp32") -> str | None:
     return None
 
 
-def _config(lm: LoadedModel, max_tokens: int, weights: str = "fp32") -> Config:
+def _config(lm: LoadedModel, max_tokens: int) -> Config:
     cfg = lm.model.config
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    layer_fmt, head_fmt = _formats(weights)
     return Config(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, heads=heads,
                   kv_heads=getattr(cfg, "num_key_value_heads", None) or heads, head_dim=head_dim,
                   inter=cfg.intermediate_size, vocab=lm.model.lm_head.weight.shape[0],
-                  max_tokens=max_tokens, layer_format=format_code(layer_fmt),
-                  layer_group=(layer_fmt.group or 0) if layer_fmt else 0,
-                  head_format=format_code(head_fmt),
-                  head_group=(head_fmt.group or 0) if head_fmt else 0,
-                  eps=cfg.rms_norm_eps, scale=head_dim ** -0.5)
+                  max_tokens=max_tokens, eps=cfg.rms_norm_eps, scale=head_dim ** -0.5)
 
 
 def build_library() -> ctypes.CDLL:
@@ -152,7 +157,9 @@ def build_library() -> ctypes.CDLL:
         raise EngineError("the native decoder needs a C compiler with OpenMP (gcc); none was found")
     cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     flags_line = next((line for line in cpu.splitlines() if line.startswith("flags")), "")
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, *FLAGS, flags_line])
+    headers = [SOURCE.parent / h for h in HEADERS]  # a missing one fails the compile, clearly
+    sources = [SOURCE.read_text()] + [h.read_text() for h in headers if h.exists()]
+    key = hashlib.sha256("\n".join([*sources, compiler, *FLAGS, flags_line])
                          .encode()).hexdigest()[:16]
     target = cache_root() / "native" / f"native_decode-{key}.so"
     if not target.exists():
@@ -171,11 +178,28 @@ def build_library() -> ctypes.CDLL:
     lib.scratch_floats.restype = int64
     lib.decode_step.argtypes = [
         ctypes.POINTER(Config), void_p, ctypes.POINTER(int64),  # config, weights, part offsets
+        ctypes.POINTER(int64),  # each part's format and group
         void_p, void_p, void_p, void_p, void_p,  # embedding, cos, sin, key and value caches
         int64, int64, void_p, void_p, ctypes.c_int,  # token, position, scratch, logits, threads
         void_p, void_p, void_p]  # recorded-layer slots, attention rows, hidden states (or NULL)
     lib.decode_step.restype = None
+    lib.matvec.argtypes = [void_p, int64, int64, int64, int64, void_p, void_p, ctypes.c_int]
+    lib.matvec.restype = None
     return lib
+
+
+def matvec(weight: torch.Tensor | GgmlBlocks, fmt: MatrixFormat, x: torch.Tensor,
+           threads: int = 1) -> torch.Tensor:
+    """W x by the step's own kernel for `fmt`: `weight` (n, k) float32 (quantized to `fmt`,
+    losslessly, as the packer does) or a matrix's GGML blocks, x (k,) → (n,) float32. Why: each
+    format's kernel can be checked against a reference (gguf-py's dequantize) on its own."""
+    n, k = weight.shape
+    stored = stored_matrix(weight, fmt).contiguous()
+    x = x.float().contiguous()
+    y = torch.empty(n)
+    build_library().matvec(stored.data_ptr(), format_code(fmt), format_group(fmt), n, k,
+                           x.data_ptr(), y.data_ptr(), threads)
+    return y
 
 
 class NativeDecoder:
@@ -187,27 +211,35 @@ class NativeDecoder:
     from engine.quant.variants; the default model's own weights are on the Q4_1 grid); otherwise
     it makes that copy itself, and keeps it as `model`: the reference its steps equal and what
     the prompt's prefill runs on.
+
+    `blocks`: a GGUF file's tensors by name (native_pack.pack_blocks: GGML block bytes for the
+    matrices, float tensors for the norms), packed as stored, each matrix in its own type; then
+    `weights` only names them and `lm.model` must hold the same values dequantized (the prefill's
+    and the reference's weights).
     """
 
-    def __init__(self, lm: LoadedModel, max_tokens: int = 256, weights: str = "fp32") -> None:
-        problem = native_problem(lm, weights)
+    def __init__(self, lm: LoadedModel, max_tokens: int = 256, weights: str = "fp32",
+                 blocks: Mapping[str, GgmlBlocks | torch.Tensor] | None = None) -> None:
+        problem = native_problem(lm, "fp32" if blocks is not None else weights)
         if problem:
             raise EngineError(problem)
         self.weights_name = weights
         self.lib = build_library()
-        self.config = _config(lm, max_tokens, weights)
+        self.config = _config(lm, max_tokens)
         c = self.config
-        layer_fmt, head_fmt = _formats(weights)
-        parts = layout(c, layer_fmt, head_fmt)
         with torch.inference_mode():
             try:
-                self.packed = pack_weights(lm.model, parts, layer_fmt, head_fmt)
+                if blocks is not None:
+                    parts, self.packed = pack_blocks(c, blocks)
+                else:
+                    parts = layout(c, _formats(weights, c.layers))
+                    self.packed = pack_weights(lm.model, parts)
             except NotOnGrid:
                 from ..quant.apply import apply_variant
 
                 copy, _report = apply_variant(lm, base_variant(weights))
                 lm = replace(lm, model=copy)
-                self.packed = pack_weights(lm.model, parts, layer_fmt, head_fmt)
+                self.packed = pack_weights(lm.model, parts)
             self.embed = lm.model.get_input_embeddings().weight.detach().contiguous()
             positions = torch.arange(max_tokens)[None]  # (1, T)
             cos, sin = lm.model.model.rotary_emb(self.embed[:1], position_ids=positions)
@@ -215,6 +247,8 @@ class NativeDecoder:
         self.parts = parts
         self.cos, self.sin = cos[0].contiguous(), sin[0].contiguous()  # (T, D)
         self.offsets = (ctypes.c_int64 * len(parts))(*(part.offset for part in parts))
+        codes = [(format_code(part.fmt), format_group(part.fmt)) for part in parts]
+        self.formats = (ctypes.c_int64 * (2 * len(parts)))(*(v for pair in codes for v in pair))
         shape = (c.layers, c.kv_heads, max_tokens, c.head_dim)
         self.keys, self.values = torch.zeros(shape), torch.zeros(shape)
         self.scratch = torch.empty(self.lib.scratch_floats(ctypes.byref(c)))  # one step's buffers
@@ -254,7 +288,7 @@ class NativeDecoder:
 
     def _run(self, token: int, position: int, slots: ctypes.Array | None, hidden: bool) -> None:
         self.lib.decode_step(
-            ctypes.byref(self.config), self.packed.data_ptr(), self.offsets,
+            ctypes.byref(self.config), self.packed.data_ptr(), self.offsets, self.formats,
             self.embed.data_ptr(), self.cos.data_ptr(), self.sin.data_ptr(), self.keys.data_ptr(),
             self.values.data_ptr(), token, position, self.scratch.data_ptr(),
             self.logits.data_ptr(), self.threads, slots,

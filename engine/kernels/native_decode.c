@@ -6,23 +6,27 @@
  * k-major ([block][k][BLOCK]), so a block is one sequential stream, x[k] is broadcast, and BLOCK
  * accumulators stay in vector registers (no horizontal sums). The float32 loops are vectorized
  * by the compiler for whatever this CPU has (-march=native); hand-written AVX-512 intrinsics
- * measured no faster for them (unlike the quantized formats, below). All steps of the forward run inside one OpenMP parallel region with
- * barriers between dependent phases: no per-op dispatch at all.
+ * measured no faster for them (unlike the quantized formats, below).
+ * All steps of the forward run inside one OpenMP parallel region with barriers between dependent phases: no per-op dispatch at all.
  *
  * The weights `w` (packed by engine/kernels/native_pack.py) are a sequence of parts whose order,
- * shapes and byte offsets `layout()` there computes once; they arrive here as `off`: part p of layer l
- * starts at w + off[l * LAYER_PARTS + p], the final norm and the LM head at
- * w + off[layers * LAYER_PARTS + FINAL_NORM / LM_HEAD]. Norms are float32. Every matrix is stored
- * in BLOCK-row blocks; gate_up interleaves each block of gate with the same block of up, so one
- * thread computes silu(gate)·up for its rows without another barrier. Inside a block:
+ * shapes, formats and byte offsets `layout()` there computes once; they arrive here as `off` and
+ * `fmt`: part p of layer l starts at w + off[i], i = l * LAYER_PARTS + p, in format fmt[2i] with
+ * group fmt[2i + 1] (the final norm and the LM head: i = layers * LAYER_PARTS + FINAL_NORM /
+ * LM_HEAD). Every matrix has its own format, as a GGUF file's tensors do (llama.cpp's Q4_K_M
+ * mixes Q4_K, Q6_K, Q5_0 and Q8_0 in one layer), so q, k and v are three parts (one gemv over
+ * all three) and gate and up two (block b of each in the same thread, for silu(gate)·up without
+ * a barrier). Norms are float32. Every matrix is stored in BLOCK-row blocks:
  * - F32: [k][BLOCK] floats, k-major;
  * - Q8 / Q4_0 / Q4_1 (codes of a group of G consecutive k, G = the format's group or the whole
  *   row): per group [codes][BLOCK float16 scales d][BLOCK float16 minimums m, Q4_1 only]; codes
  *   are [k][BLOCK] int8 (Q8: value d·c) or [k/2][BLOCK] bytes holding k even in the low nibble
  *   and k odd in the high one (Q4_0: value d·(c − 8); Q4_1: value d·c + m). The codes are
  *   unpacked in registers: a group's Σ c·x is summed first and scaled once per row
- *   (Σ (d·c + m)·x = d·Σ c·x + m·Σ x), so the low-bit step streams 1 or ½ byte per weight.
- * The quantized kernels come twice, side by side: plain loops any compiler vectorizes
+ *   (Σ (d·c + m)·x = d·Σ c·x + m·Σ x), so the low-bit step streams 1 or ½ byte per weight
+ *   (native_groups.h);
+ * - F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: GGML's own blocks, BLOCK rows of them (native_ggml.h).
+ * The group kernels come twice, side by side: plain loops any compiler vectorizes
  * (block_dot_q) and the same sums written with AVX-512 intrinsics (block_dot_q_avx512), used
  * where the CPU has them (-DPLAIN_KERNELS forces the plain ones; tests run both). Both prefetch
  * PREFETCH bytes ahead: with ¼ or ⅛ of the bytes per weight, the hardware prefetcher alone
@@ -40,8 +44,8 @@
 #define MAX_HEAD_DIM 512 /* largest head_dim rope() holds on its stack; passed as -DMAX_HEAD_DIM */
 #endif
 
-/* Weight formats of a matrix part (engine/kernels/native_pack.py format_code). */
-enum { F32, Q8, Q4_0, Q4_1 };
+/* Weight formats of a matrix part (engine/kernels/native_formats.py FORMAT_CODES). */
+enum { F32, Q8, Q4_0, Q4_1, F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K };
 #ifndef MAX_GROUPS
 #define MAX_GROUPS 4096 /* groups per row a quantized gemv sums x over; passed as -DMAX_GROUPS */
 #endif
@@ -51,17 +55,16 @@ enum { F32, Q8, Q4_0, Q4_1 };
 
 /* The parts of one layer, in the order of LAYER_PARTS in engine/kernels/native_pack.py, then the
  * final ones. */
-enum { IN_NORM, QKV, O, POST_NORM, GATE_UP, DOWN, LAYER_PARTS };
+enum { IN_NORM, WQ, WK, WV, O, POST_NORM, GATE, UP, DOWN, LAYER_PARTS };
 enum { FINAL_NORM, LM_HEAD };
 
 typedef struct {
   int64_t layers, hidden, heads, kv_heads, head_dim, inter, vocab, max_tokens;
-  int64_t layer_format, layer_group, head_format, head_group; /* group 0: one group per row */
   float eps, scale;
 } Config;
 
 typedef struct {
-  int64_t format, group;
+  int64_t format, group; /* group 0: one group per row */
 } Fmt;
 
 /* A stored float16 (IEEE binary16) as float, by bit arithmetic: no _Float16 type, which older
@@ -83,169 +86,21 @@ static void split(int64_t n, int t, int T, int64_t* lo, int64_t* hi) {
   *lo = n * t / T;
   *hi = n * (t + 1) / T;
 }
-
-/* acc (BLOCK) = packed float32 block (K, BLOCK) · x (K) */
-static inline void block_dot(const float* restrict p, const float* restrict x, int64_t K,
-                             float* restrict acc) {
-  float a[BLOCK];
-  for (int j = 0; j < BLOCK; ++j) a[j] = 0.0f;
-  for (int64_t k = 0; k < K; ++k) {
-    const float xk = x[k];
-#pragma omp simd
-    for (int j = 0; j < BLOCK; ++j) a[j] += p[j] * xk;
-    p += BLOCK;
-  }
-  memcpy(acc, a, sizeof(a));
-}
-
-static inline int64_t group_of(Fmt f, int64_t K) { return f.group ? f.group : K; }
-
-/* Bytes of one group's record: codes, then float16 scales (and minimums). */
-static inline int64_t group_bytes(Fmt f, int64_t G) {
-  const int64_t codes = f.format == Q8 ? G * BLOCK : G / 2 * BLOCK;
-  return codes + (f.format == Q4_1 ? 4 : 2) * BLOCK;
-}
+#include "native_groups.h"
+#include "native_ggml.h"
 
 /* Bytes of one BLOCK-row block of a (n, K) matrix in format f. */
 static inline int64_t block_bytes(Fmt f, int64_t K) {
   if (f.format == F32) return K * BLOCK * (int64_t)sizeof(float);
+  if (is_ggml_row(f.format)) return BLOCK * ggml_row_bytes(f.format, K);
   const int64_t G = group_of(f, K);
   return K / G * group_bytes(f, G);
 }
 
-/* The codes of one group times x, in float: a[j] = Σ_k c[k][j] · x[k] — the plain loops, which
- * the compiler vectorizes for any CPU. */
-static inline const uint8_t* group_dot(const uint8_t* restrict p, Fmt f, const float* restrict xg,
-                                       int64_t G, float* restrict a) {
-  for (int j = 0; j < BLOCK; ++j) a[j] = 0.0f;
-  if (f.format == Q8) {
-    const int8_t* c = (const int8_t*)p;
-    for (int64_t k = 0; k < G; ++k) {
-      const float xk = xg[k];
-      __builtin_prefetch(c + PREFETCH);
-#pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) a[j] += (float)c[j] * xk;
-      c += BLOCK;
-    }
-    return p + G * BLOCK;
-  }
-  const uint8_t* c = p;
-  for (int64_t k = 0; k < G; k += 2) {
-    const float x0 = xg[k], x1 = xg[k + 1];
-    __builtin_prefetch(c + PREFETCH);
-#pragma omp simd
-    for (int j = 0; j < BLOCK; ++j) a[j] += (float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1;
-    c += BLOCK;
-  }
-  return p + G / 2 * BLOCK;
-}
-
-#if defined(__AVX512F__) && BLOCK == 32 && !defined(PLAIN_KERNELS)
-#include <immintrin.h>
-#define FAST_BLOCK_DOT 1
-/* block_dot_q written out with AVX-512: 16 rows per register, codes widened straight from memory
- * (vpmovsxbd / vpmovzxbd), low and high nibbles (even and odd k) into separate accumulators so
- * each FMA chain has one add per iteration, and the float16 scales converted 16 at a time
- * (vcvtph2ps). The plain loops below compile to 16-bit widening shuffles and one scalar
- * conversion per scale, about half as fast (tests check both give the reference's logits). */
-static inline void block_dot_q_avx512(const uint8_t* restrict p, Fmt f, const float* restrict x,
-                                      const float* restrict sx, int64_t K, float* restrict acc) {
-  const int64_t G = group_of(f, K);
-  const __m512i low = _mm512_set1_epi32(15);
-  __m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-  for (int64_t g = 0; g < K / G; ++g) {
-    const float* xg = x + g * G;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-    if (f.format == Q8) {
-      for (int64_t k = 0; k < G; k += 2) {
-        _mm_prefetch((const char*)p + PREFETCH, _MM_HINT_T0);
-        const __m512 x0 = _mm512_set1_ps(xg[k]), x1 = _mm512_set1_ps(xg[k + 1]);
-        const __m128i* c = (const __m128i*)p;
-        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c))), x0, a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c + 1))), x0,
-                             a1);
-        b0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c + 2))), x1,
-                             b0);
-        b1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c + 3))), x1,
-                             b1);
-        p += 2 * BLOCK;
-      }
-    } else {
-      for (int64_t k = 0; k < G; k += 2) {
-        _mm_prefetch((const char*)p + PREFETCH, _MM_HINT_T0);
-        const __m512 x0 = _mm512_set1_ps(xg[k]), x1 = _mm512_set1_ps(xg[k + 1]);
-        const __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p));
-        const __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p + 1));
-        a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v0, low)), x0, a0);
-        a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v1, low)), x0, a1);
-        b0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v0, 4)), x1, b0);
-        b1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v1, 4)), x1, b1);
-        p += BLOCK;
-      }
-    }
-    a0 = _mm512_add_ps(a0, b0);
-    a1 = _mm512_add_ps(a1, b1);
-    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p + 1));
-    p += 2 * BLOCK;
-    if (f.format == Q4_1) {
-      const __m512 s = _mm512_set1_ps(sx[g]);
-      const __m512 m0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-      const __m512 m1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p + 1));
-      p += 2 * BLOCK;
-      t0 = _mm512_fmadd_ps(m0, s, _mm512_fmadd_ps(d0, a0, t0));
-      t1 = _mm512_fmadd_ps(m1, s, _mm512_fmadd_ps(d1, a1, t1));
-    } else {
-      if (f.format == Q4_0) {
-        const __m512 s8 = _mm512_set1_ps(8.0f * sx[g]);
-        a0 = _mm512_sub_ps(a0, s8);
-        a1 = _mm512_sub_ps(a1, s8);
-      }
-      t0 = _mm512_fmadd_ps(d0, a0, t0);
-      t1 = _mm512_fmadd_ps(d1, a1, t1);
-    }
-  }
-  _mm512_storeu_ps(acc, t0);
-  _mm512_storeu_ps(acc + 16, t1);
-}
-#endif
-
-/* acc (BLOCK) = a quantized block · x; sx[g] = Σ x over group g (for Q4's offsets). */
-static inline void block_dot_q(const uint8_t* restrict p, Fmt f, const float* restrict x,
-                               const float* restrict sx, int64_t K, float* restrict acc) {
-  const int64_t G = group_of(f, K);
-  float total[BLOCK];
-  for (int j = 0; j < BLOCK; ++j) total[j] = 0.0f;
-  for (int64_t g = 0; g < K / G; ++g) {
-    float a[BLOCK];
-    p = group_dot(p, f, x + g * G, G, a);
-    const uint16_t* d = (const uint16_t*)p;
-    p += 2 * BLOCK;
-    if (f.format == Q4_1) {
-      const uint16_t* m = (const uint16_t*)p;
-      p += 2 * BLOCK;
-#pragma omp simd
-      for (int j = 0; j < BLOCK; ++j)
-        total[j] += half_to_float(d[j]) * a[j] + half_to_float(m[j]) * sx[g];
-    } else if (f.format == Q4_0) {
-#pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * (a[j] - 8.0f * sx[g]);
-    } else {
-#pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * a[j];
-    }
-  }
-  memcpy(acc, total, sizeof(total));
-}
-
-/* sx[g] = Σ x over each group of G (K / G of them). */
-static void group_sums(const float* x, int64_t K, int64_t G, float* sx) {
-  for (int64_t g = 0; g < K / G; ++g) {
-    float s = 0.0f;
-    for (int64_t k = 0; k < G; ++k) s += x[g * G + k];
-    sx[g] = s;
-  }
+/* The group whose sums of x (sx) a format's kernel reads: 0 for none. */
+static inline int64_t sum_group(Fmt f, int64_t K) {
+  if (f.format == F32) return 0;
+  return is_ggml_row(f.format) ? 32 : group_of(f, K);
 }
 
 /* acc = block b of a matrix in format f, times x. */
@@ -254,6 +109,8 @@ static inline void any_block_dot(const uint8_t* w, Fmt f, int64_t b, const float
   const uint8_t* p = w + b * block_bytes(f, K);
   if (f.format == F32)
     block_dot((const float*)p, x, K, acc);
+  else if (is_ggml_row(f.format))
+    ggml_block_dot(p, f.format, x, sx, K, acc);
   else
 #ifdef FAST_BLOCK_DOT
     block_dot_q_avx512(p, f, x, sx, K, acc);
@@ -264,30 +121,56 @@ static inline void any_block_dot(const uint8_t* w, Fmt f, int64_t b, const float
 
 enum { STORE, ADD };
 
-/* y = W x (STORE) or y += W x (ADD) over this thread's share of the blocks; rows ≥ n dropped. */
-static void gemv(const uint8_t* w, Fmt f, const float* x, float* y, int64_t n, int64_t K, int mode,
-                 int t, int T) {
-  int64_t lo, hi;
-  split((n + BLOCK - 1) / BLOCK, t, T, &lo, &hi);
+/* One matrix of a gemv: its packed bytes, format and rows. */
+typedef struct {
+  const uint8_t* w;
+  Fmt f;
+  int64_t n;
+} Mat;
+
+/* y = W x (STORE) or y += W x (ADD), W the `count` matrices stacked (their rows one after the
+ * other in y: q, k and v are one gemv). Their blocks are split among the threads as one range,
+ * so three matrices balance like one; rows of a matrix's last block past its n are dropped. */
+static void gemv(const Mat* m, int count, const float* x, float* y, int64_t K, int mode, int t,
+                 int T) {
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += (m[i].n + BLOCK - 1) / BLOCK;
+  int64_t lo, hi, first = 0, row0 = 0, summed = 0;
+  split(total, t, T, &lo, &hi);
   float acc[BLOCK], sx[MAX_GROUPS];
-  if (f.format != F32) group_sums(x, K, group_of(f, K), sx);
-  for (int64_t b = lo; b < hi; ++b) {
-    any_block_dot(w, f, b, x, sx, K, acc);
-    const int64_t r0 = b * BLOCK, rows = n - r0 < BLOCK ? n - r0 : BLOCK;
-    for (int64_t j = 0; j < rows; ++j) y[r0 + j] = mode == ADD ? y[r0 + j] + acc[j] : acc[j];
+  for (int i = 0; i < count; first += (m[i].n + BLOCK - 1) / BLOCK, row0 += m[i].n, ++i) {
+    const int64_t blocks = (m[i].n + BLOCK - 1) / BLOCK, G = sum_group(m[i].f, K);
+    const int64_t a = lo > first ? lo : first, z = hi < first + blocks ? hi : first + blocks;
+    if (a >= z) continue;
+    if (G && G != summed) group_sums(x, K, summed = G, sx);
+    for (int64_t b = a - first; b < z - first; ++b) {
+      any_block_dot(m[i].w, m[i].f, b, x, sx, K, acc);
+      const int64_t r0 = b * BLOCK, rows = m[i].n - r0 < BLOCK ? m[i].n - r0 : BLOCK;
+      float* out = y + row0 + r0;
+      for (int64_t j = 0; j < rows; ++j) out[j] = mode == ADD ? out[j] + acc[j] : acc[j];
+    }
   }
 }
 
-/* act = silu(gate x) · (up x) for this thread's blocks of the interleaved gate/up matrix. */
-static void gate_up(const uint8_t* w, Fmt f, const float* x, float* act, int64_t inter, int64_t K,
-                    int t, int T) {
+/* Part i of the packed weights as a matrix of n rows. */
+static inline Mat matrix(const uint8_t* w, const int64_t* off, const int64_t* fmt, int64_t i,
+                         int64_t n) {
+  const Mat m = {w + off[i], {fmt[2 * i], fmt[2 * i + 1]}, n};
+  return m;
+}
+
+/* act = silu(gate x) · (up x) for this thread's blocks: block b of gate and block b of up in
+ * one thread, so no barrier between them. */
+static void gate_up(Mat gate, Mat up, const float* x, float* act, int64_t K, int t, int T) {
   int64_t lo, hi;
-  split(inter / BLOCK, t, T, &lo, &hi);
-  float g[BLOCK], u[BLOCK], sx[MAX_GROUPS];
-  if (f.format != F32) group_sums(x, K, group_of(f, K), sx);
+  split(gate.n / BLOCK, t, T, &lo, &hi);
+  float g[BLOCK], u[BLOCK], sxg[MAX_GROUPS], sxu[MAX_GROUPS];
+  const int64_t Gg = sum_group(gate.f, K), Gu = sum_group(up.f, K);
+  if (Gg) group_sums(x, K, Gg, sxg);
+  if (Gu) group_sums(x, K, Gu, sxu);
   for (int64_t b = lo; b < hi; ++b) {
-    any_block_dot(w, f, 2 * b, x, sx, K, g);
-    any_block_dot(w, f, 2 * b + 1, x, sx, K, u);
+    any_block_dot(gate.w, gate.f, b, x, sxg, K, g);
+    any_block_dot(up.w, up.f, b, x, sxu, K, u);
     for (int j = 0; j < BLOCK; ++j) act[b * BLOCK + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
   }
 }
@@ -359,13 +242,13 @@ int64_t scratch_floats(const Config* c) {
  * rec_slot[l] of `rec_attn` ([slots][heads][max_tokens]: the new token's softmax row over
  * positions 0..pos); `rec_hidden` ([layers + 1][hidden]) gets the residual stream: the input of
  * every layer, then the last layer's output before the final norm (as engine/forward.py records). */
-void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const float* embed,
+void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const int64_t* fmt,
+                 const float* embed,
                  const float* cos_table, const float* sin_table, float* k_cache, float* v_cache,
                  int64_t token, int64_t pos, float* scratch, float* logits, int threads,
                  const int64_t* rec_slot, float* rec_attn, float* rec_hidden) {
   const int64_t h = c->hidden, d = c->head_dim, q = c->heads * d, kvd = c->kv_heads * d;
-  const int64_t nqkv = q + 2 * kvd, group = c->heads / c->kv_heads, T = c->max_tokens;
-  const Fmt lf = {c->layer_format, c->layer_group}, hf = {c->head_format, c->head_group};
+  const int64_t group = c->heads / c->kv_heads, T = c->max_tokens;
   Scratch s;
   carve(c, scratch, &s);
   float *x = s.x, *xn = s.xn, *qkv = s.qkv, *att = s.att, *act = s.act, *scores = s.scores;
@@ -380,8 +263,13 @@ void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const fl
       const int64_t* part = off + l * LAYER_PARTS;
       const float* in_norm = (const float*)(w + part[IN_NORM]);
       const float* post_norm = (const float*)(w + part[POST_NORM]);
-      const uint8_t *wqkv = w + part[QKV], *wo = w + part[O], *wgu = w + part[GATE_UP];
-      const uint8_t* wdown = w + part[DOWN];
+      const Mat qkv_m[3] = {matrix(w, off, fmt, l * LAYER_PARTS + WQ, q),
+                            matrix(w, off, fmt, l * LAYER_PARTS + WK, kvd),
+                            matrix(w, off, fmt, l * LAYER_PARTS + WV, kvd)};
+      const Mat o_m = matrix(w, off, fmt, l * LAYER_PARTS + O, h);
+      const Mat gate_m = matrix(w, off, fmt, l * LAYER_PARTS + GATE, c->inter);
+      const Mat up_m = matrix(w, off, fmt, l * LAYER_PARTS + UP, c->inter);
+      const Mat down_m = matrix(w, off, fmt, l * LAYER_PARTS + DOWN, h);
       const int64_t slot = rec_slot && rec_attn ? rec_slot[l] : -1;
       float* kc = k_cache + l * c->kv_heads * T * d;
       float* vc = v_cache + l * c->kv_heads * T * d;
@@ -390,7 +278,7 @@ void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const fl
         if (rec_hidden) memcpy(rec_hidden + l * h, x, h * sizeof(float));
         rms_norm(x, in_norm, xn, h, c->eps);
       }
-      gemv(wqkv, lf, xn, qkv, nqkv, h, STORE, t, nt);
+      gemv(qkv_m, 3, xn, qkv, h, STORE, t, nt);
 #pragma omp barrier
 #pragma omp single
       {
@@ -411,13 +299,13 @@ void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const fl
           memcpy(rec_attn + (slot * c->heads + i) * T, scores + i * T, (pos + 1) * sizeof(float));
       }
 #pragma omp barrier
-      gemv(wo, lf, att, x, h, q, ADD, t, nt);
+      gemv(&o_m, 1, att, x, q, ADD, t, nt);
 #pragma omp barrier
 #pragma omp single
       rms_norm(x, post_norm, xn, h, c->eps);
-      gate_up(wgu, lf, xn, act, c->inter, h, t, nt);
+      gate_up(gate_m, up_m, xn, act, h, t, nt);
 #pragma omp barrier
-      gemv(wdown, lf, act, x, h, c->inter, ADD, t, nt);
+      gemv(&down_m, 1, act, x, c->inter, ADD, t, nt);
 #pragma omp barrier
     }
     const int64_t* final = off + c->layers * LAYER_PARTS;
@@ -426,6 +314,17 @@ void decode_step(const Config* c, const uint8_t* w, const int64_t* off, const fl
       if (rec_hidden) memcpy(rec_hidden + c->layers * h, x, h * sizeof(float));
       rms_norm(x, (const float*)(w + final[FINAL_NORM]), xn, h, c->eps);
     }
-    gemv(w + final[LM_HEAD], hf, xn, logits, c->vocab, h, STORE, t, nt);
+    const Mat head_m = matrix(w, off, fmt, c->layers * LAYER_PARTS + LM_HEAD, c->vocab);
+    gemv(&head_m, 1, xn, logits, h, STORE, t, nt);
   }
+}
+
+/* y (n) = one matrix (n, K) packed as native_pack.py stores it, in `format` with `group`, times
+ * x (K): the step's own gemv alone, so tests can check each format's kernel against a reference
+ * and benchmarks can time it. */
+void matvec(const uint8_t* w, int64_t format, int64_t group, int64_t n, int64_t K, const float* x,
+            float* y, int threads) {
+  const Mat m = {w, {format, group}, n};
+#pragma omp parallel num_threads(threads)
+  gemv(&m, 1, x, y, K, STORE, omp_get_thread_num(), omp_get_num_threads());
 }

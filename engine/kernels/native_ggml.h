@@ -1,0 +1,167 @@
+/* Kernels that read GGML's own blocks, byte for byte as a GGUF file stores them (included by
+ * native_decode.c after BLOCK, Fmt, the format enum and half_to_float).
+ *
+ * Why not re-lay them like Q8_0 / Q4_0 / Q4_1 (native_groups.h): a K-quant super-block packs its
+ * scales and codes in ways (6-bit scales and minimums in 12 bytes, codes split over low bits and
+ * high bits) that only pay to unpack whole; keeping the bytes as stored also lets an opened GGUF
+ * file be packed by a copy. A matrix in these formats is its GGML rows in order, padded with zero
+ * rows (scale 0: value 0) to a multiple of BLOCK; the kernel takes a block's rows one at a time,
+ * each row one sequential stream of its blocks. Layouts (ggml-common.h, gguf-py's quants.py):
+ * - F16: K float16;
+ * - Q5_0 (32 weights, 22 bytes): d f16, qh u32, qs[16]; weight j < 16 = low nibble of qs[j] with
+ *   bit j of qh as bit 4, weight j + 16 = high nibble with bit j + 16; value d·(c − 16);
+ * - Q5_1 (24 bytes): d f16, m f16, qh, qs as Q5_0; value d·c + m;
+ * - Q4_K (256 weights, 144 bytes): d f16, dmin f16, scales[12] (eight 6-bit scales sc and
+ *   minimums mn, unpacked by k_scales), qs[128]; sub-block s of 32 weights: chunk s / 2 of 32
+ *   bytes, low nibbles for s even, high for s odd; value d·sc[s]·c − dmin·mn[s];
+ * - Q5_K (176 bytes): d, dmin, scales[12], qh[32], qs[128]: Q4_K's codes with bit s of qh[l] as
+ *   bit 4 of sub-block s's weight l;
+ * - Q6_K (256 weights, 210 bytes): ql[128], qh[64], int8 scales[16], d f16; each half of 128
+ *   weights, quarter r (32 weights): low (r < 2) or high (r ≥ 2) nibbles of ql[32·(r mod 2) + l]
+ *   with bits 2r, 2r + 1 of qh[l] on top; value d·scales[weight / 16]·(c − 32).
+ * Sums of x over 32 weights (sx, computed once per gemv) carry the minimums (Σ (a·c + m)·x =
+ * a·Σ c·x + m·Σ x); signed codes are subtracted before the multiply, so a zero-point-free format
+ * multiplies by exactly its stored values. Plain loops the compiler vectorizes.
+ */
+
+static inline float load_half(const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, sizeof(h));
+  return half_to_float(h);
+}
+
+static inline int is_ggml_row(int64_t format) { return format >= F16; }
+
+/* Bytes of one GGML row of K weights in `format`. */
+static inline int64_t ggml_row_bytes(int64_t format, int64_t K) {
+  switch (format) {
+    case F16: return 2 * K;
+    case Q5_0: return K / 32 * 22;
+    case Q5_1: return K / 32 * 24;
+    case Q4_K: return K / 256 * 144;
+    case Q5_K: return K / 256 * 176;
+    default: return K / 256 * 210; /* Q6_K */
+  }
+}
+
+static inline float row_f16(const uint8_t* restrict p, const float* restrict x, int64_t K) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t k = 0; k < K; ++k) {
+    uint16_t h;
+    memcpy(&h, p + 2 * k, sizeof(h));
+    s += half_to_float(h) * x[k];
+  }
+  return s;
+}
+
+/* Q5_0 and Q5_1: one row. */
+static inline float row_q5(const uint8_t* restrict p, int64_t format, const float* restrict x,
+                           const float* restrict sx, int64_t K) {
+  const int one = format == Q5_1, bytes = one ? 24 : 22, offset = one ? 0 : 16;
+  float total = 0.0f;
+  for (int64_t b = 0; b < K / 32; ++b, p += bytes) {
+    uint32_t qh;
+    memcpy(&qh, p + (one ? 4 : 2), sizeof(qh));
+    const uint8_t* qs = p + bytes - 16;
+    const float* xb = x + 32 * b;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < 16; ++j) {
+      const int c0 = (qs[j] & 15) | (((qh >> j) & 1) << 4);
+      const int c1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      s += (float)(c0 - offset) * xb[j] + (float)(c1 - offset) * xb[j + 16];
+    }
+    total += load_half(p) * s + (one ? load_half(p + 2) * sx[b] : 0.0f);
+  }
+  return total;
+}
+
+/* The eight 6-bit scales and minimums of a Q4_K / Q5_K super-block (GGML's get_scale_min_k4). */
+static inline void k_scales(const uint8_t* q, float* sc, float* mn) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = (float)(q[j] & 63);
+    mn[j] = (float)(q[j + 4] & 63);
+    sc[j + 4] = (float)((q[j + 8] & 15) | ((q[j] >> 6) << 4));
+    mn[j + 4] = (float)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+  }
+}
+
+/* Q4_K and Q5_K: one row; sx[s] = Σ x over sub-block s (32 weights). */
+static inline float row_k45(const uint8_t* restrict p, int64_t format, const float* restrict x,
+                            const float* restrict sx, int64_t K) {
+  const int five = format == Q5_K, bytes = five ? 176 : 144;
+  float total = 0.0f;
+  for (int64_t b = 0; b < K / 256; ++b, p += bytes) {
+    const float d = load_half(p), dmin = load_half(p + 2);
+    float sc[8], mn[8];
+    k_scales(p + 4, sc, mn);
+    const uint8_t* qh = p + 16;
+    const uint8_t* qs = p + (five ? 48 : 16);
+    const float* xb = x + 256 * b;
+    for (int c = 0; c < 4; ++c) {
+      const uint8_t* q = qs + 32 * c;
+      const float* xs = xb + 64 * c;
+      float lo = 0.0f, hi = 0.0f;
+#pragma omp simd reduction(+ : lo, hi)
+      for (int l = 0; l < 32; ++l) {
+        const int h0 = five ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
+        const int h1 = five ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
+        lo += (float)((q[l] & 15) | h0) * xs[l];
+        hi += (float)((q[l] >> 4) | h1) * xs[32 + l];
+      }
+      const float* s = sx + 8 * b + 2 * c;
+      total += (d * sc[2 * c]) * lo - (dmin * mn[2 * c]) * s[0] + (d * sc[2 * c + 1]) * hi -
+               (dmin * mn[2 * c + 1]) * s[1];
+    }
+  }
+  return total;
+}
+
+/* Q6_K: one row. */
+static inline float row_q6k(const uint8_t* restrict p, const float* restrict x, int64_t K) {
+  float total = 0.0f;
+  for (int64_t b = 0; b < K / 256; ++b, p += 210) {
+    const float d = load_half(p + 208);
+    const int8_t* scales = (const int8_t*)(p + 192);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = p + 64 * half;
+      const uint8_t* qh = p + 128 + 32 * half;
+      const int8_t* sc = scales + 8 * half;
+      const float* xh = x + 256 * b + 128 * half;
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* q = ql + 32 * (r & 1);
+        const int shift = r < 2 ? 0 : 4;
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma omp simd reduction(+ : s0)
+        for (int l = 0; l < 16; ++l)
+          s0 += (float)((((q[l] >> shift) & 15) | (((qh[l] >> (2 * r)) & 3) << 4)) - 32) *
+                xh[32 * r + l];
+#pragma omp simd reduction(+ : s1)
+        for (int l = 16; l < 32; ++l)
+          s1 += (float)((((q[l] >> shift) & 15) | (((qh[l] >> (2 * r)) & 3) << 4)) - 32) *
+                xh[32 * r + l];
+        total += (d * (float)sc[2 * r]) * s0 + (d * (float)sc[2 * r + 1]) * s1;
+      }
+    }
+  }
+  return total;
+}
+
+/* acc (BLOCK) = BLOCK GGML rows of `format` · x; sx = Σ x per 32 weights. */
+static inline void ggml_block_dot(const uint8_t* restrict p, int64_t format,
+                                  const float* restrict x, const float* restrict sx, int64_t K,
+                                  float* restrict acc) {
+  const int64_t row = ggml_row_bytes(format, K);
+  for (int j = 0; j < BLOCK; ++j, p += row) {
+    __builtin_prefetch(p + PREFETCH);
+    if (format == F16)
+      acc[j] = row_f16(p, x, K);
+    else if (format == Q5_0 || format == Q5_1)
+      acc[j] = row_q5(p, format, x, sx, K);
+    else if (format == Q6_K)
+      acc[j] = row_q6k(p, x, K);
+    else
+      acc[j] = row_k45(p, format, x, sx, K);
+  }
+}
