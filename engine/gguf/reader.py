@@ -1,0 +1,227 @@
+"""Open a llama-family GGUF as a torch model built from the file's own tensors.
+
+The loader calls `open_gguf` for a `--model PATH.gguf`. Order of work, so that a bad file is
+refused before it costs memory:
+1. `header.read_header` checks every count and size against the file (nothing large allocated);
+2. the architecture must be llama-family (llama, mistral, qwen2; an encoder such as BERT is
+   named as one) and its settings whole and consistent (heads divide the width, …);
+3. every tensor the settings imply must be in the table with exactly the implied shape (so a
+   tensor disagreeing with the head count is caught here), and nothing else may be;
+4. the float32 model must fit in the free memory;
+5. only then: each tensor is dequantized once (gguf-py's `gguf.quants.dequantize`), the q / k rows
+   of a llama file put back in Hugging Face's order (`names.unpermute`), and loaded into a model
+   made on the meta device — a parameter the file did not fill stays on meta and is refused, so
+   a missing tensor can never run as random initial values.
+The tokenizer is transformers' own conversion of the file's vocabulary (the one
+`AutoTokenizer.from_pretrained(..., gguf_file=...)` makes, without that path re-reading every
+tensor), so a GGUF opened here tokenizes as the default model, which transformers converts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .header import GGUFError, Header, read_header
+from .names import ARCHITECTURES, PERMUTED, Shapes, expected_tensors, heads_for, hf_name, unpermute
+from .table import GGUFTable
+
+# architectures of encoder models llama.cpp writes (embeddings / rerankers): named as such
+ENCODERS = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
+                      "neo-bert", "modern-bert", "t5encoder", "t5", "roberta", "xlm-roberta",
+                      "eurobert", "gte", "clip"})
+MAX_SETTING = 1 << 31  # any single size in the metadata (the shapes are checked against the file)
+
+
+def open_gguf(path: Path, say: Callable[[str], None] = lambda _m: None
+              ) -> tuple[Any, Any, GGUFTable]:
+    """(model in float32, tokenizer, tensor table) of the llama-family GGUF at `path`."""
+    header = read_header(path)
+    arch, shapes, config = check_model(header)
+    say(f"Opening {path.name}: {arch}, {shapes.layers} layers, "
+        f"{len(header.table.tensors)} tensors ({', '.join(header.table.type_counts())})")
+    _check_memory(header.table, path)
+    tokenizer = _tokenizer(path)
+    model = _model(header, arch, shapes, config)
+    return model, tokenizer, header.table
+
+
+def _fail(header: Header, what: str) -> GGUFError:
+    return GGUFError(f"{Path(header.table.path).name}: {what}")
+
+
+def check_model(header: Header) -> tuple[str, Shapes, Any]:
+    """(architecture, shapes, transformers config) once the file is known to hold a whole
+    llama-family model; GGUFError naming the first thing that is not so."""
+    arch = header.table.architecture
+    causal = header.get(f"{arch}.attention.causal", True)
+    if arch in ENCODERS or f"{arch}.pooling_type" in header.metadata or causal is False:
+        raise _fail(header, f"a {arch!r} model is an encoder, not a decoder-only language model")
+    if arch not in ARCHITECTURES:
+        raise _fail(header, f"architecture {arch!r} is not one this engine opens "
+                            f"({', '.join(ARCHITECTURES)})")
+    if header.get(f"{arch}.rope.scaling.type", "none") not in ("none", b"none"):
+        raise _fail(header, f"RoPE scaling {header.get(f'{arch}.rope.scaling.type')!r} is not "
+                            "supported (plain RoPE only)")
+    if header.get(f"{arch}.expert_count", 0):
+        raise _fail(header, "a mixture-of-experts model is not supported")
+    need = _settings_reader(header, arch)
+    hidden, heads = need("embedding_length"), need("attention.head_count")
+    kv_heads = need("attention.head_count_kv", heads)
+    head_dim = need("attention.key_length", hidden // heads)
+    if f"{arch}.attention.key_length" not in header.metadata and hidden % heads:
+        raise _fail(header, f"an embedding length of {hidden} is not a multiple of {heads} heads")
+    if heads % kv_heads:
+        raise _fail(header, f"{heads} query heads are not a multiple of {kv_heads} KV heads")
+    if head_dim % 2:
+        raise _fail(header, f"a head dimension of {head_dim} is odd (RoPE rotates pairs)")
+    tokens = header.get("tokenizer.ggml.tokens")
+    vocab = need("vocab_size", len(tokens) if isinstance(tokens, tuple) else None)
+    shapes = Shapes(vocab, hidden, need("feed_forward_length"), need("block_count"), heads,
+                    kv_heads, head_dim)
+    _check_tensors(header, arch, shapes)
+    eps = header.get(f"{arch}.attention.layer_norm_rms_epsilon")
+    theta = header.get(f"{arch}.rope.freq_base", 10000.0)
+    for key, value in (("attention.layer_norm_rms_epsilon", eps), ("rope.freq_base", theta)):
+        if not isinstance(value, float) or not np.isfinite(value) or value <= 0:
+            raise _fail(header, f"{arch}.{key} is {value!r}, not a positive number")
+    tied = "output.weight" not in header.table.by_name()
+    config = _config(arch, shapes, need("context_length"), float(eps), float(theta), tied, header)
+    return arch, shapes, config
+
+
+def _settings_reader(header: Header, arch: str) -> Callable[..., int]:
+    missing = object()
+
+    def need(key: str, default: Any = missing) -> int:
+        value = header.get(f"{arch}.{key}", default)
+        if value is missing or value is None:
+            raise _fail(header, f"the setting {arch}.{key} is missing")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < MAX_SETTING:
+            raise _fail(header, f"the setting {arch}.{key} is {_short(value)}, not a size")
+        return value
+    return need
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_tensors(header: Header, arch: str, s: Shapes) -> None:
+    have = header.table.by_name()
+    want = expected_tensors(arch, s)
+    if "output.weight" in have:
+        want["output.weight"] = (s.vocab, s.hidden)
+    for name, shape in want.items():
+        if name not in have:
+            raise _fail(header, f"tensor {name} is missing")
+        if have[name].shape != shape:
+            raise _fail(header, f"tensor {name} is {_dims(have[name].shape)}, but the settings "
+                                f"({s.heads} heads × {s.head_dim}, {s.kv_heads} KV heads, width "
+                                f"{s.hidden}, FFN {s.ffn}, vocabulary {s.vocab}) need {_dims(shape)}")
+    extra = [n for n in have if n not in want]
+    if extra:
+        raise _fail(header, f"tensor {extra[0]} is not part of a {arch} model"
+                            + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return " × ".join(str(d) for d in shape)
+
+
+def _config(arch: str, s: Shapes, context: int, eps: float, theta: float, tied: bool,
+            header: Header) -> Any:
+    from transformers import AutoConfig
+
+    ids = {k: header.get(f"tokenizer.ggml.{g}") for k, g in
+           (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+            ("pad_token_id", "padding_token_id"))}
+    return AutoConfig.for_model(
+        ARCHITECTURES[arch], vocab_size=s.vocab, hidden_size=s.hidden, intermediate_size=s.ffn,
+        num_hidden_layers=s.layers, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
+        head_dim=s.head_dim, max_position_embeddings=context, rms_norm_eps=eps,
+        rope_parameters={"rope_type": "default", "rope_theta": theta}, tie_word_embeddings=tied,
+        architectures=[f"{ARCHITECTURES[arch].capitalize()}ForCausalLM"],
+        **{k: v for k, v in ids.items() if isinstance(v, int)})
+
+
+def _check_memory(table: GGUFTable, path: Path) -> None:
+    """The float32 model takes 4 bytes per weight, whatever the file stores them in."""
+    need = table.n_elements * 4
+    free = _available_memory()
+    if need > free / 2:
+        raise GGUFError(f"{path.name}: its {table.n_elements:,} weights need {need / 1e9:.1f} GB "
+                        f"as float32, more than half of the {free / 1e9:.1f} GB of free memory")
+
+
+def _available_memory() -> int:
+    try:
+        import psutil
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.virtual_memory().available)
+
+
+def _tokenizer(path: Path) -> Any:
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        convert_gguf_tokenizer,
+        get_gguf_tokenizer,
+    )
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    try:
+        arch, vocab, settings = get_gguf_tokenizer(str(path))
+        backend, extra = convert_gguf_tokenizer(arch, vocab)
+        return TokenizersBackend(tokenizer_object=backend, **settings, **extra)
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise GGUFError(f"{path.name}: cannot build its tokenizer: {first}") from err
+
+
+def read_tensor(header: Header, name: str) -> np.ndarray:
+    """One tensor dequantized to float32, numpy (rows, cols) — GGUF's ne reversed — read by its
+    checked offset (a read-only memmap of just its bytes)."""
+    import gguf
+
+    t = header.table.by_name()[name]
+    qtype = gguf.GGMLQuantizationType[t.ggml_type]
+    block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    raw = np.memmap(header.table.path, dtype=np.uint8, mode="r", offset=t.offset,
+                    shape=(t.nbytes,))
+    rows = (t.nbytes // (t.shape[-1] // block * type_size),)
+    blocks = raw.reshape(*rows, -1) if len(t.shape) > 1 else raw.reshape(1, -1)
+    try:
+        values = gguf.quants.dequantize(blocks, qtype)  # (rows, cols) float32
+    except NotImplementedError as err:
+        raise _fail(header, f"tensor {name} is {t.ggml_type}, which gguf-py cannot "
+                            "dequantize") from err
+    return np.asarray(values, dtype=np.float32).reshape(t.shape)
+
+
+def _model(header: Header, arch: str, s: Shapes, config: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                 attn_implementation="sdpa")
+    state = {}
+    for t in header.table.tensors:
+        w = torch.from_numpy(read_tensor(header, t.name).copy())
+        n_head = heads_for(t.name, s.heads, s.kv_heads) if arch in PERMUTED else None
+        state[hf_name(t.name)] = w if n_head is None else unpermute(w, n_head).contiguous()
+    loaded = model.load_state_dict(state, strict=False, assign=True)
+    if loaded.unexpected_keys:
+        raise _fail(header, f"the {arch} model has no place for {loaded.unexpected_keys[0]}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    inner = model.model
+    inner.rotary_emb = type(inner.rotary_emb)(config=config)  # its buffers, on the CPU
+    left = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
+    if left:  # _check_tensors makes this unreachable; a model class with more parts would not be
+        raise _fail(header, f"the file has no tensor for {left[0]}")
+    return model.eval()
