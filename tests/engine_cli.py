@@ -49,10 +49,14 @@ class EngineCli:
                                + self._log.read().decode(errors="replace")[-2000:])
         return json.loads(line)
 
-    def run(self, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    def run(self, *args: str, timeout: int = 120,
+            memory_cap: int | None = None) -> subprocess.CompletedProcess:
         """Like subprocess.run([python, "-m", "engine", *args], capture_output=True, text=True);
-        a process still running after `timeout` seconds is killed (SIGALRM: status -14)."""
-        self._proc.stdin.write(json.dumps({"args": list(args), "timeout": timeout}) + "\n")
+        a process still running after `timeout` seconds is killed (SIGALRM: status -14). With
+        `memory_cap` the case may map at most that many bytes beyond what the server had mapped
+        when it forked (RLIMIT_AS: a larger allocation fails, as it would in a capped process)."""
+        self._proc.stdin.write(json.dumps({"args": list(args), "timeout": timeout,
+                                           "memory_cap": memory_cap}) + "\n")
         self._proc.stdin.flush()
         done = self._reply()
         return subprocess.CompletedProcess([sys.executable, "-m", "engine", *args], done["code"],
@@ -79,6 +83,12 @@ def _case(request: dict, out: IO[bytes], err: IO[bytes]) -> None:
     os.dup2(out.fileno(), 1)
     os.dup2(err.fileno(), 2)
     signal.alarm(request["timeout"])
+    if request.get("memory_cap"):
+        import resource
+
+        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        cap = mapped + request["memory_cap"]
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     main = sys.modules.pop("engine.__main__")  # run afresh as __main__, as `-m engine` does
     sys.argv = [main.__file__, *request["args"]]
     runpy.run_module("engine", run_name="__main__", alter_sys=True)
