@@ -1,0 +1,81 @@
+"""K-quant export (issue 29.3 with engine/quant/kquants.py): a tiny llama whose rows are whole
+256-blocks (width 256, FFN 512), exported as q4_k_m, holds llama.cpp's per-tensor mix
+(`kquants.tensor_types`), each tensor the K-quant blocks of its permuted rows; our reader and
+transformers' GGUF loader rebuild the same weights from it and decode the same greedy tokens.
+Also the export's refusals: our own formats, and a name that is not a variant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.gguf_craft import gguf_bytes, metadata, tensors
+
+HIDDEN, FFN = 256, 512
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny llama (random weights) opened by our reader, and its folder."""
+    from engine.loader import load_model
+
+    folder = tmp_path_factory.mktemp("kq")
+    path = folder / "tiny.gguf"
+    path.write_bytes(gguf_bytes(metadata(hidden=HIDDEN, ffn=FFN), tensors(hidden=HIDDEN, ffn=FFN)))
+    return load_model(str(path)), folder
+
+
+def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny):
+    from transformers import AutoModelForCausalLM
+
+    from engine.gguf.export import export_gguf
+    from engine.gguf.names import gguf_name, heads_for, permute
+    from engine.loader import load_model
+    from engine.outfile import out_file
+    from engine.quant import kquants
+
+    lm, folder = tiny
+    path: Path = folder / "tiny-q4_k_m.gguf"
+    done = export_gguf(lm, "q4_k_m", out_file(path, False))
+    want = {gguf_name(n): t for n, t in kquants.tensor_types("q4_k_m", lm.model).items()}
+    got = {t.name: t.ggml_type for t in done.table.tensors}
+    assert {n: got[n] for n in want} == want
+    assert {"Q4_K", "Q6_K"} <= set(want.values())  # real K-quant blocks, not only fallbacks
+    params = dict(lm.model.named_parameters())
+    for t in done.tensors:
+        if t.name not in want:
+            continue
+        w = params[next(n for n in params if gguf_name(n) == t.name)].detach().float()
+        heads = heads_for(t.name, 4, 2)
+        w = w if heads is None else permute(w, heads)
+        assert torch.equal(torch.from_numpy(t.data), kquants.quantize_blocks(w, want[t.name]))
+    ours = load_model(str(path))
+    theirs = AutoModelForCausalLM.from_pretrained(folder, gguf_file=path.name, dtype=torch.float32)
+    a, b = ours.model.state_dict(), theirs.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a if k in b)
+    layer = "model.layers.1.mlp.down_proj.weight"  # Q6_K on a use_more_bits layer
+    stored = kquants.store_blocks(params[layer].detach(), want[gguf_name(layer)])
+    assert torch.equal(a[layer], stored.dequantize())
+    x = torch.tensor([[1, 40, 41, 42, 43]])
+    with torch.no_grad():
+        mine = ours.model.generate(x, max_new_tokens=4, do_sample=False, pad_token_id=2)
+        other = theirs.generate(x, max_new_tokens=4, do_sample=False, pad_token_id=2)
+    assert mine.tolist() == other.tolist()
+
+
+@pytest.mark.parametrize("variant", ["int8", "q3", "awq_q4_0", "q5"])
+def test_a_variant_without_ggml_types_is_refused_in_one_line(variant, engine_cli, tmp_path):
+    done = engine_cli("export", "--format", "gguf", "--weights", variant, "--out",
+                      str(tmp_path / "x.gguf"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--weights" in done.stderr and not (tmp_path / "x.gguf").exists()
+
+
+def test_the_cli_lists_what_the_exporter_takes():
+    from engine.gguf.cli import _variants
+    from engine.gguf.export import exportable
+
+    assert _variants() == exportable()
