@@ -9,12 +9,14 @@ import torch
 from engine.errors import InputError
 from engine.quant import VARIANT_NAMES, variants
 from engine.quant.apply import apply_variant
+from engine.quant.kmix import K_VARIANTS
 from engine.quant.variants import (
     decoder_linears,
     embedding_format,
     embedding_weights,
     quantize_linears,
     store_weight,
+    weight_store,
 )
 
 
@@ -35,8 +37,12 @@ def test_measured_bytes_equal_the_formula(tiny_lm, name):
     assert report.quantized_params + report.embedding_params + report.other_params == \
         tiny_lm.spec.param_count
     assert report.other_bytes == report.other_params * 4
-    fmt = embedding_format(name)
-    stored = [store_weight(w, fmt) for w in embedding_weights(tiny_lm.model)]
+    if name in K_VARIANTS:  # the embedding's GGML type by llama.cpp's rule (Q8_0 for rows of 64)
+        store = weight_store(tiny_lm.model, name)
+    else:
+        fmt = embedding_format(name)
+        store = lambda w: store_weight(w, fmt)  # noqa: E731
+    stored = [store(w) for w in embedding_weights(tiny_lm.model)]
     assert report.embedding_bytes == sum(s.nbytes for s in stored)
     floats = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
     assert report.embedding_storage == floats.get(name, "Q8_0")

@@ -25,6 +25,8 @@ from typing import Any
 from .kquants import BLOCKS, stored_type
 
 K_VARIANTS = ("q4_k", "q6_k", "q4_k_m")
+RULES = {"q4_k": "llama.cpp's Q4_K_M rule without its Q6_K bumps", "q6_k": "llama.cpp's Q6_K rule",
+         "q4_k_m": "llama.cpp's Q4_K_M rule"}
 DEFAULT_TYPE = {"q4_k": "Q4_K", "q6_k": "Q6_K", "q4_k_m": "Q4_K"}  # the file type's base type
 # the Hugging Face Llama module names → llama.cpp's tensor roles (GGUF names blk.N.<role>)
 ROLES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",

@@ -89,7 +89,9 @@ def _share(value: Any, what: str) -> float | None:
 
 
 def _report(d: Any) -> WeightReport:
-    if not isinstance(d, dict) or set(d) != {f.name for f in fields(WeightReport)}:
+    names = {f.name for f in fields(WeightReport)}
+    # records from before the K-quant variants have no formula_code_bytes (0 then)
+    if not isinstance(d, dict) or set(d) not in (names, names - {"formula_code_bytes"}):
         raise _bad("a weight report must hold exactly the WeightReport fields")
     text_fields = {"variant", "storage", "embedding_storage", "scope"}
     values = {k: _text(v, k) if k in text_fields

@@ -15,7 +15,9 @@ What each variant quantizes:
 How each stores a quantized Linear weight (out, in): `fp16` / `bf16` as that dtype; `int8` one
 float16 scale per output row; `q8_0` and `q4_0` one float16 scale per 32 weights; `q4_1`, `q3`,
 `q2` a float16 scale and a float16 minimum per 32 weights; codes packed (see `scheme`); q8_0,
-q4_0 and q4_1 are GGML's formats bit for bit (`formats`, `ggml_blocks`).
+q4_0 and q4_1 are GGML's formats bit for bit (`formats`, `ggml_blocks`). `q4_k`, `q6_k` and
+`q4_k_m` store every tensor, the embedding included, as the GGML blocks llama.cpp would give it
+(`kmix` picks the type, fallbacks included; `kquants` writes the blocks).
 `round_variant` makes the copy by plain rounding; engine/quant/apply.py's `apply_variant` is the
 entry for every variant name (an AWQ variant searches its scales first, engine/quant/awq.py).
 The returned model holds the dequantized weights in float32, so the torch forward measures what
@@ -28,6 +30,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +39,8 @@ from ..errors import InputError
 from ..loader import LoadedModel
 from . import VARIANT_NAMES
 from .formats import QuantizedTensor, quantize
+from .kmix import K_VARIANTS, RULES, tensor_types
+from .kquants import BLOCKS, StoredBlocks, bits_per_weight, code_bits, store_blocks
 from .scheme import FORMATS, QuantFormat
 
 FLOAT_VARIANTS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -44,7 +49,8 @@ AWQ_PREFIX = "awq_"  # awq_<format>: the format's rounding after an AWQ-style sc
 EMBEDDING_FORMAT = FORMATS["q8_0"]  # integer variants' token embedding / LM head
 SCOPE = ("the weight of every Linear in the decoder layers (q, k, v, o, gate, up, down); "
          "the token embedding / LM head in the variant's dtype (float variants) or Q8_0 "
-         "(integer variants); the RMSNorm weights stay float32")
+         "(integer variants; llama.cpp's choice in the K-quant ones, Q8_0 for rows of 576); the "
+         "RMSNorm weights stay float32")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -69,7 +75,7 @@ class StoredFloat:
         return self.values.float()  # (out, in); the same tensor when it is already float32
 
 
-Stored = QuantizedTensor | StoredFloat
+Stored = QuantizedTensor | StoredFloat | StoredBlocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,9 @@ class WeightReport:
     embedding_storage: str = "float32"
     embedding_bits: float = 32.0  # stored bits per embedding weight by formula (Q8_0: 8.5)
     scope: str = SCOPE
+    # Σ over the Linears of params × their type's code bits / 8 where the types differ (the
+    # K-quant mixes; code_bits is then the widest); 0: quantized_params × code_bits / 8
+    formula_code_bytes: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -103,12 +112,15 @@ class WeightReport:
     def formula_bytes(self) -> int:
         """quantized params × bits / 8 + scale overhead + embedding params × its bits / 8
         + other params × 4 (float32)."""
-        return (self.quantized_params * self.code_bits // 8 + self.formula_group_bytes
-                + self.formula_embedding_bytes + self.other_params * REFERENCE_BYTES)
+        codes = self.formula_code_bytes or self.quantized_params * self.code_bits // 8
+        return (codes + self.formula_group_bytes + self.formula_embedding_bytes
+                + self.other_params * REFERENCE_BYTES)
 
     @property
     def formula(self) -> str:
-        return (f"{self.quantized_params:,} × {self.code_bits} / 8 + {self.formula_group_bytes:,} "
+        codes = (f"{self.formula_code_bytes:,} (codes: each Linear's params × its type's bits / 8)"
+                 if self.formula_code_bytes else f"{self.quantized_params:,} × {self.code_bits} / 8")
+        return (f"{codes} + {self.formula_group_bytes:,} "
                 f"(scales) + {self.embedding_params:,} × {self.embedding_bits:g} / 8 (embedding, "
                 f"{self.embedding_storage}) + {self.other_params:,} × {REFERENCE_BYTES} "
                 f"(float32 norms)")
@@ -126,6 +138,7 @@ class WeightReport:
                 "embedding_bytes": self.embedding_bytes,
                 "embedding_storage": self.embedding_storage, "bytes": self.nbytes,
                 "formula_bytes": self.formula_bytes, "formula": self.formula,
+                "formula_code_bytes": self.formula_code_bytes,
                 "quantized_bits_per_weight": self.quantized_bits_per_weight}
 
 
@@ -135,6 +148,8 @@ def variant_format(name: str) -> QuantFormat | torch.dtype:
         raise InputError(f"unknown weights variant {name!r}: use one of {', '.join(VARIANT_NAMES)}")
     if name in FLOAT_VARIANTS:
         return FLOAT_VARIANTS[name]
+    if name in K_VARIANTS:
+        raise InputError(f"{name} stores each tensor in its own GGML type (kmix.tensor_types)")
     return FORMATS[name.removeprefix(AWQ_PREFIX)]  # an AWQ variant stores its base format
 
 
@@ -172,11 +187,32 @@ def store_weight(weight: torch.Tensor, fmt: QuantFormat | torch.dtype) -> Stored
         raise InputError(f"cannot store this model's weights as {fmt.name}: {err}") from err
 
 
+def weight_store(model: Any, name: str) -> Callable[[torch.Tensor], Stored]:
+    """How variant `name` stores a weight of `model`: in its one format, or (a K-quant variant)
+    as the GGML blocks of the type llama.cpp gives that tensor (`kmix.tensor_types`)."""
+    if name not in K_VARIANTS:
+        fmt = variant_format(name)
+        return lambda w: store_weight(w, fmt)
+    names = {id(p): n for n, p in model.named_parameters()}
+    types = tensor_types(name, model)
+    return lambda w: store_blocks(w, types[names[id(w)]])
+
+
 @torch.no_grad()
 def quantize_linears(model: Any, name: str) -> dict[str, Stored]:
     """Module name → stored weight, for every decoder Linear (what a low-bit kernel would read)."""
-    fmt = variant_format(name)
-    return {n: store_weight(m.weight, fmt) for n, m in decoder_linears(model)}
+    store = weight_store(model, name)
+    return {n: store(m.weight) for n, m in decoder_linears(model)}
+
+
+def formula_parts(stored: Stored, numel: int) -> tuple[int, int]:
+    """(code bytes, scale bytes) of a stored weight of `numel` params by its format's formula."""
+    if isinstance(stored, StoredBlocks):
+        block, nbytes, codes = BLOCKS[stored.ggml_type]
+        return numel * code_bits(stored.ggml_type) // 8, numel // block * (nbytes - codes)
+    if isinstance(stored, QuantizedTensor):
+        return numel * stored.fmt.bits // 8, stored.fmt.group_bytes(*stored.shape)
+    return stored.nbytes, 0
 
 
 def available_memory() -> int:
@@ -208,28 +244,37 @@ def round_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
     The shared model is only read: every tensor of the copy is new (the memo of deepcopy maps
     each parameter to its replacement, so tied weights stay one tensor in the copy too).
     """
-    fmt = variant_format(name)
+    mixed = name in K_VARIANTS
+    fmt = None if mixed else variant_format(name)
     check_memory(lm, name)
     model = lm.model
     linears = decoder_linears(model)
+    store = weight_store(model, name)
+    embed_store = store if mixed else (lambda w: store_weight(w, embedding_format(name)))
     memo: dict[int, Any] = {}
-    code_bytes = group_bytes = formula_groups = quantized = 0
+    code_bytes = group_bytes = formula_codes = formula_groups = quantized = 0
+    kinds: dict[str, int] = {}  # a mix's GGML types → how many Linears each
     for _n, module in linears:
         w = module.weight  # (out, in)
-        stored = store_weight(w, fmt)
+        stored = store(w)
         code_bytes += stored.code_bytes
         group_bytes += stored.group_bytes
-        if isinstance(fmt, QuantFormat):
-            formula_groups += fmt.group_bytes(*w.shape)
+        codes, groups = formula_parts(stored, w.numel())
+        formula_codes += codes
+        formula_groups += groups
         quantized += w.numel()
+        if isinstance(stored, StoredBlocks):
+            kinds[stored.ggml_type] = kinds.get(stored.ggml_type, 0) + 1
         memo[id(w)] = torch.nn.Parameter(stored.dequantize().clone(), requires_grad=False)
         del stored
-    embed_fmt = embedding_format(name)
     embedding_params = embedding_bytes = 0
+    embed_types: list[str] = []
     for w in embedding_weights(model):
-        stored = store_weight(w, embed_fmt)
+        stored = embed_store(w)
         embedding_params += w.numel()
         embedding_bytes += stored.nbytes
+        if isinstance(stored, StoredBlocks):
+            embed_types.append(stored.ggml_type)
         memo[id(w)] = torch.nn.Parameter(stored.dequantize().clone(), requires_grad=False)
         del stored
     other_params = other_bytes = 0
@@ -241,8 +286,18 @@ def round_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
     for b in model.buffers():
         memo[id(b)] = b.float().clone() if b.is_floating_point() else b.clone()
     clone = copy.deepcopy(model, memo).eval()
+    if mixed:
+        report = WeightReport(name, _mix_storage(name, kinds), quantized, other_params, code_bytes,
+                              group_bytes, other_bytes, max(code_bits(t) for t in kinds),
+                              formula_groups, embedding_params, embedding_bytes,
+                              "/".join(dict.fromkeys(embed_types)),
+                              bits_per_weight(embed_types[0]) if len(set(embed_types)) == 1
+                              else embedding_bytes * 8 / embedding_params,
+                              formula_code_bytes=formula_codes)
+        return clone, report
     bits = torch.finfo(fmt).bits if isinstance(fmt, torch.dtype) else fmt.bits
     storage = str(fmt).removeprefix("torch.") if isinstance(fmt, torch.dtype) else fmt.describe()
+    embed_fmt = embedding_format(name)
     if isinstance(embed_fmt, torch.dtype):
         embed_storage, embed_bits = str(embed_fmt).removeprefix("torch."), float(bits)
     else:
@@ -251,3 +306,9 @@ def round_variant(lm: LoadedModel, name: str) -> tuple[Any, WeightReport]:
                           other_bytes, bits, formula_groups, embedding_params, embedding_bytes,
                           embed_storage, embed_bits)
     return clone, report
+
+
+def _mix_storage(name: str, kinds: dict[str, int]) -> str:
+    """A K-quant variant's storage line: "GGML types by llama.cpp's Q4_K_M rule (…): Q5_0 ×166, …"."""
+    counts = ", ".join(f"{t} ×{n}" for t, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return f"GGML types by {RULES[name]} (fallbacks included): {counts}"
