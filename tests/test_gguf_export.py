@@ -10,6 +10,7 @@ into the shipped file.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -146,17 +147,21 @@ def test_the_fast_block_writer_is_engine_quants(lm):
 
 
 def test_transformers_and_our_reader_run_the_q4_0_file_as_the_engines_q4_0(exported, lm,
-                                                                           prompt_ids):
+                                                                           prompt_ids, monkeypatch):
     """transformers' GGUF loader and our reader build the same weights from the q4_0 file, decode
     the same greedy tokens, and those weights are the engine's q4_0 variant (the rounding the
     quality and decode paths use, `formats.rounded`), checked on the first and last layers and
     the Q8_0 embedding."""
+    import gguf
     from transformers import AutoModelForCausalLM
 
     from engine.loader import load_model
     from engine.quant.formats import rounded
     from engine.quant.scheme import FORMATS
 
+    # transformers builds gguf-py's name map afresh for each of the model's 397 modules (9 s of
+    # the load); the map is a pure function of (architecture, layers), so it is built once here
+    monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
     path: Path = exported["q4_0"][0]
     theirs = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                   dtype=torch.float32)

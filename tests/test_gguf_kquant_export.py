@@ -7,6 +7,7 @@ Also the export's refusals: our own formats, and a name that is not a variant.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ def tiny(tmp_path_factory):
     return load_model(str(path)), folder
 
 
-def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny):
+def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny, monkeypatch):
+    import gguf
     from transformers import AutoModelForCausalLM
 
     from engine.gguf.export import export_gguf
@@ -53,6 +55,8 @@ def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny):
         w = w if heads is None else permute(w, heads)
         assert torch.equal(torch.from_numpy(t.data), kquants.quantize_blocks(w, want[t.name]))
     ours = load_model(str(path))
+    # a pure function transformers calls once per module (tests/test_gguf_export.py)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
     theirs = AutoModelForCausalLM.from_pretrained(folder, gguf_file=path.name, dtype=torch.float32)
     a, b = ours.model.state_dict(), theirs.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a if k in b)
