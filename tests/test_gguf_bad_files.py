@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gguf_craft import HIDDEN, gguf_bytes, metadata, s, tensors
+from tests.gguf_craft import HIDDEN, VOCAB, gguf_bytes, metadata, s, tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 CAP = 2 << 30  # bytes of address space a case may add
@@ -88,6 +88,11 @@ def _model_cases() -> list[tuple[str, bytes, str]]:
          "llama.block_count is missing"),
         ("a tensor of another model", gguf_bytes(metadata(), tensors() + [
             ("blk.0.ffn_gate_exps.weight", (HIDDEN,))]), "not part of a llama model"),
+        ("no vocabulary", gguf_bytes(metadata(**{"tokenizer.ggml.tokens": None,
+                                                 "ARCH.vocab_size": VOCAB}), tensors()),
+         "no vocabulary"),
+        ("merges outside the vocabulary", gguf_bytes(metadata(**{
+            "tokenizer.ggml.merges": ["zz qq"]}), tensors()), "cannot build its tokenizer"),
     ]
 
 

@@ -45,6 +45,8 @@ def open_gguf(path: Path, say: Callable[[str], None] = lambda _m: None
     say(f"Opening {path.name}: {arch}, {shapes.layers} layers, "
         f"{len(header.table.tensors)} tensors ({', '.join(header.table.type_counts())})")
     _check_memory(header.table, path)
+    if not isinstance(header.get("tokenizer.ggml.tokens"), tuple):
+        raise _fail(header, "it has no vocabulary (tokenizer.ggml.tokens), so no tokenizer")
     tokenizer = _tokenizer(path)
     model = _model(header, arch, shapes, config)
     return model, tokenizer, header.table
@@ -178,7 +180,8 @@ def _tokenizer(path: Path) -> Any:
         arch, vocab, settings = get_gguf_tokenizer(str(path))
         backend, extra = convert_gguf_tokenizer(arch, vocab)
         return TokenizersBackend(tokenizer_object=backend, **settings, **extra)
-    except (ValueError, KeyError, IndexError, TypeError) as err:
+    except Exception as err:  # noqa: BLE001 — the file's vocabulary, whatever the converter
+        # or the tokenizers library (which raises plain Exception) makes of it, is a user's file
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise GGUFError(f"{path.name}: cannot build its tokenizer: {first}") from err
 
