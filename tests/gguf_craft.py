@@ -68,15 +68,18 @@ def metadata(arch: str = "llama", hidden: int = HIDDEN, ffn: int = FFN, **settin
     return {k: v for k, v in values.items() if v is not None}
 
 
-def tensors(drop: str | None = None, hidden: int = HIDDEN,
-            ffn: int = FFN) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape in torch order) of the tiny llama, but `drop`."""
+def tensors(drop: str | None = None, hidden: int = HIDDEN, ffn: int = FFN,
+            biases: bool = False) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape in torch order) of the tiny llama, but `drop`; with `biases`, Qwen2's
+    q / k / v biases too."""
     kv = KV_HEADS * hidden // HEADS
     block = {"attn_norm.weight": (hidden,), "attn_q.weight": (hidden, hidden),
              "attn_k.weight": (kv, hidden), "attn_v.weight": (kv, hidden),
              "attn_output.weight": (hidden, hidden), "ffn_norm.weight": (hidden,),
              "ffn_gate.weight": (ffn, hidden), "ffn_up.weight": (ffn, hidden),
              "ffn_down.weight": (hidden, ffn)}
+    if biases:
+        block |= {"attn_q.bias": (hidden,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)}
     found = [("token_embd.weight", (VOCAB, hidden))]
     found += [(f"blk.{i}.{k}", v) for i in range(LAYERS) for k, v in block.items()]
     found.append(("output_norm.weight", (hidden,)))

@@ -2,7 +2,8 @@
 256-blocks (width 256, FFN 512), exported as q4_k_m, holds llama.cpp's per-tensor mix
 (`kquants.tensor_types`), each tensor the K-quant blocks of its permuted rows; our reader and
 transformers' GGUF loader rebuild the same weights from it and decode the same greedy tokens.
-Also the export's refusals: our own formats, and a name that is not a variant.
+Also the export's refusals (our own formats, a name that is not a variant), and Qwen2's layout
+(q / k / v biases, no row permutation) opened, compared with transformers and exported back.
 """
 
 from __future__ import annotations
@@ -83,3 +84,35 @@ def test_the_cli_lists_what_the_exporter_takes():
     from engine.gguf.export import exportable
 
     assert _variants() == exportable()
+
+
+def test_a_qwen2_file_opens_as_transformers_opens_it_and_exports_back(tmp_path, monkeypatch):
+    """The other llama-family layout: q / k / v biases, rows in Hugging Face's order (llama.cpp
+    permutes only llama files)."""
+    import gguf
+    from transformers import AutoModelForCausalLM
+
+    from engine.gguf.export import export_gguf
+    from engine.gguf.header import read_header
+    from engine.loader import load_model
+    from engine.outfile import out_file
+
+    path = tmp_path / "qwen.gguf"
+    path.write_bytes(gguf_bytes(metadata("qwen2"), tensors(biases=True)))
+    ours = load_model(str(path))
+    assert ours.spec.model_type == "qwen2"
+    monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
+    a, b = ours.model.state_dict(), theirs.state_dict()
+    assert "model.layers.0.self_attn.q_proj.bias" in a
+    assert all(torch.equal(a[k], b[k]) for k in a if k in b)
+    x = torch.tensor([[1, 40, 41, 42, 43]])
+    with torch.no_grad():
+        mine = ours.model.generate(x, max_new_tokens=4, do_sample=False, pad_token_id=2)
+        other = theirs.generate(x, max_new_tokens=4, do_sample=False, pad_token_id=2)
+    assert mine.tolist() == other.tolist()
+    back = tmp_path / "qwen-fp32.gguf"
+    export_gguf(ours, "fp32", out_file(back, False))
+    assert read_header(back).table.architecture == "qwen2"
+    again = load_model(str(back)).model.state_dict()
+    assert set(again) == set(a) and all(torch.equal(again[k], a[k]) for k in a)
