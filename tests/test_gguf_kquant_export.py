@@ -116,3 +116,32 @@ def test_a_qwen2_file_opens_as_transformers_opens_it_and_exports_back(tmp_path, 
     assert read_header(back).table.architecture == "qwen2"
     again = load_model(str(back)).model.state_dict()
     assert set(again) == set(a) and all(torch.equal(again[k], a[k]) for k in a)
+
+
+@pytest.mark.parametrize("variant, linear, embedding", [
+    ("fp16", "F16", "F16"), ("bf16", "BF16", "BF16"), ("q8_0", "Q8_0", "Q8_0"),
+    ("q4_1", "Q4_1", "Q8_0")])
+def test_every_fixed_variant_exports_the_engines_weights(variant, linear, embedding, tmp_path):
+    """fp16 / bf16 / q8_0 / q4_1 of a tiny llama: each tensor in its type, and the reopened
+    weights are the variant's — the dtype's rounding, or `formats.rounded` (the engine's)."""
+    from engine.gguf.export import export_gguf
+    from engine.loader import load_model
+    from engine.outfile import out_file
+    from engine.quant.formats import rounded
+    from engine.quant.scheme import FORMATS
+
+    source = tmp_path / "tiny.gguf"
+    source.write_bytes(gguf_bytes(metadata(), tensors()))
+    lm = load_model(str(source))
+    path = tmp_path / f"tiny-{variant}.gguf"
+    done = export_gguf(lm, variant, out_file(path, False))
+    types = {t.name: t.ggml_type for t in done.table.tensors}
+    assert types["blk.1.ffn_down.weight"] == types["blk.0.attn_q.weight"] == linear
+    assert types["token_embd.weight"] == embedding and types["output_norm.weight"] == "F32"
+    reopened = load_model(str(path)).model.state_dict()
+    for name, w in lm.model.state_dict().items():
+        kind = embedding if "embed" in name or "lm_head" in name else \
+            linear if w.dim() == 2 else "F32"
+        want = {"F32": w, "F16": w.half().float(), "BF16": w.bfloat16().float()}.get(kind)
+        want = rounded(w, FORMATS[kind.lower()]) if want is None else want
+        assert torch.equal(reopened[name], want), name

@@ -28,7 +28,7 @@ import torch
 
 from .header import GGUFError, Header, read_header
 from .names import ARCHITECTURES, PERMUTED, Shapes, expected_tensors, heads_for, hf_name, unpermute
-from .table import GGUFTable
+from .table import GGUFTable, GGUFTensor
 
 # architectures of encoder models llama.cpp writes (embeddings / rerankers): named as such
 ENCODERS = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3",
@@ -186,12 +186,12 @@ def _tokenizer(path: Path) -> Any:
         raise GGUFError(f"{path.name}: cannot build its tokenizer: {first}") from err
 
 
-def read_tensor(header: Header, name: str) -> np.ndarray:
+def read_tensor(header: Header, name: str | GGUFTensor) -> np.ndarray:
     """One tensor dequantized to float32, numpy (rows, cols) — GGUF's ne reversed — read by its
     checked offset (a read-only memmap of just its bytes)."""
     import gguf
 
-    t = header.table.by_name()[name]
+    t = header.table.by_name()[name] if isinstance(name, str) else name
     qtype = gguf.GGMLQuantizationType[t.ggml_type]
     block, type_size = gguf.GGML_QUANT_SIZES[qtype]
     raw = np.memmap(header.table.path, dtype=np.uint8, mode="r", offset=t.offset,
@@ -201,7 +201,7 @@ def read_tensor(header: Header, name: str) -> np.ndarray:
     try:
         values = gguf.quants.dequantize(blocks, qtype)  # (rows, cols) float32
     except NotImplementedError as err:
-        raise _fail(header, f"tensor {name} is {t.ggml_type}, which gguf-py cannot "
+        raise _fail(header, f"tensor {t.name} is {t.ggml_type}, which gguf-py cannot "
                             "dequantize") from err
     return np.asarray(values, dtype=np.float32).reshape(t.shape)
 
@@ -214,7 +214,7 @@ def _model(header: Header, arch: str, s: Shapes, config: Any) -> Any:
                                                  attn_implementation="sdpa")
     state = {}
     for t in header.table.tensors:
-        w = torch.from_numpy(read_tensor(header, t.name).copy())
+        w = torch.from_numpy(read_tensor(header, t).copy())
         n_head = heads_for(t.name, s.heads, s.kv_heads) if arch in PERMUTED else None
         state[hf_name(t.name)] = w if n_head is None else unpermute(w, n_head).contiguous()
     loaded = model.load_state_dict(state, strict=False, assign=True)
