@@ -39,7 +39,7 @@ LONG = {"test_quant_quality.py", "test_serving_engine.py", "test_speculative.py"
         "test_native_lowbit.py", "test_remote_client.py", "test_timing.py", CLI_UNIT,
         "test_generate_page.py", "test_vllm_start.py", "test_snapshots.py", "test_story_page.py",
         "test_links.py", "test_quant_study.py", "test_fair_turns_browser.py", "test_fair_store.py",
-        "test_quant_ggml_exact.py"}
+        "test_quant_ggml_exact.py", "test_gguf_export.py"}
 # Modules that measure the worker process itself (its memory after many runs): they go out
 # before anything else, to a worker no other test has run in yet.
 FRESH = {"test_app_safety.py"}

@@ -1,9 +1,13 @@
-"""K-quant export (issue 29.3 with engine/quant/kquants.py): a tiny llama whose rows are whole
-256-blocks (width 256, FFN 512), exported as q4_k_m, holds llama.cpp's per-tensor mix
-(`kquants.tensor_types`), each tensor the K-quant blocks of its permuted rows; our reader and
-transformers' GGUF loader rebuild the same weights from it and decode the same greedy tokens.
-Also the export's refusals (our own formats, a name that is not a variant), and Qwen2's layout
-(q / k / v biases, no row permutation) opened, compared with transformers and exported back.
+"""GGUF export of every variant with GGML types, on tiny crafted llamas (issue 29.3).
+
+- K-quants: a tiny llama whose rows are whole 256-blocks (width 256, FFN 512), exported as
+  q4_k_m, holds llama.cpp's per-tensor mix (`kquants.tensor_types`), each tensor the K-quant
+  blocks of its permuted rows; our reader and transformers' GGUF loader rebuild the same weights
+  from it and decode the same greedy tokens;
+- fp16, bf16, q8_0, q4_1 reopen as the variant's weights;
+- the export's refusals (our own formats, a name that is not a variant);
+- Qwen2's layout (q / k / v biases, no row permutation) opened, compared with transformers and
+  exported back.
 """
 
 from __future__ import annotations
