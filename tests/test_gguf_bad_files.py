@@ -88,6 +88,8 @@ def _model_cases() -> list[tuple[str, bytes, str]]:
          "llama.block_count is missing"),
         ("a tensor of another model", gguf_bytes(metadata(), tensors() + [
             ("blk.0.ffn_gate_exps.weight", (HIDDEN,))]), "not part of a llama model"),
+        ("a block count of 2^31 - 1", gguf_bytes(metadata(**{"ARCH.block_count": 2**31 - 1}),
+                                                  tensors()), "2,147,483,647 layers"),
         ("no vocabulary", gguf_bytes(metadata(**{"tokenizer.ggml.tokens": None,
                                                  "ARCH.vocab_size": VOCAB}), tensors()),
          "no vocabulary"),

@@ -33,9 +33,12 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # v1 counted in 32 bits; no llama-family file in use still has it
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_KEY_BYTES = 1 << 16
+# Caps on what a header may list, so that a file of many tiny entries (each a Python object of
+# ~60-200 bytes here) stays within a few hundred MB whatever its size; real files are far below:
 MAX_ARRAY = 1 << 22  # elements in one metadata array (a 256k vocabulary has 2^18)
-MAX_STRINGS = 1 << 23  # strings kept in all, so a file of empty strings stays small in memory
-MAX_TENSORS = 1 << 20
+MAX_STRINGS = 1 << 22  # strings in all (vocabulary + merges of a 256k model: ~2^19)
+MAX_KV = 1 << 16  # metadata entries (llama.cpp writes ~40)
+MAX_TENSORS = 1 << 17  # a 70B llama has 723; a 256-expert MoE some 10^4
 MAX_ELEMENTS = 1 << 48  # one tensor; its bytes are checked against the file anyway
 
 # value type → (struct format, bytes); 8 (string) and 9 (array) have no fixed size
@@ -144,7 +147,7 @@ def _parse(c: _Cursor) -> Header:
         raise c.fail(f"GGUF version {version} (this reader knows {VERSIONS[0]} and {VERSIONS[1]})")
     n_tensors = c.u64("the tensor count")
     n_kv = c.u64("the metadata count")
-    if n_kv * 13 > c.left():  # a key length (8), a type (4) and at least one byte each
+    if n_kv > MAX_KV or n_kv * 13 > c.left():  # a key length (8), a type (4), one byte
         raise c.fail(f"{n_kv:,} metadata entries cannot fit in {c.left():,} bytes")
     if n_tensors > MAX_TENSORS or n_tensors * 32 > c.left():  # name len, dims, type, offset
         raise c.fail(f"{n_tensors:,} tensors cannot fit in {c.left():,} bytes")

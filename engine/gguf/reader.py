@@ -85,6 +85,10 @@ def check_model(header: Header) -> tuple[str, Shapes, Any]:
     vocab = need("vocab_size", len(tokens) if isinstance(tokens, tuple) else None)
     shapes = Shapes(vocab, hidden, need("feed_forward_length"), need("block_count"), heads,
                     kv_heads, head_dim)
+    n_tensors = len(header.table.tensors)
+    if shapes.layers * 9 > n_tensors:  # checked before listing the tensors the layers imply
+        raise _fail(header, f"{arch}.block_count says {shapes.layers:,} layers, but the file holds "
+                            f"{n_tensors} tensors (9 a layer)")
     _check_tensors(header, arch, shapes)
     eps = header.get(f"{arch}.attention.layer_norm_rms_epsilon")
     theta = header.get(f"{arch}.rope.freq_base", 10000.0)
