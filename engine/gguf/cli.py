@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -67,9 +68,13 @@ def run_info(args: argparse.Namespace) -> int:
     from .header import read_header
 
     table = read_header(args.file).table
-    if args.json:
-        json.dump(table.to_json(), sys.stdout, indent=1, ensure_ascii=False)
-        print()
-    else:
-        print("\n".join(table.lines()))
+    try:
+        if args.json:
+            json.dump(table.to_json(), sys.stdout, indent=1, ensure_ascii=False)
+            print()
+        else:
+            print("\n".join(table.lines()))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gguf-info FILE | head`: the reader took what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's docs' way)
     return 0
