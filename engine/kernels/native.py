@@ -43,12 +43,15 @@ from transformers import DynamicCache
 from ..errors import EngineError, InputError
 from ..forward import prefill, timed_greedy
 from ..loader import LoadedModel, cache_root
+from ..quant.kmix import K_VARIANTS
+from ..quant.kquants import tensor_types
 from ..settings import FLOAT_DTYPES
 from .native_formats import (
     MatrixFormat,
     MatrixFormats,
     format_code,
     format_group,
+    formats_from_types,
     uniform_formats,
 )
 from .native_pack import (
@@ -59,14 +62,17 @@ from .native_pack import (
     NotOnGrid,
     base_variant,
     layout,
+    pack,
     pack_blocks,
     pack_weights,
     stored_matrix,
+    variant_blocks,
 )
 
 SOURCE = Path(__file__).with_name("native_decode.c")
 HEADERS = ("native_groups.h", "native_ggml.h")  # next to SOURCE, which includes them
 MAX_HEAD_DIM = 512  # rope() in the C step keeps one head on its stack
+NATIVE_VARIANTS = (*NATIVE_WEIGHTS, *K_VARIANTS)  # variant names (base_variant) the step runs
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", f"-DBLOCK={BLOCK}",
          f"-DMAX_HEAD_DIM={MAX_HEAD_DIM}", f"-DMAX_GROUPS={MAX_GROUPS}"]
 
@@ -88,11 +94,14 @@ class NativeStep:
     hidden: torch.Tensor | None  # (L + 1, hidden) float32: every layer's input, the last one's output
 
 
-def _formats(weights: str, layers: int) -> MatrixFormats:
-    """Every (layer, matrix)'s format for a weights variant."""
-    name = base_variant(weights)
+def _formats(weights: str, model: torch.nn.Module) -> MatrixFormats:
+    """Every (layer, matrix)'s format for a weights variant of `model`: one for all layers, or
+    (a K-quant mix) the GGML type llama.cpp's rule gives each tensor (kmix.tensor_types)."""
+    name, layers = base_variant(weights), model.config.num_hidden_layers
+    if name in K_VARIANTS:
+        return formats_from_types(tensor_types(name, model), layers)
     if name not in NATIVE_WEIGHTS:
-        raise InputError(f"the native step reads {', '.join(NATIVE_WEIGHTS)} weights, not "
+        raise InputError(f"the native step reads {', '.join(NATIVE_VARIANTS)} weights, not "
                          f"{weights!r}")
     return uniform_formats(layers, *NATIVE_WEIGHTS[name])
 
@@ -104,11 +113,11 @@ def _compiler() -> str | None:
 def native_problem(lm: LoadedModel, weights: str = "fp32") -> str | None:
     """Why the native decoder cannot run this model (with these weights) here: one line, or None."""
     cfg = lm.model.config
-    if base_variant(weights) not in NATIVE_WEIGHTS:
+    if base_variant(weights) not in NATIVE_VARIANTS:
         torch_runs = (f"torch runs the model in {FLOAT_DTYPES[weights]}" if weights in FLOAT_DTYPES
                       else "torch runs this variant on its dequantized float32 weights")
         return (f"the native step reads float32 and integer weights, not {weights} (only "
-                f"{', '.join(NATIVE_WEIGHTS)}); {torch_runs}")
+                f"{', '.join(NATIVE_VARIANTS)}); {torch_runs}")
     if lm.device.type != "cpu":
         return "the native decoder is a CPU kernel; this model runs on " + lm.device.type
     if lm.model.dtype != torch.float32:
@@ -232,14 +241,18 @@ class NativeDecoder:
                 if blocks is not None:
                     parts, self.packed = pack_blocks(c, blocks)
                 else:
-                    parts = layout(c, _formats(weights, c.layers))
+                    parts = layout(c, _formats(weights, lm.model))
                     self.packed = pack_weights(lm.model, parts)
             except NotOnGrid:
                 from ..quant.apply import apply_variant
 
-                copy, _report = apply_variant(lm, base_variant(weights))
+                name = base_variant(weights)
+                copy, _report = apply_variant(lm, name)
+                if name in K_VARIANTS:  # the blocks the copy was dequantized from, as they are
+                    self.packed = pack(parts, variant_blocks(lm.model, tensor_types(name, lm.model)))
+                else:
+                    self.packed = pack_weights(copy, parts)
                 lm = replace(lm, model=copy)
-                self.packed = pack_weights(lm.model, parts)
             self.embed = lm.model.get_input_embeddings().weight.detach().contiguous()
             positions = torch.arange(max_tokens)[None]  # (1, T)
             cos, sin = lm.model.model.rotary_emb(self.embed[:1], position_ids=positions)

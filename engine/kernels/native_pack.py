@@ -189,6 +189,23 @@ def model_tensors(model: Any) -> dict[tuple[int | None, str], torch.Tensor]:
     return tensors
 
 
+def variant_blocks(model: Any, types: Mapping[str, str]
+                   ) -> dict[tuple[int | None, str], torch.Tensor | GgmlBlocks]:
+    """`model_tensors` with each matrix as the GGML blocks of its type in `types` (weight name →
+    GGML type, kmix.tensor_types): a K-quant variant packed from the float weights it rounds, so
+    the step reads exactly the blocks the variant's copy was dequantized from."""
+    from ..quant.kquants import quantize_blocks
+
+    tensors = model_tensors(model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    for key, tensor in tensors.items():
+        type_name = types.get(names.get(id(tensor), ""))
+        if type_name is not None and key[1] not in NORMS:
+            blocks = quantize_blocks(tensor.detach(), type_name)
+            tensors[key] = GgmlBlocks(type_name, tuple(tensor.shape), blocks)
+    return tensors
+
+
 def _stored(parts: list[Part],
             tensors: Mapping[tuple[int | None, str], torch.Tensor | GgmlBlocks]
             ) -> Iterator[tuple[Part, torch.Tensor | None]]:
