@@ -1,8 +1,10 @@
 """`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|loadtest|examples|
-export|gguf-info`: generate a trace from the shell, inspect one (its story lines, a comparison with another, the
-logit lens), compare dtypes, measure a weights variant's quality or the whole quantization study,
-serve a stream on the batched engine, load-test a serving engine (vLLM), record the shipped
-examples, export a weights variant as a GGUF file or print a GGUF file's tensor table. The
+export|gguf-info|branch|ablate|patch`: generate a trace from the shell, inspect one (its story
+lines, a comparison with another, the logit lens), compare dtypes, measure a weights variant's
+quality or the whole quantization study, serve a stream on the batched engine, load-test a serving
+engine (vLLM), record the shipped examples, export a weights variant as a GGUF file or print a
+GGUF file's tensor table, and ask "what if" of a run (branch it, switch heads off, patch
+activations). The
 engine draws no charts: a trace's HTML report is `python -m charts.report`.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
@@ -34,6 +36,7 @@ from .serving import cli as serving_cli  # noqa: E402
 from .settings import FLOAT_WEIGHTS  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
 from .timing.metrics import percentile, summarize  # noqa: E402
+from .whatif import cli as whatif_cli  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="also where the error enters: cosine of the residual stream and KL "
                               "of the logit lens against float32 at every layer")
     quant_cli.add_parser(sub)
+    whatif_cli.add_parsers(sub)
     gguf_cli.add_parsers(sub)
     serving_cli.add_parser(sub)
     remote_cli.add_parser(sub)
@@ -295,7 +299,7 @@ def _quality(args: argparse.Namespace) -> int:
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
             "quality": _quality, "story": _story, "compare": _compare,
             "quantize": quant_cli.run, "batch": serving_cli.run,
-            "loadtest": remote_cli.run, "export": gguf_cli.run_export,
+            "loadtest": remote_cli.run, **whatif_cli.COMMANDS, "export": gguf_cli.run_export,
             "gguf-info": gguf_cli.run_info}
 
 
