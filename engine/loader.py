@@ -132,9 +132,13 @@ def is_gguf_path(source: str) -> bool:
 def _load_gguf_file(source: str, say: Progress) -> tuple[Any, Any, GGUFTable]:
     from .gguf.reader import open_gguf
 
-    path = Path(source).expanduser()
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file not found: {source}")
+    try:
+        path = Path(source).expanduser()
+        found = source.isprintable() and path.is_file()
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, ~nobody/…
+        found = False
+    if not found:
+        raise ModelLoadError(f"GGUF file not found: {source[:200]!r}")
     return open_gguf(path, say)
 
 

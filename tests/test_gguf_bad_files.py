@@ -113,6 +113,11 @@ def test_a_file_without_a_whole_llama_model_is_refused(case, content, says, engi
     refused(engine_cli, ["run", "hi", "--model", path, "--max-new-tokens", "1"], says)
 
 
+@pytest.mark.parametrize("model", ["/no/such/file.gguf", "~nobody/x.gguf", "a\x01b.gguf"])
+def test_a_gguf_path_that_is_no_file_is_refused_in_one_line(model, engine_cli):
+    refused(engine_cli, ["run", "hi", "--model", model], "GGUF file not found")
+
+
 def test_the_tiny_valid_file_opens_and_decodes(engine_cli, tmp_path):
     """The control: the file every case above damages runs, and gguf-info lists its table."""
     path = write(tmp_path, "tiny", VALID)
