@@ -19,6 +19,7 @@ from engine.quant.calculator import (
     llama_param_count,
     model_weights,
 )
+from engine.quant.kmix import BITS_TEXT, STORAGE_TEXT
 from engine.quant.scheme import FORMATS
 from engine.quant.study import (
     DEFAULT_VARIANTS,
@@ -52,7 +53,7 @@ CONFIGS = {
 }
 CALC_FORMATS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3")
 STORAGE = {"fp32": "float32 (the reference)", "fp16": "float16", "bf16": "bfloat16",
-           **{name: fmt.describe() for name, fmt in FORMATS.items()}}
+           **{name: fmt.describe() for name, fmt in FORMATS.items()}, **STORAGE_TEXT}
 
 
 def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
@@ -100,6 +101,8 @@ def _bits(name: str) -> str:
         fmt = FORMATS[base]
         return ("8 + 16 / row length" if fmt.group is None
                 else f"{fmt.bits} + {fmt.group_bits} / {fmt.group} = {fmt.bits_per_weight():g}")
+    if base in BITS_TEXT:
+        return BITS_TEXT[base]
     return str(IDEAL_BITS.get(base, 32))
 
 

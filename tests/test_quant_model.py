@@ -9,6 +9,8 @@ from engine.quant import VARIANT_NAMES
 from engine.quant.apply import apply_variant
 from engine.quant.calculator import format_bits, llama_param_count
 from engine.quant.gguf_grid import embedding_grids, linear_grids
+from engine.quant.kmix import K_VARIANTS, tensor_types
+from engine.quant.kquants import BLOCKS
 from engine.quant.variants import decoder_linears
 
 # Decoder Linear weights of SmolLM2-135M: 30 layers × (2·576·576 + 2·576·192 + 3·576·1536).
@@ -21,7 +23,10 @@ def test_parameter_count_from_the_config_matches_the_tensors(lm):
                              s.head_dim, s.vocab_size, s.tie_word_embeddings) == s.param_count
 
 
-@pytest.mark.parametrize("name", [n for n in VARIANT_NAMES if not n.startswith("awq_")])
+# q4_k_m stands for the K-quant mixes (its types cover q4_k's and q6_k's; test_quant_tiny.py
+# measures all three): a copy of the real model costs seconds each
+@pytest.mark.parametrize("name", [n for n in VARIANT_NAMES
+                                  if not n.startswith("awq_") and n not in ("q4_k", "q6_k")])
 def test_variant_bytes_measured_equal_the_formula(lm, name):
     model, report = apply_variant(lm, name)
     del model
@@ -36,6 +41,11 @@ def test_variant_bytes_measured_equal_the_formula(lm, name):
     elif name == "int8":  # one float16 scale per output row: Σ out over the Linears
         rows = sum(m.weight.shape[0] for _, m in decoder_linears(lm.model))
         assert report.group_bytes == 2 * rows and report.code_bytes == LINEAR_PARAMS
+    elif name in K_VARIANTS:  # each Linear as the blocks of its own GGML type
+        params = dict(lm.model.named_parameters())
+        assert quantized == sum(params[n].numel() // BLOCKS[t][0] * BLOCKS[t][1]
+                                for n, t in tensor_types(name, lm.model).items() if ".layers." in n)
+        assert report.embedding_bytes == report.embedding_params // 32 * 34  # Q8_0
     else:  # every row splits into groups of 32: the calculator's bits per weight, exactly
         assert quantized == LINEAR_PARAMS * format_bits(name, in_features) / 8
     if name == "fp32":  # and the whole copy is what the spec counts from the loaded tensors

@@ -57,7 +57,10 @@ class Setting:
 WEIGHTS_LABELS = {"fp32": "fp32 (float32)", "fp16": "fp16 (float16)", "bf16": "bf16 (bfloat16)",
                   "int8": "int8 (per-row scale)", "q8_0": "q8_0 (8-bit, scale per 32)",
                   "q4_0": "q4_0 (4-bit, scale per 32)",
-                  "q4_1": "q4_1 (4-bit, scale + min per 32)"}
+                  "q4_1": "q4_1 (4-bit, scale + min per 32)",
+                  "q6_k": "q6_k (GGML Q6_K, llama.cpp's types)",
+                  "q4_k_m": "q4_k_m (llama.cpp's Q4_K_M mix)",
+                  "q4_k": "q4_k (GGML Q4_K, llama.cpp's types)"}
 DECODER_HELP = ("The prefill always runs in PyTorch (transformers). The decode steps run in the "
                 "hand-written C step (engine/kernels/native.py) wherever it can: float32 and "
                 "integer weights, KV cache on. It records the same attention rows, hidden states "
