@@ -90,6 +90,10 @@ def _model_cases() -> list[tuple[str, bytes, str]]:
             ("blk.0.ffn_gate_exps.weight", (HIDDEN,))]), "not part of a llama model"),
         ("a block count of 2^31 - 1", gguf_bytes(metadata(**{"ARCH.block_count": 2**31 - 1}),
                                                   tensors()), "2,147,483,647 layers"),
+        ("an expert count given as an array", gguf_bytes(
+            metadata(**{"ARCH.expert_count": [1, 2]}), tensors()), "mixture-of-experts"),
+        ("YaRN RoPE scaling", gguf_bytes(metadata(**{"ARCH.rope.scaling.type": "yarn"}),
+                                         tensors()), "RoPE scaling 'yarn' is not supported"),
         ("no vocabulary", gguf_bytes(metadata(**{"tokenizer.ggml.tokens": None,
                                                  "ARCH.vocab_size": VOCAB}), tensors()),
          "no vocabulary"),

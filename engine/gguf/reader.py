@@ -66,10 +66,11 @@ def check_model(header: Header) -> tuple[str, Shapes, Any]:
     if arch not in ARCHITECTURES:
         raise _fail(header, f"architecture {arch!r} is not one this engine opens "
                             f"({', '.join(ARCHITECTURES)})")
-    if header.get(f"{arch}.rope.scaling.type", "none") not in ("none", b"none"):
-        raise _fail(header, f"RoPE scaling {header.get(f'{arch}.rope.scaling.type')!r} is not "
-                            "supported (plain RoPE only)")
-    if header.get(f"{arch}.expert_count", 0):
+    scaling = header.get(f"{arch}.rope.scaling.type", "none")
+    if not isinstance(scaling, str) or scaling != "none":  # (a value of any type may come)
+        raise _fail(header, f"RoPE scaling {_short(scaling)} is not supported (plain RoPE only)")
+    experts = header.get(f"{arch}.expert_count", 0)
+    if not isinstance(experts, int) or experts:
         raise _fail(header, "a mixture-of-experts model is not supported")
     need = _settings_reader(header, arch)
     hidden, heads = need("embedding_length"), need("attention.head_count")
