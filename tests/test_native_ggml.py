@@ -5,7 +5,8 @@ The test data owes nothing to any quantizer: random but valid blocks (random cod
 bytes, float16 scales of a sane size), and the reference is gguf-py's `dequantize` of those very
 bytes. Each kernel's W·x must equal dequantize(blocks) @ x to float32 rounding; a tiny Llama whose
 every matrix has another type (q, k, v and gate, up differing within a layer), packed from GGUF
-names by `pack_blocks`, must give a transformers forward's logits on the dequantized weights.
+names by `pack_blocks` (q and k rows in llama.cpp's order, as a file stores them), must give a
+transformers forward's logits on the dequantized weights.
 Mutants of the new kernels show the checks can fail.
 """
 
@@ -20,6 +21,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 import engine.kernels.native as native
+from engine.gguf.names import heads_for, unpermute
 from engine.kernels.native import NativeDecoder, matvec
 from engine.kernels.native_formats import GGML_TYPES, native_format
 from engine.kernels.native_pack import GgmlBlocks
@@ -137,10 +139,14 @@ def mixed_gguf(default_tokenizer):
     params = dict(model.named_parameters())
 
     def put(gguf_name: str, hf_name: str, type_name: str) -> None:
+        """The file's blocks under `gguf_name`; the model's weight their values, q and k rows
+        back in transformers' order (a GGUF file's are llama.cpp's, permuted per head)."""
         weight = params[hf_name]
         n, k = weight.shape
         blocks = random_blocks(type_name, n, k, rng)
-        weight.copy_(reference(blocks, type_name, n, k))
+        heads = heads_for(gguf_name, config.num_attention_heads, config.num_key_value_heads)
+        values = reference(blocks, type_name, n, k)
+        weight.copy_(unpermute(values, heads) if heads else values)
         tensors[gguf_name] = GgmlBlocks(type_name, (n, k), torch.from_numpy(blocks))
 
     for layer, types in enumerate(LAYER_TYPES):

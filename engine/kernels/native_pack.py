@@ -252,12 +252,23 @@ def pack_blocks(c: Any, tensors: Mapping[str, GgmlBlocks | torch.Tensor]
     name, (out, in) shape, the block bytes) for the matrices and float tensors for the norms.
     The formats come from the blocks' types, one per matrix (`formats_from_types`); the step
     then multiplies by exactly the values in those blocks (F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as
-    stored, Q8_0 / Q4_0 / Q4_1 / F32 re-laid). Returns the layout and the packed buffer, for a
+    stored, Q8_0 / Q4_0 / Q4_1 / F32 re-laid). Under GGUF's names, attn_q and attn_k rows are in
+    llama.cpp's order (convert_hf_to_gguf permutes them per head) and are put back in
+    transformers' order, which the step's RoPE reads: a row's blocks are its own, so moving whole
+    rows of bytes changes no value. Returns the layout and the packed buffer, for a
     NativeDecoder's `parts` and `packed`. `c` is the native Config of the file's model."""
+    from ..gguf.names import heads_for, unpermute
+
     keyed: dict[tuple[int | None, str], GgmlBlocks | torch.Tensor] = {}
     types: dict[str, str] = {}
     for name, tensor in sorted(tensors.items(), key=lambda item: item[0] in HEAD_NAMES):
         key = matrix_key(name) or norm_key(name)  # an LM head last: it wins over the embedding
+        heads = heads_for(name, c.heads, c.kv_heads) if name.startswith("blk.") else None
+        if heads and isinstance(tensor, GgmlBlocks):
+            rows = unpermute(tensor.data.reshape(tensor.shape[0], -1), heads)  # (out, row bytes)
+            tensor = GgmlBlocks(tensor.type_name, tensor.shape, rows.reshape(-1))
+        elif heads:
+            tensor = unpermute(tensor, heads)
         if key is not None:
             keyed[key] = tensor
             if isinstance(tensor, GgmlBlocks):
