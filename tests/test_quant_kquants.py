@@ -124,7 +124,7 @@ def test_block_layout_by_hand():
     w = ((torch.arange(256) % 16 - 32).float() / 32).reshape(1, 256)
     six = quantize_blocks(w, "Q6_K")[0].numpy()
     assert six.shape == (210,)
-    assert six[:128].tolist() == [(l % 16) * 17 for l in range(64)] * 2
+    assert six[:128].tolist() == [(i % 16) * 17 for i in range(64)] * 2
     assert not six[128:192].any()
     assert six[192:208].view(np.int8).tolist() == [-128] * 16
     assert six[208:].tolist() == list(np.float16(-2.0 ** -12).tobytes())

@@ -134,21 +134,21 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     wx, ww = x * x * x, x * x  # C's w·x[i] and w with w = x²
 
     def codes(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        l = np.clip(_nearest(iscale * x), -nmax, nmax - 1)
-        sumlx, suml2 = _seq_sum(np.stack([wx * l, ww * l * l], 1))
-        return l, sumlx, suml2
+        q = np.clip(_nearest(iscale * x), -nmax, nmax - 1)
+        sumlx, suml2 = _seq_sum(np.stack([wx * q, ww * q * q], 1))
+        return q, sumlx, suml2
 
-    l, sumlx, suml2 = codes(np.float32(-nmax) / peak)
+    q, sumlx, suml2 = codes(np.float32(-nmax) / peak)
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(suml2 != 0, sumlx / suml2, ZERO)
         best = scale * sumlx
         for step in (*range(-9, 0), *range(1, 10)):
             la, slx, sl2 = codes(-_f32(nmax, (0.1, step)) / peak)
             take = (sl2 > 0) & (slx * slx > best * sl2)
-            l = np.where(take, la, l)
+            q = np.where(take, la, q)
             scale = np.where(take, slx / sl2, scale)
             best = np.where(take, scale * slx, best)
-    return np.where(zero, ZERO, l + nmax).T, np.where(zero, ZERO, scale)
+    return np.where(zero, ZERO, q + nmax).T, np.where(zero, ZERO, scale)
 
 
 def _positive_max(v: np.ndarray) -> np.ndarray:

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
