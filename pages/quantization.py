@@ -222,8 +222,9 @@ def results_table(study: QuantStudy) -> None:
     ref = study.variants[0]
     st.caption(
         f"Bytes measured: the stored tensors' nbytes (codes, scales, minimums, the embedding, "
-        f"the float32 norms); by formula: quantized params × bits / 8 + scale bytes + embedding "
-        f"params × its bits / 8 + other params × 4 (each variant's below the table). "
+        f"the float32 norms); by formula: quantized params × bits / 8 (a K-quant mix: each "
+        f"Linear's params × its GGML type's code bits / 8) + scale bytes + embedding params × "
+        f"its bits / 8 + other params × 4 (each variant's below the table). "
         f"Bits / weight: the decoder Linears' codes + scales per weight, measured. Quality on "
         f"{study.text} ({study.text_tokens} tokens, teacher forcing): perplexity = exp(mean "
         f"−log q(next token)) (fp32: {ref.perplexity:.3f}; transformers' own loss agrees to "

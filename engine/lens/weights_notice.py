@@ -35,7 +35,7 @@ AWQ_PREFIX = "awq_"  # awq_<format> stores its base format (engine/quant/variant
 def label(name: str) -> str:
     """How the story writes a format: fp32, fp16, int8, Q4_0, AWQ Q3."""
     base = name.removeprefix(AWQ_PREFIX)
-    shown = "Q" + base[1:] if base.startswith("q") else base
+    shown = base.upper() if base.startswith("q") else base  # Q4_0, Q4_K_M
     return f"AWQ {shown}" if name.startswith(AWQ_PREFIX) else shown
 
 

@@ -248,7 +248,7 @@ def quantize_blocks(weight: torch.Tensor, ggml_type: str) -> torch.Tensor:
         raise ValueError(f"a weight matrix is 2-D (out, in), not {tuple(weight.shape)}")
     out, inn = weight.shape
     block, nbytes, _ = check_type(ggml_type, inn)
-    w = weight.detach().float().contiguous()
+    w = weight.detach().float().cpu().contiguous()  # the blocks are built on the CPU
     if ggml_type == "F16":
         return w.half().view(torch.uint8).reshape(out, inn * 2)
     if ggml_type == "Q8_0":
@@ -277,7 +277,8 @@ def dequantize_blocks(blocks: torch.Tensor, ggml_type: str, shape: tuple[int, in
         v = _half(b[:, :2]) * b[:, 2:].view(torch.int8).float()
     elif ggml_type == "Q5_0":
         qh = b[:, 2:6].to(torch.int64)
-        high = (qh.repeat_interleave(8, -1) >> torch.arange(8).repeat(4)) & 1  # (B, 32)
+        bit = torch.arange(8, device=b.device).repeat(4)
+        high = (qh.repeat_interleave(8, -1) >> bit) & 1  # (B, 32)
         low = torch.cat([b[:, 6:] & 0xF, b[:, 6:] >> 4], -1).to(torch.int64)
         v = _half(b[:, :2]) * ((low | (high << 4)) - 16).float()
     elif ggml_type == "Q4_K":
@@ -292,7 +293,8 @@ def dequantize_blocks(blocks: torch.Tensor, ggml_type: str, shape: tuple[int, in
     else:  # Q6_K
         ql = b[:, :128].reshape(B, 2, 1, 64)
         ql = torch.cat([ql & 0xF, ql >> 4], 2).reshape(B, 2, 4, 32)  # (B, half, quarter, 32)
-        qh = b[:, 128:192].reshape(B, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8)[:, None]
+        shift = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=b.device)[:, None]
+        qh = b[:, 128:192].reshape(B, 2, 1, 32) >> shift
         q = ((ql | ((qh & 3) << 4)).to(torch.int64) - 32).reshape(B, 16, 16).float()
         d = _half(b[:, 208:210]) * b[:, 192:208].view(torch.int8).float()  # (B, 16)
         v = d[..., None] * q
