@@ -18,7 +18,10 @@ format; q8_0, q4_0 and q4_1 are GGML's blocks, engine/quant/ggml_blocks.py):
 the step reads the stored codes and float16 scales themselves and unpacks them in registers, so
 the bytes it streams per token fall with the bits — the memory-bound lesson, measured. Its
 reference is a transformers forward of the same dequantized weights (the variant's copy from
-engine.quant.variants), which is also what the prompt's prefill runs on.
+engine.quant.variants), which is also what the prompt's prefill runs on. Each matrix has its
+own format, so the K-quant mixes (`q4_k_m`, `q4_k`, `q6_k`: Q4_K, Q6_K, Q5_0, Q8_0 per tensor,
+engine/quant/kmix.py) run on their GGML blocks as stored, and so can an opened GGUF file's
+tensors (`NativeDecoder(lm, blocks=…)`, native_pack.pack_blocks).
 
 The packed weights are described once, by `native_pack.layout`: packing, sizing and the offsets
 the C step reads all come from it. The step can also record what a traced step needs (each
