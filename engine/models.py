@@ -115,9 +115,19 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
     equal a torch forward of the copy). Needs the model lock: it quantizes every matrix."""
     from .kernels.native import NativeDecoder, native_problem
     from .quant.apply import apply_variant
+    from .quant.kmix import K_VARIANTS
 
     if weights in FLOAT_DTYPES and weights != "fp32":
         raise EngineError(f"{weights} weights load the model in {FLOAT_DTYPES[weights]}: no copy")
+    if with_native and weights in K_VARIANTS and native_problem(base, weights) is None:
+        # A K-quant copy does not always requantize to its own blocks (the Q4_K / Q6_K searches
+        # land elsewhere on a few rows of SmolLM2), so the decoder makes the copy itself and
+        # packs the blocks it was dequantized from.
+        try:
+            native = NativeDecoder(base, max_tokens=native_tokens, weights=weights)
+            return WeightsVariant(native.lm, weights, native.report.nbytes, native, None)
+        except EngineError:
+            pass  # the copy alone, below, and the reason
     if weights == "fp32":
         lm, nbytes = base, base.spec.weight_bytes
     else:

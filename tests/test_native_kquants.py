@@ -70,9 +70,20 @@ def test_q4_k_m_decodes_as_transformers_on_the_variants_copy(mix_lm):
 
 def test_a_k_variants_copy_packs_as_it_is(mix_lm):
     """Given the variant's copy (as the app's build_variant does), the decoder packs it without
-    making another: its weights requantize to the same blocks."""
+    making another where its weights requantize to the same blocks (they do on this model; on
+    SmolLM2 a few Q4_K / Q6_K rows do not, hence build_variant below)."""
     from dataclasses import replace
 
     copy, _ = apply_variant(mix_lm, "q4_k_m")
     decoder = NativeDecoder(replace(mix_lm, model=copy), max_tokens=32, weights="q4_k_m")
     assert decoder.model is copy
+
+
+def test_the_apps_variant_runs_the_blocks_its_copy_came_from(mix_lm):
+    """build_variant (the app's) lets the decoder make a K-quant copy, so the model the app shows
+    is the one the step equals even where a copy would requantize to other blocks."""
+    from engine.models import build_variant
+
+    variant = build_variant(mix_lm, "q4_k_m", native_tokens=32)
+    assert variant.native is not None and variant.native.model is variant.lm.model
+    assert variant.native_problem is None and variant.weight_bytes == variant.native.report.nbytes

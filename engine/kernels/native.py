@@ -48,6 +48,7 @@ from ..forward import prefill, timed_greedy
 from ..loader import LoadedModel, cache_root
 from ..quant.kmix import K_VARIANTS
 from ..quant.kquants import tensor_types
+from ..quant.variants import WeightReport
 from ..settings import FLOAT_DTYPES
 from .native_formats import (
     MatrixFormat,
@@ -236,6 +237,7 @@ class NativeDecoder:
         if problem:
             raise EngineError(problem)
         self.weights_name = weights
+        self.report: WeightReport | None = None  # the variant's bytes, when this decoder made its copy
         self.lib = build_library()
         self.config = _config(lm, max_tokens)
         c = self.config
@@ -250,7 +252,7 @@ class NativeDecoder:
                 from ..quant.apply import apply_variant
 
                 name = base_variant(weights)
-                copy, _report = apply_variant(lm, name)
+                copy, self.report = apply_variant(lm, name)
                 if name in K_VARIANTS:  # the blocks the copy was dequantized from, as they are
                     self.packed = pack(parts, variant_blocks(lm.model, tensor_types(name, lm.model)))
                 else:
