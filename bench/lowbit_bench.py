@@ -1,5 +1,8 @@
-"""Low-bit benchmark: the native decode step reading fp32, int8, Q4_0 and Q4_1 weights, the live
-run's recording on the native step, and llama.cpp on the same GGUF file as the peer.
+"""Low-bit benchmark: the native decode step reading fp32, int8, Q8_0, Q4_0, Q4_1, Q4_K and
+Q4_K_M weights, the live run's recording on the native step, and llama.cpp as the peer on the same
+GGUF files: the shipped Q4_1 file, and this model exported as Q4_K_M by `python -m engine export`
+(the same blocks the native q4_k_m step reads; llama.cpp's own quantizer writes them byte for
+byte, tests/test_gguf_llamacpp.py).
 
 Every contestant runs once per round, in a shuffled order, over several rounds in one process
 (llama.cpp in a worker process driven from here, same prompt token ids, same thread count);
@@ -23,6 +26,8 @@ import platform  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
@@ -38,16 +43,17 @@ from engine.loader import default_gguf_path  # noqa: E402
 from engine.quant.apply import apply_variant  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
-VARIANTS = ("fp32", "int8", "q4_0", "q4_1")
+VARIANTS = ("fp32", "int8", "q8_0", "q4_0", "q4_1", "q4_k", "q4_k_m")
+Q41_PEER, QKM_PEER = "llama.cpp Q4_1 (same GGUF)", "llama.cpp Q4_K_M (same GGUF)"
 PEER_PYTHON = Path(".venv-llamacpp/bin/python")
 
 
 class Peer:
     """llama.cpp in its own venv, one worker process for the whole benchmark."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, path: Path, threads: int) -> None:
         self.proc = subprocess.Popen(
-            [str(PEER_PYTHON), "bench/llamacpp_peer.py", str(default_gguf_path()), str(threads)],
+            [str(PEER_PYTHON), "bench/llamacpp_peer.py", str(path), str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.version = json.loads(self.proc.stdout.readline())["version"]
 
@@ -93,11 +99,18 @@ def main() -> None:
     runs = {f"native {n}": (lambda d=d: d.greedy(ids, args.tokens)[1]) for n, d in decoders.items()}
     runs["live, full recording"] = lambda: run_live(lm, decoders["fp32"], args.tokens, True)
     runs["live, no recording"] = lambda: run_live(lm, decoders["fp32"], args.tokens, False)
-    peer, peer_note, peer_tokens = None, "", None
+    peer, peer_note, peer_tokens, peer_km, km_tokens = None, "", None, None, None
     if PEER_PYTHON.exists():
-        peer = Peer(threads)
-        runs["llama.cpp Q4_1 (same GGUF)"] = lambda: peer.greedy(ids, args.tokens)["step_ms"]
+        peer = Peer(default_gguf_path(), threads)
+        runs[Q41_PEER] = lambda: peer.greedy(ids, args.tokens)["step_ms"]
         peer_tokens = peer.greedy(ids, args.tokens)["tokens"]
+        folder = tempfile.mkdtemp(prefix="lowbit-")
+        km_file = Path(folder) / "q4_k_m.gguf"
+        subprocess.run([sys.executable, "-m", "engine", "export", "--format", "gguf", "--weights",
+                        "q4_k_m", "-o", str(km_file)], check=True, stdout=subprocess.DEVNULL)
+        peer_km = Peer(km_file, threads)
+        runs[QKM_PEER] = lambda: peer_km.greedy(ids, args.tokens)["step_ms"]
+        km_tokens = peer_km.greedy(ids, args.tokens)["tokens"]
     else:
         peer_note = "llama.cpp not installed: `make llamacpp` adds its row"
     for fn in runs.values():  # warm-up
@@ -114,8 +127,9 @@ def main() -> None:
             measured[name] = statistics.median(runs[name]())
         rounds.append(measured)
     del buffer
-    if peer is not None:
-        peer.close()
+    for worker in (peer, peer_km):
+        if worker is not None:
+            worker.close()
     peak = max(reads)
     result = {}
     for name in runs:
@@ -128,13 +142,17 @@ def main() -> None:
             row["mbu"] = decoders[key].weight_bytes / (itl / 1000) / 1e9 / peak
         result[name] = row
     if peer is not None:
-        result["llama.cpp Q4_1 (same GGUF)"]["native_q4_1_vs_llamacpp"] = statistics.median(
-            r["native q4_1"] / r["llama.cpp Q4_1 (same GGUF)"] for r in rounds)
-        result["llama.cpp Q4_1 (same GGUF)"]["native_q4_0_vs_llamacpp"] = statistics.median(
-            r["native q4_0"] / r["llama.cpp Q4_1 (same GGUF)"] for r in rounds)
+        result[Q41_PEER]["native_q4_1_vs_llamacpp"] = statistics.median(
+            r["native q4_1"] / r[Q41_PEER] for r in rounds)
+        result[Q41_PEER]["native_q4_0_vs_llamacpp"] = statistics.median(
+            r["native q4_0"] / r[Q41_PEER] for r in rounds)
+        result[QKM_PEER]["native_q4_k_m_vs_llamacpp"] = statistics.median(
+            r["native q4_k_m"] / r[QKM_PEER] for r in rounds)
+    q4_k_vs_q4_0 = statistics.median(r["native q4_k"] / r["native q4_0"] for r in rounds)
     recording = statistics.median(r["live, full recording"] / r["live, no recording"]
                                   for r in rounds)
     native_tokens = decoders["q4_1"].greedy(ids, args.tokens)[0]
+    native_km = decoders["q4_k_m"].greedy(ids, args.tokens)[0]
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -144,6 +162,10 @@ def main() -> None:
         "recording_ratio": recording, "peer": peer.version if peer else peer_note,
         "peer_tokens_equal_native_q4_1": (sum(a == b for a, b in zip(peer_tokens, native_tokens))
                                           if peer_tokens else None),
+        "peer_q4_k_m_tokens_equal_native": (
+            next((i for i, (a, b) in enumerate(zip(km_tokens, native_km)) if a != b),
+                 len(native_km)) if km_tokens else None),
+        "native_q4_k_vs_q4_0": q4_k_vs_q4_0,
         "runs": result,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -155,6 +177,7 @@ def main() -> None:
         mb = f"{r['weight_bytes'] / 1e6:.0f}" if "weight_bytes" in r else "–"
         mbu = f"{r['mbu']:.2f}" if "mbu" in r else "–"
         print(f"| {name} | {mb} | {r['itl_ms']:.2f} | {r['vs_native_fp32']:.3f} | {mbu} |")
+    print(f"\nnative q4_k ITL / native q4_0 ITL (median of rounds): {q4_k_vs_q4_0:.3f}")
     print(f"\nlive run on the native step, full recording / none: {recording:.3f}; peak bandwidth "
           f"read {peak:.1f} GB/s; {peer_note or 'peer: llama-cpp-python ' + peer.version}")
 
