@@ -88,7 +88,8 @@ def test_each_kernel_multiplies_by_exactly_the_blocks_values(type_name):
 
 # (text in native_ggml.h, its broken replacement, the type that reads it)
 MUTANTS = {
-    "Q4_K minimum": ("(dmin * mn[2 * c + 1]) * s[1]", "(dmin * mn[2 * c + 1]) * s[0]", "Q4_K"),
+    "Q4_K minimum": ("(dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c + 1]",
+                     "(dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c]", "Q4_K"),
     "K scales' high bits": ("sc[j + 4] = (float)((q[j + 8] & 15) | ((q[j] >> 6) << 4));",
                             "sc[j + 4] = (float)((q[j + 8] & 15) | ((q[j] >> 6) << 3));", "Q4_K"),
     "Q5_K fifth bit": ("((qh[l] >> (2 * c + 1)) & 1) << 4", "((qh[l] >> (2 * c)) & 1) << 4",

@@ -21,7 +21,8 @@
  *   with bits 2r, 2r + 1 of qh[l] on top; value d·scales[weight / 16]·(c − 32).
  * Sums of x over 32 weights (sx, computed once per gemv) carry the minimums (Σ (a·c + m)·x =
  * a·Σ c·x + m·Σ x); signed codes are subtracted before the multiply, so a zero-point-free format
- * multiplies by exactly its stored values. Plain loops the compiler vectorizes.
+ * multiplies by exactly its stored values. Plain loops the compiler vectorizes (no AVX-512 path
+ * yet: these read 4.5–6.6 bits per weight but run well below the memory roof).
  */
 
 static inline float load_half(const uint8_t* p) {
@@ -55,26 +56,35 @@ static inline float row_f16(const uint8_t* restrict p, const float* restrict x, 
   return s;
 }
 
+/* The sums below keep one partial sum per vector lane across a whole row (lane[l] += scale ·
+ * code · x) and add the lanes up once at its end: a horizontal sum per 16 or 32 weights would
+ * cost more than the weights' own arithmetic. */
+static inline float lanes_sum(const float* lane, int n) {
+  float s = 0.0f;
+  for (int l = 0; l < n; ++l) s += lane[l];
+  return s;
+}
+
 /* Q5_0 and Q5_1: one row. */
 static inline float row_q5(const uint8_t* restrict p, int64_t format, const float* restrict x,
                            const float* restrict sx, int64_t K) {
   const int one = format == Q5_1, bytes = one ? 24 : 22, offset = one ? 0 : 16;
-  float total = 0.0f;
+  float lane[16] = {0.0f}, minimums = 0.0f;
   for (int64_t b = 0; b < K / 32; ++b, p += bytes) {
     uint32_t qh;
     memcpy(&qh, p + (one ? 4 : 2), sizeof(qh));
     const uint8_t* qs = p + bytes - 16;
     const float* xb = x + 32 * b;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
+    const float d = load_half(p);
+#pragma omp simd
     for (int j = 0; j < 16; ++j) {
       const int c0 = (qs[j] & 15) | (((qh >> j) & 1) << 4);
       const int c1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-      s += (float)(c0 - offset) * xb[j] + (float)(c1 - offset) * xb[j + 16];
+      lane[j] += d * ((float)(c0 - offset) * xb[j] + (float)(c1 - offset) * xb[j + 16]);
     }
-    total += load_half(p) * s + (one ? load_half(p + 2) * sx[b] : 0.0f);
+    if (one) minimums += load_half(p + 2) * sx[b];
   }
-  return total;
+  return lanes_sum(lane, 16) + minimums;
 }
 
 /* The eight 6-bit scales and minimums of a Q4_K / Q5_K super-block (GGML's get_scale_min_k4). */
@@ -91,7 +101,7 @@ static inline void k_scales(const uint8_t* q, float* sc, float* mn) {
 static inline float row_k45(const uint8_t* restrict p, int64_t format, const float* restrict x,
                             const float* restrict sx, int64_t K) {
   const int five = format == Q5_K, bytes = five ? 176 : 144;
-  float total = 0.0f;
+  float lane[32] = {0.0f}, minimums = 0.0f;
   for (int64_t b = 0; b < K / 256; ++b, p += bytes) {
     const float d = load_half(p), dmin = load_half(p + 2);
     float sc[8], mn[8];
@@ -102,25 +112,24 @@ static inline float row_k45(const uint8_t* restrict p, int64_t format, const flo
     for (int c = 0; c < 4; ++c) {
       const uint8_t* q = qs + 32 * c;
       const float* xs = xb + 64 * c;
-      float lo = 0.0f, hi = 0.0f;
-#pragma omp simd reduction(+ : lo, hi)
+      const float d_lo = d * sc[2 * c], d_hi = d * sc[2 * c + 1];
+#pragma omp simd
       for (int l = 0; l < 32; ++l) {
         const int h0 = five ? ((qh[l] >> (2 * c)) & 1) << 4 : 0;
         const int h1 = five ? ((qh[l] >> (2 * c + 1)) & 1) << 4 : 0;
-        lo += (float)((q[l] & 15) | h0) * xs[l];
-        hi += (float)((q[l] >> 4) | h1) * xs[32 + l];
+        lane[l] += d_lo * (float)((q[l] & 15) | h0) * xs[l] +
+                   d_hi * (float)((q[l] >> 4) | h1) * xs[32 + l];
       }
-      const float* s = sx + 8 * b + 2 * c;
-      total += (d * sc[2 * c]) * lo - (dmin * mn[2 * c]) * s[0] + (d * sc[2 * c + 1]) * hi -
-               (dmin * mn[2 * c + 1]) * s[1];
+      minimums += (dmin * mn[2 * c]) * sx[8 * b + 2 * c] +
+                  (dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c + 1];
     }
   }
-  return total;
+  return lanes_sum(lane, 32) - minimums;
 }
 
 /* Q6_K: one row. */
 static inline float row_q6k(const uint8_t* restrict p, const float* restrict x, int64_t K) {
-  float total = 0.0f;
+  float lane[32] = {0.0f};
   for (int64_t b = 0; b < K / 256; ++b, p += 210) {
     const float d = load_half(p + 208);
     const int8_t* scales = (const int8_t*)(p + 192);
@@ -132,20 +141,16 @@ static inline float row_q6k(const uint8_t* restrict p, const float* restrict x, 
       for (int r = 0; r < 4; ++r) {
         const uint8_t* q = ql + 32 * (r & 1);
         const int shift = r < 2 ? 0 : 4;
-        float s0 = 0.0f, s1 = 0.0f;
-#pragma omp simd reduction(+ : s0)
-        for (int l = 0; l < 16; ++l)
-          s0 += (float)((((q[l] >> shift) & 15) | (((qh[l] >> (2 * r)) & 3) << 4)) - 32) *
-                xh[32 * r + l];
-#pragma omp simd reduction(+ : s1)
-        for (int l = 16; l < 32; ++l)
-          s1 += (float)((((q[l] >> shift) & 15) | (((qh[l] >> (2 * r)) & 3) << 4)) - 32) *
-                xh[32 * r + l];
-        total += (d * (float)sc[2 * r]) * s0 + (d * (float)sc[2 * r + 1]) * s1;
+        const float d0 = d * (float)sc[2 * r], d1 = d * (float)sc[2 * r + 1];
+#pragma omp simd
+        for (int l = 0; l < 32; ++l)
+          lane[l] += (l < 16 ? d0 : d1) *
+                     (float)((((q[l] >> shift) & 15) | (((qh[l] >> (2 * r)) & 3) << 4)) - 32) *
+                     xh[32 * r + l];
       }
     }
   }
-  return total;
+  return lanes_sum(lane, 32);
 }
 
 /* acc (BLOCK) = BLOCK GGML rows of `format` · x; sx = Σ x per 32 weights. */
