@@ -1,7 +1,7 @@
 """GGUF export of every variant with GGML types, on tiny crafted llamas (issue 29.3).
 
 - K-quants: a tiny llama whose rows are whole 256-blocks (width 256, FFN 512), exported as
-  q4_k_m, holds llama.cpp's per-tensor mix (`kquants.tensor_types`), each tensor the K-quant
+  q4_k_m, holds llama.cpp's per-tensor mix (`kmix.tensor_types`), each tensor the K-quant
   blocks of its permuted rows; our reader and transformers' GGUF loader rebuild the same weights
   from it and decode the same greedy tokens;
 - fp16, bf16, q8_0, q4_1 reopen as the variant's weights;
@@ -42,12 +42,12 @@ def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny, monkeypatch)
     from engine.gguf.names import gguf_name, heads_for, permute
     from engine.loader import load_model
     from engine.outfile import out_file
-    from engine.quant import kquants
+    from engine.quant import kmix, kquants
 
     lm, folder = tiny
     path: Path = folder / "tiny-q4_k_m.gguf"
     done = export_gguf(lm, "q4_k_m", out_file(path, False))
-    want = {gguf_name(n): t for n, t in kquants.tensor_types("q4_k_m", lm.model).items()}
+    want = {gguf_name(n): t for n, t in kmix.tensor_types("q4_k_m", lm.model).items()}
     got = {t.name: t.ggml_type for t in done.table.tensors}
     assert {n: got[n] for n in want} == want
     assert {"Q4_K", "Q6_K"} <= set(want.values())  # real K-quant blocks, not only fallbacks

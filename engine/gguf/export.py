@@ -61,9 +61,9 @@ class Exported:
 def tensor_types(model: Any, variant: str) -> dict[str, str]:
     """Hugging Face parameter name → GGML type name, for every tensor that goes in the file."""
     if variant in KQUANT_VARIANTS:
-        from ..quant import kquants
+        from ..quant import kmix
 
-        kq = kquants.tensor_types(variant, model)  # weight name → type, Linears and embedding
+        kq = kmix.tensor_types(variant, model)  # weight name → type, Linears and embedding
     else:
         kq = {}
     linear = FLOAT_TYPES.get(variant) or GGML_VARIANTS.get(variant)

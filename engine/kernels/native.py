@@ -46,8 +46,7 @@ from transformers import DynamicCache
 from ..errors import EngineError, InputError
 from ..forward import prefill, timed_greedy
 from ..loader import LoadedModel, cache_root
-from ..quant.kmix import K_VARIANTS
-from ..quant.kquants import tensor_types
+from ..quant.kmix import K_VARIANTS, tensor_types
 from ..quant.variants import WeightReport
 from ..settings import FLOAT_DTYPES
 from .native_formats import (

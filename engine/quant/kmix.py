@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from .kquants import BLOCKS, stored_type
+from .sites import decoder_linears, embedding_weights
 
 K_VARIANTS = ("q4_k", "q6_k", "q4_k_m")
 RULES = {"q4_k": "llama.cpp's Q4_K_M rule without its Q6_K bumps", "q6_k": "llama.cpp's Q6_K rule",
@@ -77,8 +78,6 @@ def tensor_types(variant: str, model: Any) -> dict[str, str]:
     weight and the token embedding (and the LM head when it is a tensor of its own):
     llama.cpp's rule for the K-quant variants (`K_VARIANTS`), the one type of a fixed variant
     (`FIXED_TYPES`). ValueError for a variant of our own (int8, q3, q2, the AWQ copies)."""
-    from .variants import decoder_linears, embedding_weights
-
     names = {id(p): n for n, p in model.named_parameters()}
     linears = [(names[id(m.weight)], m.weight) for _, m in decoder_linears(model)]
     embedding = embedding_weights(model)

@@ -32,7 +32,6 @@ quantizer, byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -354,12 +353,3 @@ def code_bits(ggml_type: str) -> int:
     """Bits of one weight's code: 4, 6, 5, 8 (16 for F16)."""
     block, _, codes = BLOCKS[ggml_type]
     return codes * 8 // block
-
-
-def tensor_types(variant: str, model: Any) -> dict[str, str]:
-    """Parameter name → GGML type name of every decoder Linear weight and the embedding / LM head
-    as variant `variant` stores them (llama.cpp's per-tensor rule, fallbacks included): see
-    `kmix.tensor_types`, which this forwards to."""
-    from .kmix import tensor_types as types
-
-    return types(variant, model)

@@ -42,6 +42,7 @@ from .formats import QuantizedTensor, quantize
 from .kmix import K_VARIANTS, RULES, tensor_types
 from .kquants import BLOCKS, StoredBlocks, bits_per_weight, code_bits, store_blocks
 from .scheme import FORMATS, QuantFormat
+from .sites import decoder_linears, embedding_weights  # noqa: F401  (importers use variants')
 
 FLOAT_VARIANTS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 REFERENCE_BYTES = 4  # the unquantized parts stay float32
@@ -153,28 +154,10 @@ def variant_format(name: str) -> QuantFormat | torch.dtype:
     return FORMATS[name.removeprefix(AWQ_PREFIX)]  # an AWQ variant stores its base format
 
 
-def embedding_weights(model: Any) -> list[torch.Tensor]:
-    """The token embedding and the LM head weight, each distinct tensor once (one when tied)."""
-    found = [model.get_input_embeddings().weight]
-    head = getattr(model, "lm_head", None)
-    if head is not None and head.weight is not found[0]:
-        found.append(head.weight)
-    return found
-
-
 def embedding_format(name: str) -> QuantFormat | torch.dtype:
     """How variant `name` stores the embedding / LM head: its dtype, or Q8_0 (integer variants)."""
     fmt = variant_format(name)
     return fmt if isinstance(fmt, torch.dtype) else EMBEDDING_FORMAT
-
-
-def decoder_linears(model: Any) -> list[tuple[str, torch.nn.Linear]]:
-    """Every Linear inside the decoder layers (not the LM head), in module order."""
-    found = [(n, m) for n, m in model.named_modules()
-             if isinstance(m, torch.nn.Linear) and ".layers." in f".{n}"]
-    if not found:
-        raise InputError("this model has no Linear layers inside decoder layers to quantize")
-    return found
 
 
 def store_weight(weight: torch.Tensor, fmt: QuantFormat | torch.dtype) -> Stored:
