@@ -29,7 +29,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -40,7 +39,6 @@ from engine.forward import prepare_prompt  # noqa: E402
 from engine.kernels.microbench import bandwidth_buffer, read_gb_s  # noqa: E402
 from engine.kernels.native import NativeDecoder  # noqa: E402
 from engine.loader import default_gguf_path  # noqa: E402
-from engine.quant.apply import apply_variant  # noqa: E402
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
 VARIANTS = ("fp32", "int8", "q8_0", "q4_0", "q4_1", "q4_k", "q4_k_m")
@@ -88,8 +86,11 @@ def main() -> None:
     decoders, build_s, same = {}, {}, {}
     for name in VARIANTS:
         t = time.perf_counter()
-        model = lm.model if name in ("fp32", "q4_1") else apply_variant(lm, name)[0]
-        decoders[name] = NativeDecoder(replace(lm, model=model), max_tokens=256, weights=name)
+        # from the float32 model: the decoder packs its weights when they lie on the format's
+        # grid (q4_1 on this Q4_1-born model) and otherwise makes the variant's copy itself (a
+        # K-quant copy does not requantize to its own blocks: packing a copy would round twice)
+        decoders[name] = NativeDecoder(lm, max_tokens=256, weights=name)
+        model = decoders[name].model
         build_s[name] = time.perf_counter() - t
         reference = model.generate(torch.tensor([ids]), max_new_tokens=args.tokens,
                                    min_new_tokens=args.tokens, do_sample=False)[0, len(ids):]
