@@ -39,7 +39,8 @@ WEIGHT_CHOICES = (*VARIANT_NAMES, *WEIGHT_ALIASES)
 def add_run_parser(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="generate from a prompt and print the timings")
     run.add_argument("prompt")
-    run.add_argument("--model", default=None, help="hub id or local folder (default: SmolLM2-135M)")
+    run.add_argument("--model", default=None, help="hub id, local folder or .gguf file "
+                                                      "(default: SmolLM2-135M)")
     run.add_argument("--device", default=None, help="cpu, cuda or auto (default)")
     run.add_argument("--dtype", default=None, help="float32, float16 or bfloat16 (CUDA); "
                                                    "--weights fp16 / bf16 say the same")
@@ -114,6 +115,7 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
     if speculate is not None:
         return _speculative_run(args, lm, settings, weights, speculate, out, print_summary)
     options: dict = {"weights": weights}
+    stored_as = None
     if weights in FLOAT_DTYPES and weights != "fp32" or lm.spec.dtype != "float32":
         options["native_problem"] = (f"the native step reads float32 and integer weights; this "
                                      f"model runs in {lm.spec.dtype}")
@@ -123,8 +125,9 @@ def run_command(args: argparse.Namespace, print_summary) -> int:
         built = build_variant(lm, weights, need + settings.max_new_tokens, with_native=native)
         lm = built.lm
         options.update(native=built.native, native_problem=built.native_problem)
+        stored_as = getattr(built.native, "stored_as", None)
     trace = Run(lm, args.prompt, settings, **options).run_all()
-    return _report(trace, out, print_summary)
+    return _report(trace, out, print_summary, stored_as)
 
 
 def decoder_line(trace: Trace) -> str:
@@ -170,11 +173,17 @@ def _speculative_run(args: argparse.Namespace, lm, settings: GenerationSettings,
     return _report(trace, out, print_summary)
 
 
-def _report(trace: Trace, out: OutFile | None, print_summary: Callable[[Trace], None]) -> int:
-    """What every run prints: which decoder ran (stderr), the summary, where the trace went."""
+def _report(trace: Trace, out: OutFile | None, print_summary: Callable[[Trace], None],
+            stored_as: str | None = None) -> int:
+    """What every run prints: which decoder ran (stderr) — and, when the native step ran on a
+    GGUF file's blocks, which (`stored_as`: the trace names only the weights as loaded, fp32) —
+    the summary, where the trace went."""
     from .records.tracefile import trace_to_bytes
 
-    print(f"decoder: {decoder_line(trace)}", file=sys.stderr)
+    line = decoder_line(trace)
+    if stored_as and trace.decoder is not None and trace.decoder.name == "native":
+        line += f" on {stored_as}"
+    print(f"decoder: {line}", file=sys.stderr)
     print_summary(trace)
     if out is not None:
         out.write(trace_to_bytes(trace))

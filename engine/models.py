@@ -53,14 +53,12 @@ class ModelEntry:
         """The shared native decoder for these weights (built once: packing and, the first time
         on this machine, compiling take seconds — call it inside the model turn); raises
         EngineError with the one-line reason it cannot run."""
-        from .kernels.native import NativeDecoder
-
         def build(lm: LoadedModel) -> Any:
             problem = self.native_problem()
             if problem is not None:
                 return EngineError(problem)
             try:
-                return NativeDecoder(lm, max_tokens=self.native_tokens, weights=self.weights)
+                return native_decoder(lm, self.weights, self.native_tokens)
             except EngineError as err:
                 return err  # remembered: the reason is shown, the build is not retried
 
@@ -77,9 +75,7 @@ class ModelEntry:
             return str(got)
         if got is not None:
             return None
-        from .kernels.native import native_problem
-
-        return native_problem(self.lm, self.weights)
+        return decoder_problem(self.lm, self.weights)
 
     def extra(self, name: str, build: Callable[[LoadedModel], Any]) -> Any:
         """`build(lm)` once per entry (the native decoder, the embedding index…)."""
@@ -94,6 +90,41 @@ class ModelEntry:
         with self._lock:
             extras = sum(getattr(x, "nbytes", 0) for x in self.extras.values())
         return self.lm.spec.weight_bytes + int(extras)
+
+
+def on_file_blocks(lm: LoadedModel, weights: str) -> bool:
+    """Whether the native step decodes on a GGUF file's own blocks: a model opened from a .gguf
+    with the weights as loaded (its float32 copy is exactly those blocks dequantized; any other
+    variant is a copy quantized again, packed from its own codes)."""
+    return lm.gguf_tensors is not None and weights_name(weights) == "fp32"
+
+
+def decoder_problem(lm: LoadedModel, weights: str) -> str | None:
+    """Why the native step cannot run these weights (one line), or None; for a GGUF file's own
+    weights also a type among its matrices the step has no kernel for (torch then decodes the
+    float32 copy: packing that copy would read four bytes a weight where the file stores fewer)."""
+    from .kernels.native import native_problem
+
+    problem = native_problem(lm, weights)
+    if problem is None and on_file_blocks(lm, weights):
+        from .gguf.blocks import blocks_problem
+
+        problem = blocks_problem(lm.gguf_tensors)
+    return problem
+
+
+def native_decoder(lm: LoadedModel, weights: str = "fp32", max_tokens: int = NATIVE_TOKENS) -> Any:
+    """The native decoder of `lm`'s weights: on a GGUF file's stored blocks when they are the
+    file's own (`on_file_blocks`: read again by the table's offsets, gguf/blocks.py), else on the
+    packed torch weights; EngineError with the one-line reason it cannot run."""
+    from .kernels.native import NativeDecoder
+
+    if on_file_blocks(lm, weights):
+        from .gguf.blocks import file_blocks
+
+        return NativeDecoder(lm, max_tokens=max_tokens, weights=weights,
+                             blocks=file_blocks(lm.gguf_tensors))
+    return NativeDecoder(lm, max_tokens=max_tokens, weights=weights)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -112,7 +143,8 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
                   with_native: bool = True) -> WeightsVariant:
     """`apply_variant(base, weights)`'s copy and its native decoder over that copy (the copy's
     weights lie on the variant's grid, so the decoder packs its codes losslessly and its steps
-    equal a torch forward of the copy). Needs the model lock: it quantizes every matrix."""
+    equal a torch forward of the copy); fp32 of a model opened from a GGUF file decodes on the
+    file's blocks (`native_decoder`). Needs the model lock: it quantizes every matrix."""
     from .kernels.native import NativeDecoder, native_problem
     from .quant.apply import apply_variant
     from .quant.kmix import K_VARIANTS
@@ -133,10 +165,10 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
     else:
         copy, report = apply_variant(base, weights)
         lm, nbytes = replace(base, model=copy), report.nbytes
-    native, problem = None, native_problem(lm, weights)
+    native, problem = None, decoder_problem(lm, weights)
     if with_native and problem is None:
         try:
-            native = NativeDecoder(lm, max_tokens=native_tokens, weights=weights)
+            native = native_decoder(lm, weights, native_tokens)
         except EngineError as err:
             problem = str(err)
     return WeightsVariant(lm, weights, nbytes, native, problem)

@@ -40,7 +40,7 @@ ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader
 CORE_PACKAGES = ("engine", "engine.gguf")  # package modules in the core (their own code only)
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
                    ("kernels", "kv", "quant", "serving", "remote", "lens", "timing",
-                    "whatif", "gguf.export", "gguf.cli"))
+                    "whatif", "gguf.export", "gguf.cli", "gguf.blocks"))
 ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",
               "engine.models")
 

@@ -12,10 +12,12 @@ Modules, one job each:
 - `writer`: writes named tensors in their GGML types, the architecture's settings and the
   tokenizer with gguf-py's `GGUFWriter`;
 - `export`: a weights variant of a loaded model as GGUF tensors (the quantizers of engine/quant);
-- `cli`: `python -m engine export` and `python -m engine gguf-info`.
+- `cli`: `python -m engine export` and `python -m engine gguf-info`;
+- `blocks`: a file's tensors as stored (GGML blocks by the table's offsets), for the native step
+  to decode on (engine/models.py `native_decoder`).
 
 Reading is part of loading a model, so `names`, `header`, `table`, `reader` and `writer` sit in
-the engine's core (they import nothing above it); `export` and `cli` quantize, so they are a
-subsystem beside engine/quant (tests/test_layering.py places each module).
+the engine's core (they import nothing above it); `export` and `cli` quantize and `blocks` feeds
+the native step, so they are a subsystem beside engine/quant and engine/kernels (tests/test_layering.py places each module).
 The package itself imports nothing.
 """

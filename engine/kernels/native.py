@@ -36,6 +36,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
@@ -214,6 +215,13 @@ def matvec(weight: torch.Tensor | GgmlBlocks, fmt: MatrixFormat, x: torch.Tensor
     return y
 
 
+def stored_types(blocks: Mapping[str, GgmlBlocks | torch.Tensor]) -> str:
+    """What a decoder built on a file's blocks multiplies by, for its decoder line: "the file's
+    GGML blocks (Q4_1 ×210, Q8_0 ×1)" — the reader's float32 copy only feeds the prefill."""
+    types = Counter(b.type_name for b in blocks.values() if isinstance(b, GgmlBlocks))
+    return "the file's GGML blocks (" + ", ".join(f"{k} ×{v}" for k, v in types.most_common()) + ")"
+
+
 class NativeDecoder:
     """Packed weights, a KV cache, scratch memory and the compiled C step for one loaded
     Llama-family model. One step at a time: the cache and the scratch belong to the decoder.
@@ -227,7 +235,7 @@ class NativeDecoder:
     `blocks`: a GGUF file's tensors by name (native_pack.pack_blocks: GGML block bytes for the
     matrices, float tensors for the norms), packed as stored, each matrix in its own type; then
     `weights` only names them and `lm.model` must hold the same values dequantized (the prefill's
-    and the reference's weights).
+    and the reference's weights); `stored_as` then says which types it reads (None without).
     """
 
     def __init__(self, lm: LoadedModel, max_tokens: int = 256, weights: str = "fp32",
@@ -237,6 +245,7 @@ class NativeDecoder:
             raise EngineError(problem)
         self.weights_name = weights
         self.report: WeightReport | None = None  # the variant's bytes, when this decoder made its copy
+        self.stored_as = None if blocks is None else stored_types(blocks)
         self.lib = build_library()
         self.config = _config(lm, max_tokens)
         c = self.config
