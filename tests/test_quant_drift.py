@@ -62,10 +62,10 @@ def test_the_hooks_read_transformers_own_hidden_states(lm):
 def test_the_cli_adds_the_per_layer_drift(cli_uses_lm, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text(TEXT)
-    assert main(["quality", "--weights", "q4_1", "--text", str(text), "--per-layer"]) == 0
-    found = json.loads(capsys.readouterr().out)
+    assert main(["quality", "--weights", "fp16", "--text", str(text), "--per-layer"]) == 0
+    found = json.loads(capsys.readouterr().out)  # fp16: a copy without quantizing (fast)
     per = found["per_layer"]
-    assert per["layers"][-1] == 30 and per["variants"][0]["variant"] == "q4_1"
+    assert per["layers"][-1] == 30 and per["variants"][0]["variant"] == "fp16"
     assert per["variants"][0]["kl"][-1] == pytest.approx(found["kl_mean"], rel=1e-4)
     assert drift_from_dict(per).variants[0].kl.tolist() == per["variants"][0]["kl"]
 

@@ -157,9 +157,9 @@ def test_the_cli_documents(cli_uses_lm, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["baseline"]["top"]) == 10 and {"id", "prob"} == set(doc["ablated"]["top"][0])
     assert doc["kl"] > 0 and isinstance(doc["baseline"]["text"], str)
-    assert main(["patch", CLEAN, CORRUPT, "--raw", "--json"]) == 0
+    assert main(["patch", "Paris is in", "Rome is in", "--raw", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["logit_diff"]) == 30 and len(doc["logit_diff"][0]) == len(doc["tokens"])
+    assert len(doc["logit_diff"]) == 30 and len(doc["logit_diff"][0]) == len(doc["tokens"]) == 3
     assert main(["patch", CLEAN, "Rome is", "--raw"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "same number of tokens" in err[0]
