@@ -20,6 +20,7 @@ wait_for_start_up()  # before this run imports what the start-up thread may be i
 import streamlit as st  # noqa: E402
 
 from engine import GenerationSettings  # noqa: E402
+from engine.models import on_file_blocks  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
 from ui import shared  # noqa: E402
 from ui.address import write_address  # noqa: E402
@@ -101,7 +102,10 @@ def sidebar_model() -> None:
         custom = st.sidebar.text_input(
             "Hugging Face id or local folder", key=MODEL_SOURCE, placeholder="default: SmolLM2-135M",
             max_chars=MAX_SOURCE_CHARS,
-            help="A causal LM with safetensors weights, already on this machine (offline).")
+            help="A causal LM with safetensors weights, already on this machine (offline), or "
+                 "the path of a llama-family .gguf file: opened from its own tensors, decoded "
+                 "by the native step on its stored blocks, its tensor table on the "
+                 "Quantization page.")
         source = custom.strip() or "default"
     weights = sidebar_weights()
     refusal = model_refusal(source)  # a shared server: no folder outside its allowlist, and
@@ -142,7 +146,7 @@ def sidebar_decoder(model: SessionModel) -> None:
     """Which decode step this session's runs use, and if torch, why (the KV-cache toggle below
     decides it too: its value from this session's last run)."""
     kv_cache = bool(st.session_state.get(setting_table(LIMITS)["kv_cache"].key, True))
-    line = decoder_line(model.native_problem(), kv_cache)
+    line = decoder_line(model.native_problem(), kv_cache, on_file_blocks(model.lm, model.weights))
     st.sidebar.caption(f"Decoder: **{message(line)}**", help=DECODER_HELP)
 
 

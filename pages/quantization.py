@@ -35,6 +35,7 @@ from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, budget_note, run_experiment
 from ui.record import keep_experiments
+from ui.sections.file_tensors import file_tensors
 from ui.sections.quant_drift import where_the_error_enters
 from ui.state import current_experiments, loaded_model, session_model
 from ui.tables import show_table
@@ -69,6 +70,7 @@ def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
     st.caption("awq_…: the same format after an AWQ-style search for per-input-channel scales "
                "on a calibration text (engine/quant/awq.py); the scales are folded into the "
                "norms, so the stored bytes are the base format's.")
+    file_tensors(lm)
     gguf = lm is not None and "GGUF" in lm.spec.name
     if gguf:
         st.markdown("**This model comes from a Q4_1 GGUF file.** Its decoder weights were stored "

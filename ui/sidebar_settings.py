@@ -67,14 +67,17 @@ DECODER_HELP = ("The prefill always runs in PyTorch (transformers). The decode s
                 "and top-k as PyTorch (tests check them equal); each trace says which one ran.")
 
 
-def decoder_line(problem: str | None, kv_cache: bool) -> str:
-    """What will run the decode steps: "native C step", or "torch eager — <reason>" with the
-    reason a Run would record (`problem`: why the native step cannot run these weights)."""
+def decoder_line(problem: str | None, kv_cache: bool, file_blocks: bool = False) -> str:
+    """What will run the decode steps: "native C step" (`file_blocks`: on a GGUF file's own
+    blocks, which it then reads rather than the float32 copy), or "torch eager — <reason>" with
+    the reason a Run would record (`problem`: why the native step cannot run these weights)."""
     from engine.runner import KV_OFF_REASON
 
     if problem is None and not kv_cache:
         problem = KV_OFF_REASON
-    return "native C step" if problem is None else f"torch eager — {problem}"
+    if problem is not None:
+        return f"torch eager — {problem}"
+    return "native C step on the file's GGML blocks" if file_blocks else "native C step"
 
 
 def setting_table(limits: Limits) -> dict[str, Setting]:
