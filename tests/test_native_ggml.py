@@ -1,5 +1,5 @@
-"""The native step on GGML's own blocks (F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as stored; F32, Q8_0,
-Q4_0, Q4_1 re-laid), one format per matrix (fast tier).
+"""The native step on GGML's own blocks (F16, Q5_1, Q5_K as stored; F32, Q8_0, Q4_0, Q4_1, Q5_0,
+Q4_K, Q6_K re-laid), one format per matrix (fast tier).
 
 The test data owes nothing to any quantizer: random but valid blocks (random code and scale
 bytes, float16 scales of a sane size), and the reference is gguf-py's `dequantize` of those very
@@ -86,25 +86,42 @@ def test_each_kernel_multiplies_by_exactly_the_blocks_values(type_name):
     _check_matvec(type_name)
 
 
-# (text in native_ggml.h, its broken replacement, the type that reads it)
+PLAIN = ["-DPLAIN_KERNELS"]  # the plain C loops, which the AVX-512 path replaces where it exists
+
+# (text in the C sources, its broken replacement, the type that reads it, extra compiler flags)
 MUTANTS = {
-    "Q4_K minimum": ("(dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c + 1]",
-                     "(dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c]", "Q4_K"),
+    "Q5_K minimum": ("(dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c + 1]",
+                     "(dmin * mn[2 * c + 1]) * sx[8 * b + 2 * c]", "Q5_K", []),
     "K scales' high bits": ("sc[j + 4] = (float)((q[j + 8] & 15) | ((q[j] >> 6) << 4));",
-                            "sc[j + 4] = (float)((q[j + 8] & 15) | ((q[j] >> 6) << 3));", "Q4_K"),
+                            "sc[j + 4] = (float)((q[j + 8] & 15) | ((q[j] >> 6) << 3));", "Q5_K",
+                            []),
     "Q5_K fifth bit": ("((qh[l] >> (2 * c + 1)) & 1) << 4", "((qh[l] >> (2 * c)) & 1) << 4",
-                       "Q5_K"),
-    "Q6_K nibble": ("const int shift = r < 2 ? 0 : 4;", "const int shift = r < 2 ? 4 : 0;",
-                    "Q6_K"),
-    "Q5_0 fifth bit": ("(((qh >> (j + 16)) & 1) << 4)", "(((qh >> (j + 15)) & 1) << 4)", "Q5_0"),
+                       "Q5_K", []),
+    "Q5_1 fifth bit": ("(((qh >> (j + 16)) & 1) << 4)", "(((qh >> (j + 15)) & 1) << 4)", "Q5_1",
+                       []),
+    # the re-laid Q5_0 / Q4_K / Q6_K records (native_groups.h), AVX-512 and plain paths
+    "Q5_0 high bits": ("_cvtu32_mask16(word[k + 1] >> 16)", "_cvtu32_mask16(word[k + 1] >> 15)",
+                       "Q5_0", []),
+    "Q5_0 high bits, plain": ("(float)((word >> j) & 1) * x16",
+                              "(float)((word >> (j ^ 1)) & 1) * x16", "Q5_0", PLAIN),
+    "Q5_0 offset": ("_mm512_set1_ps((f.format == Q5_0 ? 16.0f : 8.0f)",
+                    "_mm512_set1_ps((f.format == Q5_0 ? 15.0f : 8.0f)", "Q5_0", []),
+    "Q4_K minimum": ("_mm512_loadu_ps((const float*)p + 16), s, t1)",
+                     "_mm512_loadu_ps((const float*)p), s, t1)", "Q4_K", []),
+    "Q4_K minimum, plain": ("total[j] -= m[j] * sx[g];", "total[j] -= m[j] * sx[0];", "Q4_K",
+                            PLAIN),
+    "Q6_K group": ("if (f.format == Q6_K) return 16;", "if (f.format == Q6_K) return 32;", "Q6_K",
+                   []),
+    "Q6_K scales": ("__m512 s1 = _mm512_loadu_ps((const float*)p + 16)",
+                    "__m512 s1 = _mm512_loadu_ps((const float*)p + 15)", "Q6_K", []),
 }
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_the_kernel_check_catches_a_broken_kernel(mutant, tmp_path, monkeypatch):
-    old, new, type_name = MUTANTS[mutant]
+    old, new, type_name, flags = MUTANTS[mutant]
     monkeypatch.setattr(native, "SOURCE", broken_sources(tmp_path, old, new))
-    monkeypatch.setattr(native, "FLAGS", native.FLAGS + ["-O1"])  # only has to run wrong
+    monkeypatch.setattr(native, "FLAGS", native.FLAGS + ["-O1", *flags])  # only has to run wrong
     monkeypatch.setenv("INFERENCE_EXPLORER_CACHE", str(tmp_path / "cache"))
     with pytest.raises(AssertionError):
         _check_matvec(type_name)

@@ -195,7 +195,8 @@ def test_the_plain_kernels_equal_the_reference_too(native_lm, variants, name, tm
 
 # (text in native_decode.c, its broken replacement, the variant that reads it, extra flags)
 MUTANTS = {
-    "plain Q4_0 offset": ("(a[j] - 8.0f * sx[g])", "(a[j] - 7.0f * sx[g])", "q4_0", PLAIN),
+    "plain Q4_0 offset": ("offset = (f.format == Q5_0 ? 16.0f : 8.0f)",
+                          "offset = (f.format == Q5_0 ? 16.0f : 7.0f)", "q4_0", PLAIN),
     "plain Q4_1 minimum": ("half_to_float(m[j]) * sx[g]", "half_to_float(m[j]) * sx[0]", "q4_1",
                            PLAIN),
     "plain nibble order": ("(float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1",
@@ -203,8 +204,8 @@ MUTANTS = {
     "plain int8 scale": ("total[j] += half_to_float(d[j]) * a[j];", "total[j] += a[j];", "int8",
                          PLAIN),
     "half exponent": ("v.f *= 0x1p112f;", "v.f *= 0x1p111f;", "q4_1", PLAIN),
-    "fast Q4_0 offset": ("_mm512_set1_ps(8.0f * sx[g])", "_mm512_set1_ps(7.0f * sx[g])", "q4_0",
-                         []),
+    "fast Q4_0 offset": ("_mm512_set1_ps((f.format == Q5_0 ? 16.0f : 8.0f)",
+                         "_mm512_set1_ps((f.format == Q5_0 ? 16.0f : 7.0f)", "q4_0", []),
     "fast Q4_1 minimum": ("_mm512_fmadd_ps(m1, s,", "_mm512_fmadd_ps(m0, s,", "q4_1", []),
     "fast nibble order": ("_mm512_srli_epi32(v1, 4)), x1, b1)", "_mm512_srli_epi32(v1, 4)), x0, b1)",
                           "q4_0", []),

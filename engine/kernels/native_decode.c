@@ -25,7 +25,9 @@
  *   unpacked in registers: a group's Σ c·x is summed first and scaled once per row
  *   (Σ (d·c + m)·x = d·Σ c·x + m·Σ x), so the low-bit step streams 1 or ½ byte per weight
  *   (native_groups.h);
- * - F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: GGML's own blocks, BLOCK rows of them (native_ggml.h).
+ * - Q5_0, Q4_K, Q6_K: GGML's blocks re-laid into group records of the same kind (32, 32 and 16
+ *   weights; Q5_0 adds a plane of bit 4, Q4_K / Q6_K have float32 scales: native_groups.h);
+ * - F16, Q5_1, Q5_K: GGML's own blocks, BLOCK rows of them (native_ggml.h).
  * The group kernels come twice, side by side: plain loops any compiler vectorizes
  * (block_dot_q) and the same sums written with AVX-512 intrinsics (block_dot_q_avx512), used
  * where the CPU has them (-DPLAIN_KERNELS forces the plain ones; tests run both). Both prefetch

@@ -11,7 +11,8 @@ A matrix's format (`MatrixFormat`) is one of:
   interleaved (native_groups.h) — its fastest kernels; GGML blocks of Q8_0 / Q4_0 / Q4_1 are
   re-laid into them (`GGML_RECORDS`);
 - a GGML type name of `GGML_ROWS` (F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): GGML's own blocks, stored
-  as they are, row after row (native_ggml.h).
+  as they are, row after row (native_ggml.h) — except Q5_0, Q4_K and Q6_K (`RELAID`), re-laid
+  into group records with the same values, so they run on the group kernels.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ class GgmlType:
 GGML_ROWS: dict[str, GgmlType] = {t.name: t for t in (
     GgmlType("F16", 1, 2), GgmlType("Q5_0", 32, 22), GgmlType("Q5_1", 32, 24),
     GgmlType("Q4_K", 256, 144), GgmlType("Q5_K", 256, 176), GgmlType("Q6_K", 256, 210))}
+# GGML row types the step re-lays into group records of its own (native_records.py), so they run
+# on the fast group kernels: type → (weights per group, record bytes for BLOCK rows). Q5_0:
+# nibbles, high-bit words, float16 d; Q4_K: nibbles, float32 d·sc and dmin·mn; Q6_K: int8 codes,
+# float32 d·sc (the products GGML dequantizes with, so the values are GGML's own).
+RELAID: dict[str, tuple[int, int]] = {"Q5_0": (32, 16 * BLOCK + 4 * 32 + 2 * BLOCK),
+                                      "Q4_K": (32, 16 * BLOCK + 8 * BLOCK),
+                                      "Q6_K": (16, 16 * BLOCK + 4 * BLOCK)}
 # GGML types the step re-lays into its own layouts (the same values: scales and codes moved).
 GGML_RECORDS: dict[str, QuantFormat | None] = {
     "F32": None, "Q8_0": FORMATS["q8_0"], "Q4_0": FORMATS["q4_0"], "Q4_1": FORMATS["q4_1"]}

@@ -1,12 +1,13 @@
 /* Kernels that read GGML's own blocks, byte for byte as a GGUF file stores them (included by
- * native_decode.c after BLOCK, Fmt, the format enum and half_to_float).
+ * native_decode.c after BLOCK, Fmt, the format enum and half_to_float): F16, Q5_1 and Q5_K.
  *
- * Why not re-lay them like Q8_0 / Q4_0 / Q4_1 (native_groups.h): a K-quant super-block packs its
- * scales and codes in ways (6-bit scales and minimums in 12 bytes, codes split over low bits and
- * high bits) that only pay to unpack whole; keeping the bytes as stored also lets an opened GGUF
- * file be packed by a copy. A matrix in these formats is its GGML rows in order, padded with zero
- * rows (scale 0: value 0) to a multiple of BLOCK; the kernel takes a block's rows one at a time,
- * each row one sequential stream of its blocks. Layouts (ggml-common.h, gguf-py's quants.py):
+ * Q5_0, Q4_K and Q6_K, the types of llama.cpp's Q4_K_M / Q6_K mixes on models like SmolLM2, are
+ * not read here: native_records.py re-lays their blocks at pack time into group records
+ * (native_groups.h) holding the same values, whose AVX-512 kernels run near the memory roof;
+ * the row kernels here read a row's super-blocks one at a time in plain loops, compute-bound
+ * well below it. A matrix in these formats is its GGML rows in order, padded with zero rows
+ * (scale 0: value 0) to a multiple of BLOCK; the kernel takes a block's rows one at a time, each
+ * row one sequential stream of its blocks. Layouts (ggml-common.h, gguf-py's quants.py):
  * - F16: K float16;
  * - Q5_0 (32 weights, 22 bytes): d f16, qh u32, qs[16]; weight j < 16 = low nibble of qs[j] with
  *   bit j of qh as bit 4, weight j + 16 = high nibble with bit j + 16; value d·(c − 16);
@@ -21,8 +22,8 @@
  *   with bits 2r, 2r + 1 of qh[l] on top; value d·scales[weight / 16]·(c − 32).
  * Sums of x over 32 weights (sx, computed once per gemv) carry the minimums (Σ (a·c + m)·x =
  * a·Σ c·x + m·Σ x); signed codes are subtracted before the multiply, so a zero-point-free format
- * multiplies by exactly its stored values. Plain loops the compiler vectorizes (no AVX-512 path
- * yet: these read 4.5–6.6 bits per weight but run well below the memory roof).
+ * multiplies by exactly its stored values. The Q5_0, Q4_K and Q6_K layouts are listed for
+ * native_records.py, which unpacks them.
  */
 
 static inline float load_half(const uint8_t* p) {
@@ -31,17 +32,17 @@ static inline float load_half(const uint8_t* p) {
   return half_to_float(h);
 }
 
-static inline int is_ggml_row(int64_t format) { return format >= F16; }
+/* Q5_0, Q4_K and Q6_K are re-laid into group records (native_groups.h); these stay as stored. */
+static inline int is_ggml_row(int64_t format) {
+  return format == F16 || format == Q5_1 || format == Q5_K;
+}
 
 /* Bytes of one GGML row of K weights in `format`. */
 static inline int64_t ggml_row_bytes(int64_t format, int64_t K) {
   switch (format) {
     case F16: return 2 * K;
-    case Q5_0: return K / 32 * 22;
     case Q5_1: return K / 32 * 24;
-    case Q4_K: return K / 256 * 144;
-    case Q5_K: return K / 256 * 176;
-    default: return K / 256 * 210; /* Q6_K */
+    default: return K / 256 * 176; /* Q5_K */
   }
 }
 
@@ -65,24 +66,23 @@ static inline float lanes_sum(const float* lane, int n) {
   return s;
 }
 
-/* Q5_0 and Q5_1: one row. */
-static inline float row_q5(const uint8_t* restrict p, int64_t format, const float* restrict x,
-                           const float* restrict sx, int64_t K) {
-  const int one = format == Q5_1, bytes = one ? 24 : 22, offset = one ? 0 : 16;
+/* Q5_1: one row. */
+static inline float row_q5_1(const uint8_t* restrict p, const float* restrict x,
+                             const float* restrict sx, int64_t K) {
   float lane[16] = {0.0f}, minimums = 0.0f;
-  for (int64_t b = 0; b < K / 32; ++b, p += bytes) {
+  for (int64_t b = 0; b < K / 32; ++b, p += 24) {
     uint32_t qh;
-    memcpy(&qh, p + (one ? 4 : 2), sizeof(qh));
-    const uint8_t* qs = p + bytes - 16;
+    memcpy(&qh, p + 4, sizeof(qh));
+    const uint8_t* qs = p + 8;
     const float* xb = x + 32 * b;
     const float d = load_half(p);
 #pragma omp simd
     for (int j = 0; j < 16; ++j) {
       const int c0 = (qs[j] & 15) | (((qh >> j) & 1) << 4);
       const int c1 = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-      lane[j] += d * ((float)(c0 - offset) * xb[j] + (float)(c1 - offset) * xb[j + 16]);
+      lane[j] += d * ((float)c0 * xb[j] + (float)c1 * xb[j + 16]);
     }
-    if (one) minimums += load_half(p + 2) * sx[b];
+    minimums += load_half(p + 2) * sx[b];
   }
   return lanes_sum(lane, 16) + minimums;
 }
@@ -97,7 +97,8 @@ static inline void k_scales(const uint8_t* q, float* sc, float* mn) {
   }
 }
 
-/* Q4_K and Q5_K: one row; sx[s] = Σ x over sub-block s (32 weights). */
+/* Q5_K: one row; sx[s] = Σ x over sub-block s (32 weights). (Q4_K's codes without bit 4 would
+ * run here too, but Q4_K is re-laid into group records instead.) */
 static inline float row_k45(const uint8_t* restrict p, int64_t format, const float* restrict x,
                             const float* restrict sx, int64_t K) {
   const int five = format == Q5_K, bytes = five ? 176 : 144;
@@ -127,32 +128,6 @@ static inline float row_k45(const uint8_t* restrict p, int64_t format, const flo
   return lanes_sum(lane, 32) - minimums;
 }
 
-/* Q6_K: one row. */
-static inline float row_q6k(const uint8_t* restrict p, const float* restrict x, int64_t K) {
-  float lane[32] = {0.0f};
-  for (int64_t b = 0; b < K / 256; ++b, p += 210) {
-    const float d = load_half(p + 208);
-    const int8_t* scales = (const int8_t*)(p + 192);
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = p + 64 * half;
-      const uint8_t* qh = p + 128 + 32 * half;
-      const int8_t* sc = scales + 8 * half;
-      const float* xh = x + 256 * b + 128 * half;
-      for (int r = 0; r < 4; ++r) {
-        const uint8_t* q = ql + 32 * (r & 1);
-        const int shift = r < 2 ? 0 : 4;
-        const float d0 = d * (float)sc[2 * r], d1 = d * (float)sc[2 * r + 1];
-#pragma omp simd
-        for (int l = 0; l < 32; ++l)
-          lane[l] += (l < 16 ? d0 : d1) *
-                     (float)((((q[l] >> shift) & 15) | (((qh[l] >> (2 * r)) & 3) << 4)) - 32) *
-                     xh[32 * r + l];
-      }
-    }
-  }
-  return lanes_sum(lane, 32);
-}
-
 /* acc (BLOCK) = BLOCK GGML rows of `format` · x; sx = Σ x per 32 weights. */
 static inline void ggml_block_dot(const uint8_t* restrict p, int64_t format,
                                   const float* restrict x, const float* restrict sx, int64_t K,
@@ -162,10 +137,8 @@ static inline void ggml_block_dot(const uint8_t* restrict p, int64_t format,
     __builtin_prefetch(p + PREFETCH);
     if (format == F16)
       acc[j] = row_f16(p, x, K);
-    else if (format == Q5_0 || format == Q5_1)
-      acc[j] = row_q5(p, format, x, sx, K);
-    else if (format == Q6_K)
-      acc[j] = row_q6k(p, x, K);
+    else if (format == Q5_1)
+      acc[j] = row_q5_1(p, x, sx, K);
     else
       acc[j] = row_k45(p, format, x, sx, K);
   }

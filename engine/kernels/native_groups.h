@@ -1,6 +1,15 @@
 /* The native step's own layouts (included by native_decode.c, which defines BLOCK, Fmt, the
  * format enum and half_to_float first): float32 blocks and the group records of int8 / Q8_0 /
- * Q4_0 / Q4_1, where BLOCK rows are interleaved so BLOCK accumulators stay in registers.
+ * Q4_0 / Q4_1 and of GGML's Q5_0 / Q4_K / Q6_K re-laid (native_records.py), where BLOCK rows are
+ * interleaved so BLOCK accumulators stay in registers. A record is [codes][high bits, Q5_0
+ * only][scales][minimums, Q4_1 / Q4_K only]:
+ * - Q8, Q6_K: (G, BLOCK) int8 codes, value s·c (Q6_K: G = 16, its c − 32 stored signed);
+ * - Q4_0, Q4_1, Q5_0, Q4_K: (G/2, BLOCK) bytes, k even in the low nibble, k odd in the high one;
+ *   Q5_0 then (G) uint32 words, bit j of word k = bit 4 of row j's code k (BLOCK = 32);
+ * - scales and minimums: BLOCK float16 (Q8, Q4_0, Q4_1, Q5_0) or BLOCK float32 (Q4_K: d·sc and
+ *   dmin·mn, the products GGML dequantizes with; Q6_K: d·sc), one per row;
+ * values: Q4_0 d·(c − 8), Q5_0 d·(c − 16), Q4_1 d·c + m, Q4_K s·c − m. Q5_0 and Q4_K groups are
+ * 32 weights, Q6_K's 16, whatever Fmt.group says.
  * Why a file of its own: these are the fast paths, tuned to the memory roof (plain loops and
  * AVX-512 side by side); native_ggml.h holds the kernels that read GGML's blocks as stored.
  */
@@ -18,20 +27,28 @@ static inline void block_dot(const float* restrict p, const float* restrict x, i
   memcpy(acc, a, sizeof(a));
 }
 
-static inline int64_t group_of(Fmt f, int64_t K) { return f.group ? f.group : K; }
+static inline int64_t group_of(Fmt f, int64_t K) {
+  if (f.format == Q5_0 || f.format == Q4_K) return 32;
+  if (f.format == Q6_K) return 16;
+  return f.group ? f.group : K;
+}
 
-/* Bytes of one group's record: codes, then float16 scales (and minimums). */
+static inline int is_byte_code(int64_t format) { return format == Q8 || format == Q6_K; }
+
+/* Bytes of one group's record: codes (and high bits), then scales (and minimums). */
 static inline int64_t group_bytes(Fmt f, int64_t G) {
-  const int64_t codes = f.format == Q8 ? G * BLOCK : G / 2 * BLOCK;
-  return codes + (f.format == Q4_1 ? 4 : 2) * BLOCK;
+  const int64_t codes = is_byte_code(f.format) ? G * BLOCK : G / 2 * BLOCK;
+  const int64_t high = f.format == Q5_0 ? G * 4 : 0;
+  const int64_t tables = f.format == Q4_K ? 8 : f.format == Q6_K || f.format == Q4_1 ? 4 : 2;
+  return codes + high + tables * BLOCK;
 }
 
 /* The codes of one group times x, in float: a[j] = Σ_k c[k][j] · x[k] — the plain loops, which
- * the compiler vectorizes for any CPU. */
+ * the compiler vectorizes for any CPU. Returns the record past its codes (and high bits). */
 static inline const uint8_t* group_dot(const uint8_t* restrict p, Fmt f, const float* restrict xg,
                                        int64_t G, float* restrict a) {
   for (int j = 0; j < BLOCK; ++j) a[j] = 0.0f;
-  if (f.format == Q8) {
+  if (is_byte_code(f.format)) {
     const int8_t* c = (const int8_t*)p;
     for (int64_t k = 0; k < G; ++k) {
       const float xk = xg[k];
@@ -50,7 +67,15 @@ static inline const uint8_t* group_dot(const uint8_t* restrict p, Fmt f, const f
     for (int j = 0; j < BLOCK; ++j) a[j] += (float)(c[j] & 15) * x0 + (float)(c[j] >> 4) * x1;
     c += BLOCK;
   }
-  return p + G / 2 * BLOCK;
+  if (f.format != Q5_0) return c;
+  for (int64_t k = 0; k < G; ++k, c += 4) {
+    uint32_t word;
+    memcpy(&word, c, sizeof(word));
+    const float x16 = 16.0f * xg[k];
+#pragma omp simd
+    for (int j = 0; j < BLOCK; ++j) a[j] += (float)((word >> j) & 1) * x16;
+  }
+  return c;
 }
 
 #if defined(__AVX512F__) && BLOCK == 32 && !defined(PLAIN_KERNELS)
@@ -70,7 +95,7 @@ static inline void block_dot_q_avx512(const uint8_t* restrict p, Fmt f, const fl
     const float* xg = x + g * G;
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-    if (f.format == Q8) {
+    if (is_byte_code(f.format)) {
       for (int64_t k = 0; k < G; k += 2) {
         _mm_prefetch((const char*)p + PREFETCH, _MM_HINT_T0);
         const __m512 x0 = _mm512_set1_ps(xg[k]), x1 = _mm512_set1_ps(xg[k + 1]);
@@ -96,9 +121,34 @@ static inline void block_dot_q_avx512(const uint8_t* restrict p, Fmt f, const fl
         b1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v1, 4)), x1, b1);
         p += BLOCK;
       }
+      if (f.format == Q5_0) { /* bit 4 of the codes: + 16·x[k] on the rows whose bit is set */
+        const uint32_t* word = (const uint32_t*)p;
+        for (int64_t k = 0; k < G; k += 2) { /* k even into a, odd into b: two add chains */
+          const __m512 x0 = _mm512_set1_ps(16.0f * xg[k]), x1 = _mm512_set1_ps(16.0f * xg[k + 1]);
+          a0 = _mm512_mask_add_ps(a0, _cvtu32_mask16(word[k] & 0xffffu), a0, x0);
+          a1 = _mm512_mask_add_ps(a1, _cvtu32_mask16(word[k] >> 16), a1, x0);
+          b0 = _mm512_mask_add_ps(b0, _cvtu32_mask16(word[k + 1] & 0xffffu), b0, x1);
+          b1 = _mm512_mask_add_ps(b1, _cvtu32_mask16(word[k + 1] >> 16), b1, x1);
+        }
+        p += 4 * G;
+      }
     }
     a0 = _mm512_add_ps(a0, b0);
     a1 = _mm512_add_ps(a1, b1);
+    if (f.format == Q4_K || f.format == Q6_K) { /* float32 scales (and minimums) */
+      const __m512 s0 = _mm512_loadu_ps((const float*)p);
+      const __m512 s1 = _mm512_loadu_ps((const float*)p + 16);
+      p += 4 * BLOCK;
+      t0 = _mm512_fmadd_ps(s0, a0, t0);
+      t1 = _mm512_fmadd_ps(s1, a1, t1);
+      if (f.format == Q4_K) {
+        const __m512 s = _mm512_set1_ps(sx[g]);
+        t0 = _mm512_fnmadd_ps(_mm512_loadu_ps((const float*)p), s, t0);
+        t1 = _mm512_fnmadd_ps(_mm512_loadu_ps((const float*)p + 16), s, t1);
+        p += 4 * BLOCK;
+      }
+      continue;
+    }
     const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
     const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p + 1));
     p += 2 * BLOCK;
@@ -110,8 +160,8 @@ static inline void block_dot_q_avx512(const uint8_t* restrict p, Fmt f, const fl
       t0 = _mm512_fmadd_ps(m0, s, _mm512_fmadd_ps(d0, a0, t0));
       t1 = _mm512_fmadd_ps(m1, s, _mm512_fmadd_ps(d1, a1, t1));
     } else {
-      if (f.format == Q4_0) {
-        const __m512 s8 = _mm512_set1_ps(8.0f * sx[g]);
+      if (f.format == Q4_0 || f.format == Q5_0) {
+        const __m512 s8 = _mm512_set1_ps((f.format == Q5_0 ? 16.0f : 8.0f) * sx[g]);
         a0 = _mm512_sub_ps(a0, s8);
         a1 = _mm512_sub_ps(a1, s8);
       }
@@ -133,6 +183,19 @@ static inline void block_dot_q(const uint8_t* restrict p, Fmt f, const float* re
   for (int64_t g = 0; g < K / G; ++g) {
     float a[BLOCK];
     p = group_dot(p, f, x + g * G, G, a);
+    if (f.format == Q4_K || f.format == Q6_K) { /* float32 scales (and minimums) */
+      const float* s = (const float*)p;
+      p += 4 * BLOCK;
+#pragma omp simd
+      for (int j = 0; j < BLOCK; ++j) total[j] += s[j] * a[j];
+      if (f.format == Q4_K) {
+        const float* m = (const float*)p;
+        p += 4 * BLOCK;
+#pragma omp simd
+        for (int j = 0; j < BLOCK; ++j) total[j] -= m[j] * sx[g];
+      }
+      continue;
+    }
     const uint16_t* d = (const uint16_t*)p;
     p += 2 * BLOCK;
     if (f.format == Q4_1) {
@@ -141,9 +204,10 @@ static inline void block_dot_q(const uint8_t* restrict p, Fmt f, const float* re
 #pragma omp simd
       for (int j = 0; j < BLOCK; ++j)
         total[j] += half_to_float(d[j]) * a[j] + half_to_float(m[j]) * sx[g];
-    } else if (f.format == Q4_0) {
+    } else if (f.format == Q4_0 || f.format == Q5_0) {
+      const float offset = (f.format == Q5_0 ? 16.0f : 8.0f) * sx[g];
 #pragma omp simd
-      for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * (a[j] - 8.0f * sx[g]);
+      for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * (a[j] - offset);
     } else {
 #pragma omp simd
       for (int j = 0; j < BLOCK; ++j) total[j] += half_to_float(d[j]) * a[j];

@@ -20,8 +20,12 @@ Inside a block, by format:
   engine.quant.formats.quantize — for Q8_0, Q4_0 and Q4_1 GGML's own blocks' (ggml_blocks),
   re-laid 32 rows at a time — so the weights the step multiplies by are the variant's
   dequantized weights, bit for bit;
-- GGML rows (F16, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): (B, row bytes), B rows of GGML's blocks byte
-  for byte as stored (layouts in native_ggml.h); padding rows are zero bytes (scale 0).
+- GGML's Q5_0, Q4_K and Q6_K: group records too, re-laid at pack time (native_records.py) with
+  GGML's values: Q5_0 per 32 k [nibbles][32 uint32 words of bit 4, bit j = row j][B float16 d]
+  (value d·(c − 16)); Q4_K per 32 k [nibbles][B float32 d·sc][B float32 dmin·mn] (value
+  s·c − m); Q6_K per 16 k [(16, B) int8 c − 32][B float32 d·sc];
+- GGML rows (F16, Q5_1, Q5_K): (B, row bytes), B rows of GGML's blocks byte for byte as stored
+  (layouts in native_ggml.h); padding rows are zero bytes (scale 0).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from .native_formats import (
     MATRICES,
     MatrixFormat,
     MatrixFormats,
+    RELAID,
     check_columns,
     format_name,
     formats_from_types,
@@ -102,6 +107,9 @@ def matrix_shape(n: int, k: int, fmt: MatrixFormat) -> tuple[tuple[int, ...], to
     blocks = -(-n // BLOCK)
     if fmt is None:
         return (blocks, k, BLOCK), torch.float32
+    if isinstance(fmt, str) and fmt in RELAID:
+        group, record = RELAID[fmt]
+        return (blocks, k // group, record), torch.uint8
     if isinstance(fmt, str):
         kind = GGML_ROWS[fmt]
         return (blocks, BLOCK, k // kind.weights * kind.nbytes), torch.uint8
