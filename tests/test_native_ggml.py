@@ -100,8 +100,7 @@ MUTANTS = {
     "Q5_1 fifth bit": ("(((qh >> (j + 16)) & 1) << 4)", "(((qh >> (j + 15)) & 1) << 4)", "Q5_1",
                        []),
     # the re-laid Q5_0 / Q4_K / Q6_K records (native_groups.h), AVX-512 and plain paths
-    "Q5_0 high bits": ("_cvtu32_mask16(word[k + 1] >> 16)", "_cvtu32_mask16(word[k + 1] >> 15)",
-                       "Q5_0", []),
+    "Q5_0 high bits": ("with_bit4(h1, m[3])", "with_bit4(h1, m[2])", "Q5_0", []),
     "Q5_0 high bits, plain": ("(float)((word >> j) & 1) * x16",
                               "(float)((word >> (j ^ 1)) & 1) * x16", "Q5_0", PLAIN),
     "Q5_0 offset": ("_mm512_set1_ps((f.format == Q5_0 ? 16.0f : 8.0f)",
