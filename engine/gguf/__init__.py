@@ -18,6 +18,7 @@ Modules, one job each:
 
 Reading is part of loading a model, so `names`, `header`, `table`, `reader` and `writer` sit in
 the engine's core (they import nothing above it); `export` and `cli` quantize and `blocks` feeds
-the native step, so they are a subsystem beside engine/quant and engine/kernels (tests/test_layering.py places each module).
+the native step, so they are a subsystem beside engine/quant and engine/kernels
+(tests/test_layering.py places each module).
 The package itself imports nothing.
 """
