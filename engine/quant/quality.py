@@ -79,18 +79,22 @@ def kl_per_position(ref: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
     return (ref.exp() * (ref - var)).sum(-1)
 
 
-def measure_quality(lm: LoadedModel, name: str, text: str | None = None) -> QualityResult:
+def reference_log_probs(lm: LoadedModel, ids: list[int]) -> torch.Tensor:
+    """(S − 1, V) float32's next-token log-probabilities: the loaded model itself when it is
+    float32, otherwise its float32 copy (then "fp32" means the loaded weights widened, not the
+    original file's)."""
+    ref_model = lm.model if lm.spec.dtype == "float32" else apply_variant(lm, "fp32")[0]
+    return scored_forward(ref_model, ids)[0]
+
+
+def measure_quality(lm: LoadedModel, name: str, text: str | None = None,
+                    reference: torch.Tensor | None = None) -> QualityResult:
     """Variant `name` against the loaded model's float32 weights on `text` (default: the
-    Gettysburg Address). The reference is the loaded model itself when it is float32, otherwise
-    its float32 copy (then "fp32" means the loaded weights widened, not the original file's)."""
+    Gettysburg Address). `reference`: `reference_log_probs` of the same text, when several
+    variants are measured against one float32 forward."""
     start = time.perf_counter()
     ids = text_ids(lm, read_text() if text is None else text)
-    if lm.spec.dtype == "float32":
-        ref_model = lm.model
-    else:
-        ref_model, _ = apply_variant(lm, "fp32")
-    ref, _ = scored_forward(ref_model, ids)
-    del ref_model
+    ref = reference_log_probs(lm, ids) if reference is None else reference
     variant, report = apply_variant(lm, name)
     logp, ppl_transformers = scored_forward(variant, ids)
     del variant
