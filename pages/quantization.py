@@ -37,7 +37,7 @@ from ui.experiment import Job, budget_note, run_experiment
 from ui.record import keep_experiments
 from ui.sections.file_tensors import file_tensors
 from ui.sections.quant_drift import where_the_error_enters
-from ui.state import current_experiments, loaded_model, session_model
+from ui.state import current_experiments, loaded_model, reference_model
 from ui.tables import show_table
 from ui.text import plain
 
@@ -147,13 +147,6 @@ def _bandwidth(lm: LoadedModel) -> float:
     if found is None:
         found = ceilings(lm.device, megabytes=256 if config().hosted else 1024)
     return found.bandwidth_gb_s
-
-
-def reference_model(lm: LoadedModel) -> LoadedModel:
-    """The float32 model the study quantizes and measures against — never a session's already
-    quantized copy (its spec says float32 too, so the study would measure q4_0 against q4_0)."""
-    chosen = session_model()
-    return chosen.reference().lm if chosen is not None else lm
 
 
 def run_comparison(lm: LoadedModel | None) -> None:

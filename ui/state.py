@@ -139,6 +139,14 @@ def session_model() -> SessionModel | None:
     return app_state().model
 
 
+def reference_model(lm: LoadedModel) -> LoadedModel:
+    """The float32 model a quantization measurement quantizes and compares against — never a
+    session's already quantized copy (its spec says float32 too, so q4_0 would be measured
+    against q4_0)."""
+    chosen = session_model()
+    return chosen.reference().lm if chosen is not None else lm
+
+
 def set_session_model(model: SessionModel | None) -> None:
     app_state().model = model
 

@@ -14,17 +14,11 @@ from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
 from ui.record import keep_experiments
-from ui.state import current_experiments, current_trace, session_model
+from ui.state import current_experiments, current_trace, reference_model
 from ui.text import plain
 
 DEFAULT = ("q8_0", "q4_0", "q4_1", "q3")
 HOSTED = ("q8_0", "q4_0")  # two variants: a click's model time on a shared demo
-
-
-def _reference(lm: LoadedModel) -> LoadedModel:
-    """The float32 model to measure against, never a session's quantized copy."""
-    chosen = session_model()
-    return chosen.reference().lm if chosen is not None else lm
 
 
 def _prompt(lm: LoadedModel, trace: Trace | None) -> tuple[list[int], str]:
@@ -43,7 +37,7 @@ def _measure(lm: LoadedModel, names: list[str]) -> None:
     def drift(job: Job) -> DriftStudy:
         from engine.quant.drift import measure_drift
 
-        return measure_drift(_reference(lm), names, ids, source,
+        return measure_drift(reference_model(lm), names, ids, source,
                              say=lambda text, done: job.progress(done, text),
                              stop=job.stop.is_set)
 
