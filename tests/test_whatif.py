@@ -141,6 +141,11 @@ def test_patching_matches_single_position_hooks_and_layer_0_everywhere_is_clean(
         expected = float(logits[found.clean_token] - logits[found.corrupt_token])
         assert found.logit_diff[layer, pos] == pytest.approx(expected, abs=PROB_TOL * 10)
     clean_in, clean_logits = layer_inputs(lm, clean)
+    one_each = torch.eye(len(corrupt), dtype=torch.bool)
+    for layer in (0, 1, 14, lm.spec.layers - 1):  # the grid starts at `layer`; a full forward here
+        last = patched_logits(lm, corrupt, layer, clean_in[layer], one_each)
+        full = (last[:, found.clean_token] - last[:, found.corrupt_token]).numpy()
+        assert abs(found.logit_diff[layer] - full).max() < PROB_TOL
     everywhere = patched_logits(lm, corrupt, 0, clean_in[0], torch.ones(1, len(corrupt), dtype=bool))
     assert (everywhere[0] - clean_logits).abs().max() < PROB_TOL * 10
     assert found.normalized[0, 0] == pytest.approx(0.0, abs=1e-6)  # "The": the same in both

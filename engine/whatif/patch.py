@@ -7,8 +7,14 @@ corrupted prompt runs with the residual stream entering decoder layer l (Transfo
 run's, and the last position's logit(clean answer) − logit(corrupt answer) is read. Where that
 difference comes back to the clean run's, the patched activation carried the fact.
 
-One forward per layer: a batch of S copies of the corrupted prompt, copy p patched at position
-p. Shapes: S positions, H hidden size, L layers, V vocabulary.
+One batch per layer: S copies of the corrupted prompt, copy p patched at position p. The layers
+before l see nothing patched, so in every copy they compute exactly the corrupted run's residual
+stream; the sweep therefore starts each layer's batch at layer l from the corrupted run's stream
+entering it (kept once by `layer_inputs`), puts the clean values in, and runs only decoder layers
+l … L−1, the final norm and the LM head at the last position (`patched_from`), called as
+transformers' LlamaModel.forward calls them. That is about half the layer work of a full forward
+per layer. `patched_logits`, a full forward with a pre-hook on layer l, is the reference it is
+tested against. Shapes: S positions, H hidden size, L layers, V vocabulary, B batch copies.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+from transformers.masking_utils import create_causal_mask
 
 from ..errors import InputError
 from ..loader import LoadedModel
@@ -86,7 +93,7 @@ def patched_logits(lm: LoadedModel, corrupt: Sequence[int], layer: int, clean_in
                    where: torch.Tensor) -> torch.Tensor:
     """(B, V) last-position logits of B copies of the corrupted prompt, copy b with the residual
     stream entering `layer` replaced by `clean_in` (S, H) at the positions where `where[b]`
-    (B, S) is true."""
+    (B, S) is true: a full forward with a pre-hook on `layer`, the reference for `patched_from`."""
     block = lm.model.model.layers[layer]
     mask = where.to(lm.device)[..., None]  # (B, S, 1)
 
@@ -105,15 +112,37 @@ def patched_logits(lm: LoadedModel, corrupt: Sequence[int], layer: int, clean_in
         hook.remove()
 
 
+@torch.inference_mode()
+def patched_from(lm: LoadedModel, layer: int, corrupt_in: torch.Tensor, clean_in: torch.Tensor,
+                 where: torch.Tensor) -> torch.Tensor:
+    """(B, V) the same logits as `patched_logits`, computed from `layer` on: the residual stream
+    entering `layer` is the corrupted run's `corrupt_in` (S, H), replaced by `clean_in` (S, H)
+    where `where` (B, S) is true; only decoder layers `layer` … L−1, the final norm and the LM
+    head (last position) run. Each layer is called as LlamaModel.forward calls it (no cache)."""
+    inner = lm.model.model
+    mask = where.to(lm.device)[..., None]  # (B, S, 1)
+    h = torch.where(mask, clean_in.to(lm.device)[None], corrupt_in.to(lm.device)[None])  # (B, S, H)
+    position_ids = torch.arange(h.shape[1], device=h.device)[None]  # (1, S)
+    # sdpa with no padding: None here, and sdpa's is_causal masks the future (as in the model).
+    causal_mask = create_causal_mask(config=inner.config, inputs_embeds=h, attention_mask=None,
+                                     cache=None, position_ids=position_ids)
+    position_embeddings = inner.rotary_emb(h, position_ids=position_ids)  # (cos, sin) (1, S, D)
+    for block in inner.layers[layer:inner.config.num_hidden_layers]:
+        h = block(h, attention_mask=causal_mask, position_embeddings=position_embeddings,
+                  position_ids=position_ids, cache=None, use_cache=False)  # (B, S, H)
+    return lm.model.lm_head(inner.norm(h[:, -1:]))[:, -1].float()  # norm is per position
+
+
 def patch_grid(lm: LoadedModel, clean: Sequence[int], corrupt: Sequence[int],
                say: Callable[[str, float], None] | None = None,
                stop: Callable[[], bool] | None = None) -> PatchResult:
     """The (L, S) logit differences of the corrupted prompt patched with the clean run's
-    residual stream, one layer and position at a time (rows not reached before `stop()`: NaN)."""
+    residual stream, one layer and position at a time (rows not reached before `stop()`: NaN).
+    Layer l's batch starts at layer l (`patched_from`): before it every copy is the corrupted run."""
     check_pair(lm, clean, corrupt)
     start = time.perf_counter()
     clean_in, clean_logits = layer_inputs(lm, clean)  # (L, S, H), (V,)
-    _, corrupt_logits = layer_inputs(lm, corrupt)
+    corrupt_in, corrupt_logits = layer_inputs(lm, corrupt)  # (L, S, H), (V,)
     good, bad = int(clean_logits.argmax()), int(corrupt_logits.argmax())
     s = len(corrupt)
     grid = np.full((lm.spec.layers, s), np.nan)
@@ -123,7 +152,7 @@ def patch_grid(lm: LoadedModel, clean: Sequence[int], corrupt: Sequence[int],
             break
         if say is not None:
             say(f"Patching the residual stream entering layer {layer}…", layer / lm.spec.layers)
-        last = patched_logits(lm, corrupt, layer, clean_in[layer], one_each)  # (S, V)
+        last = patched_from(lm, layer, corrupt_in[layer], clean_in[layer], one_each)  # (S, V)
         grid[layer] = (last[:, good] - last[:, bad]).cpu().numpy()
     return PatchResult(tuple(clean), tuple(corrupt), good, bad, grid,
                        float(clean_logits[good] - clean_logits[bad]),
