@@ -237,7 +237,7 @@ class Run:
     def _steps(self) -> Iterator[Step]:
         self._choose_decoder()
         loop = self._start()
-        for i in range(self.settings.max_new_tokens):
+        for i in range(len(self.steps), self.settings.max_new_tokens):  # a branch starts with some
             if self._stop.is_set():
                 self.stop_reason = "stopped"
                 return
@@ -269,8 +269,8 @@ class Run:
     def _step(self, loop: _Loop, i: int) -> Step:
         """Step i: one forward, the token chosen, the KV bytes after it, timed as a whole."""
         s, n_prompt = self.settings, len(self.prompt_ids)
-        if loop.recorder is not None:
-            loop.recorder.last_query_only = i > 0 and loop.cache is None
+        if loop.recorder is not None:  # after the prefill a step records its new token's row
+            loop.recorder.last_query_only = i > 0 and (loop.cache is None or _uncached(loop) > 1)
         before = MachineSample.now(loop.device)
         self._first = self._first or before
         with torch.inference_mode(), recording(loop.model, loop.recorder):
@@ -311,9 +311,9 @@ class Run:
             if attention is not None:  # (L_rec, H, S) → (L_rec, H, 1, S), as recorded
                 attention = attention[:, :, None].to(torch.float16)
             return done.logits, done.hidden, attention
-        if loop.cache is not None:
-            return (*decode_one_token(loop.model, loop.sequence[:, -1:], loop.cache,
-                                      s.record_hidden), None)
+        if loop.cache is not None:  # the positions the cache lacks: one, except in a re-run
+            fed = loop.sequence[:, loop.sequence.shape[1] - _uncached(loop):]  # (1, T)
+            return (*decode_one_token(loop.model, fed, loop.cache, s.record_hidden), None)
         return (*forward_full(loop.model, loop.sequence, s.record_hidden), None)
 
     def _kv_bytes(self, loop: _Loop, i: int) -> tuple[int, ...]:
@@ -367,6 +367,12 @@ class Run:
     def machine_load(self) -> MachineLoad:
         """The machine around the run so far."""
         return machine_load(self._first, self._last, self._load_before)
+
+
+def _uncached(loop: _Loop) -> int:
+    """Tokens of the sequence the cache holds no keys and values for (1 in a plain run's decode
+    step; a branch re-run from nothing starts with its whole prefix)."""
+    return loop.sequence.shape[1] - loop.cache.get_seq_length()
 
 
 def _check_lengths(lm: LoadedModel, settings: GenerationSettings, prompt_len: int) -> None:

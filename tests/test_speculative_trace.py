@@ -98,11 +98,11 @@ def _meta_rewritten(data: bytes, change) -> bytes:
 
 def test_a_version_4_file_still_loads(tiny_lm):
     trace = generate_trace(tiny_lm, "hello there", GenerationSettings(max_new_tokens=4))
-    assert FORMAT_VERSION == 6 and trace.speculation is None
+    assert FORMAT_VERSION == 7 and trace.speculation is None
 
     def as_version_4(meta):
         meta["version"] = 4
-        del meta["speculation"]
+        del meta["speculation"], meta["branch"]
 
     back = read_trace_file(_meta_rewritten(trace_to_bytes(trace), as_version_4)).trace
     unnormed = replace(trace, steps=tuple(replace(s, hidden=None) for s in trace.steps))

@@ -156,13 +156,13 @@ def test_a_lecture_pack_carries_its_experiment_results(trace):
 
 def _older_file(trace, version: int) -> bytes:
     """The trace written as format `version` wrote it: v1 had no experiments, v1 and v2 no
-    forward / CPU time and no machine record, v1–v3 no decoder record."""
+    forward / CPU time and no machine record, v1–v3 no decoder record, v1–v6 no branch record."""
     buffer = io.BytesIO(trace_to_bytes(trace))
     with zipfile.ZipFile(buffer) as archive:
         parts = {i.filename: archive.read(i) for i in archive.infolist()}
     meta = json.loads(np.load(io.BytesIO(parts["meta.json.npy"])).tobytes())
     meta["version"] = version
-    del meta["decoder"]
+    del meta["decoder"], meta["branch"]
     if version <= 2:
         del meta["machine"]
         for record in meta["steps"]:
@@ -195,7 +195,7 @@ def test_older_files_are_upgraded_with_unknown_timing(trace, version):
     assert back.trace.decoder is None and trace.decoder is not None
     assert (back.trace.machine is None) == (version <= 2)
     assert (back.trace.steps[1].cpu_ms is None) == (version <= 2)
-    assert FORMAT_VERSION == 6
+    assert FORMAT_VERSION == 7
 
 
 def test_the_decoder_record_round_trips_and_is_checked(trace):

@@ -14,7 +14,7 @@ from engine.__main__ import main
 from engine.errors import InputError
 from engine.forward import prepare_prompt
 from engine.whatif.ablate import Ablation, ablate, ablated, head_sweep, next_token_probs
-from engine.whatif.branch import branch, generate_cached
+from engine.whatif.branch import greedy_settings
 from engine.whatif.patch import layer_inputs, patch_grid, patched_logits
 
 CLEAN, CORRUPT = "The Eiffel Tower is in the city of", "The Colosseum is in the city of"
@@ -23,24 +23,6 @@ PROB_TOL = 1e-4
 
 def raw(lm, text: str) -> list[int]:
     return prepare_prompt(lm.tokenizer, text, False)
-
-
-def test_a_branch_reuses_the_prefix_and_equals_a_fresh_generate(lm):
-    ids = prepare_prompt(lm.tokenizer, "Name three fruits.", True)
-    run = generate_cached(lm, ids, 12)
-    at, token = 2, run.tokens[2] + 7
-    b = branch(lm, run, at, token, 12)
-    assert b.tokens[:at] == run.tokens[:at] and b.tokens[at] == token
-    assert b.reused_tokens == len(ids) + at and b.computed_tokens == len(b.tokens) - at - 1
-    assert b.tokens == b.rerun_tokens
-    with torch.inference_mode():
-        start = torch.tensor([ids + list(run.tokens[:at]) + [token]])
-        out = lm.model.generate(start, max_new_tokens=12 - at - 1, do_sample=False)
-    fresh = tuple(out[0, len(ids):].tolist())
-    assert b.tokens == fresh[:len(b.tokens)]
-    assert len(run.cache.layers[0].keys[0, 0]) == len(ids) + len(run.tokens) - 1  # not changed
-    with pytest.raises(InputError):
-        branch(lm, run, len(run.tokens), 5)
 
 
 def _zeroed_columns(lm, layer: int, heads: tuple[int, ...], ids) -> torch.Tensor:
@@ -60,9 +42,12 @@ def _zeroed_columns(lm, layer: int, heads: tuple[int, ...], ids) -> torch.Tensor
 
 def test_head_and_mlp_ablation_match_independent_references(lm):
     ids = raw(lm, CLEAN)
-    found = ablate(lm, ids, Ablation(5, (1, 3)), new_tokens=4)
+    found = ablate(lm, CLEAN, Ablation(5, (1, 3)), greedy_settings(4, False), new_tokens=4)
     reference = _zeroed_columns(lm, 5, (1, 3), ids)
     assert (found.ablated - reference).abs().max() < PROB_TOL
+    first = found.ablated_run.steps[0]  # the recorded ablated run: the same distribution
+    assert first.token_id == int(reference.argmax()) and len(found.ablated_tokens) == 4
+    assert abs(first.top_probs[0] - float(reference.max())) < PROB_TOL
     assert (found.baseline - next_token_probs(lm, ids)).abs().max() < PROB_TOL
     assert found.kl > 0
     down = lm.model.model.layers[7].mlp.down_proj.weight

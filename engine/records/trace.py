@@ -183,6 +183,35 @@ class Speculation:
                 "step_tokens": list(self.step_tokens), "step_ms": list(self.step_ms)}
 
 
+@dataclass(frozen=True, slots=True)
+class BranchOf:
+    """What makes a run a branch of another (engine/whatif/branch.py): the same prompt and
+    `parent_tokens[:at]`, then `token` at index `at` where the parent had `parent_tokens[at]`,
+    then the model's own choices. Steps 0 … at are the parent's records (the branch point's with
+    the token replaced: the model's distribution there is the parent's); the steps after it ran
+    against the parent's cached keys and values of `reused_tokens` positions, `computed_tokens`
+    forwards in all, in `branch_ms`; `rerun_ms` is the same branch recomputed from nothing
+    (a prefill of prompt + prefix + token, then the same steps) and `same_as_rerun` whether the
+    two chose the same tokens."""
+
+    at: int
+    token: int
+    parent_tokens: tuple[int, ...]
+    reused_tokens: int
+    computed_tokens: int
+    branch_ms: float
+    rerun_ms: float
+    same_as_rerun: bool
+
+    @property
+    def saved_ms(self) -> float:
+        return self.rerun_ms - self.branch_ms
+
+    def to_dict(self) -> dict[str, object]:
+        return {name: list(getattr(self, name)) if name == "parent_tokens" else getattr(self, name)
+                for name in self.__slots__}
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Trace:
     model: ModelSpec
@@ -201,6 +230,7 @@ class Trace:
     machine: MachineLoad | None = None  # None in format 1–2 files (not measured then)
     decoder: DecoderUsed | None = None  # None in format 1–3 files (torch, not named)
     speculation: Speculation | None = None  # a speculative run's record; None for plain runs
+    branch: BranchOf | None = None  # a branch's record (format 7); None for runs from a prompt
 
     def __post_init__(self) -> None:
         if self.stop_reason not in STOP_REASONS:

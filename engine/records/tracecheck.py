@@ -202,6 +202,30 @@ def _check_speculation(trace: Trace) -> None:
                   "forward time must be 0")
 
 
+def _check_branch(trace: Trace) -> None:
+    """A branch keeps its parent's tokens before the branch point and has the chosen token at
+    it, which the parent did not choose there (docs/trace-format.md)."""
+    b = trace.branch
+    if b is None:
+        return
+    out = trace.output_token_ids
+    if not _is_int(b.at) or not 0 <= b.at < min(len(out), len(b.parent_tokens)):
+        _fail("the branch point must be a step of both the branch and its parent")
+    for token in b.parent_tokens:
+        _token(token, trace.model.vocab_size, "the branch's parent token id")
+    if out[b.at] != b.token or b.parent_tokens[b.at] == b.token:
+        _fail("the branch's token must be its step at the branch point, and not the parent's")
+    if tuple(out[:b.at]) != tuple(b.parent_tokens[:b.at]):
+        _fail("a branch's tokens before the branch point must be its parent's")
+    limit = len(trace.prompt_token_ids) + len(out)
+    if not all(_is_int(n) and 0 <= n <= limit for n in (b.reused_tokens, b.computed_tokens)):
+        _fail(f"the branch's reused and computed tokens must be whole numbers from 0 to {limit}")
+    _duration(b.branch_ms, "the branch's time")
+    _duration(b.rerun_ms, "the branch's re-run time")
+    if not isinstance(b.same_as_rerun, bool):
+        _fail("the branch's same-as-rerun flag must be true or false")
+
+
 def check_trace(trace: Trace) -> Trace:
     """Raise TraceFormatError at the first broken invariant; return the trace if all hold."""
     spec = trace.model
@@ -235,6 +259,7 @@ def check_trace(trace: Trace) -> Trace:
         if len({getattr(step, name) is None for step in trace.steps}) > 1:
             _fail(f"{name} must be recorded on every step or on none")
     _check_speculation(trace)
+    _check_branch(trace)
     return trace
 
 

@@ -31,11 +31,11 @@ from ..errors import TooLargeError, TraceFormatError
 from ..settings import MAX_NEW_TOKENS_LIMIT, GenerationSettings
 from ..spec import ModelSpec
 from .fileformat import RecordFormat, mb
-from .trace import DecoderUsed, MachineLoad, Speculation, Step, Trace
+from .trace import BranchOf, DecoderUsed, MachineLoad, Speculation, Step, Trace
 from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
@@ -73,12 +73,19 @@ def _residual_stream(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "version": 6}
 
 
+def _add_branch(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 records a branch's origin (the What if page); older files are runs from a
+    prompt, none of them a branch (None) — a fact, not an unknown."""
+    return {**meta, "version": 7, "branch": None}
+
+
 # version n → function turning version-n metadata into version n+1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments,
                                                                    2: _add_machine,
                                                                    3: _add_decoder,
                                                                    4: _add_speculation,
-                                                                   5: _residual_stream}
+                                                                   5: _residual_stream,
+                                                                   6: _add_branch}
 OLD_HIDDEN = 6  # files older than this hold hidden states whose last row is final-normed
 
 
@@ -119,6 +126,7 @@ def trace_to_bytes(trace: Trace, experiments: ExperimentsSection | None = None) 
         "machine": trace.machine.to_dict() if trace.machine is not None else None,
         "decoder": trace.decoder.to_dict() if trace.decoder is not None else None,
         "speculation": trace.speculation.to_dict() if trace.speculation is not None else None,
+        "branch": trace.branch.to_dict() if trace.branch is not None else None,
         "experiments": None if experiments is None or experiments.empty
         else experiments.to_dict(),
         "steps": [],
@@ -283,6 +291,7 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
         machine=_machine(meta["machine"]),
         decoder=_decoder(meta["decoder"]),
         speculation=_speculation(meta["speculation"]),
+        branch=_branch(meta["branch"]),
     )
 
 
@@ -317,3 +326,16 @@ def _speculation(value: Any) -> Speculation | None:
                                f"must be lists of at most {MAX_NEW_TOKENS_LIMIT} values")
     return Speculation(**{name: tuple(value[name]) if name in _SPECULATION_LISTS else value[name]
                           for name in Speculation.__slots__})
+
+
+def _branch(value: Any) -> BranchOf | None:
+    """The branch record as written; its numbers are checked by tracecheck."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != set(BranchOf.__slots__):
+        raise TraceFormatError("not a valid trace: the branch record has other fields")
+    parent = value["parent_tokens"]
+    if not isinstance(parent, list) or len(parent) > MAX_NEW_TOKENS_LIMIT:
+        raise TraceFormatError(f"not a valid trace: the branch's parent tokens must be a list of "
+                               f"at most {MAX_NEW_TOKENS_LIMIT} ids")
+    return BranchOf(**{**value, "parent_tokens": tuple(parent)})

@@ -14,7 +14,7 @@ Shapes: S prompt positions, H heads, d head dimension, V vocabulary, L layers.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -22,7 +22,9 @@ import torch
 
 from ..errors import InputError
 from ..loader import LoadedModel
-from .branch import generate_cached
+from ..records.trace import Trace
+from ..runner import Run
+from ..settings import GenerationSettings
 
 TOP = 10  # candidates shown for the first generated token
 
@@ -101,8 +103,16 @@ class AblationResult:
     ablation: Ablation
     baseline: torch.Tensor  # (V,) probabilities of the first generated token, unablated
     ablated: torch.Tensor  # (V,) the same with the ablation
-    baseline_tokens: tuple[int, ...]
-    ablated_tokens: tuple[int, ...]
+    baseline_run: Trace  # the prompt's run, recorded (greedy, torch)
+    ablated_run: Trace  # the same run with the ablation: its attention, its text
+
+    @property
+    def baseline_tokens(self) -> tuple[int, ...]:
+        return self.baseline_run.output_token_ids
+
+    @property
+    def ablated_tokens(self) -> tuple[int, ...]:
+        return self.ablated_run.output_token_ids
 
     @property
     def kl(self) -> float:
@@ -143,15 +153,24 @@ def next_token_probs(lm: LoadedModel, ids: Sequence[int]) -> torch.Tensor:
     return torch.softmax(out.logits[0, -1].float(), -1)
 
 
-def ablate(lm: LoadedModel, prompt_ids: Sequence[int], a: Ablation,
-           new_tokens: int = 16) -> AblationResult:
-    """The first generated token's distribution and a greedy text, with and without `a`."""
-    base = next_token_probs(lm, prompt_ids)
-    base_run = generate_cached(lm, prompt_ids, new_tokens)
-    with ablated(lm, a, prompt_ids):
-        probs = next_token_probs(lm, prompt_ids)
-        run = generate_cached(lm, prompt_ids, new_tokens)
-    return AblationResult(a, base.cpu(), probs.cpu(), base_run.tokens, run.tokens)
+def ablation_settings(settings: GenerationSettings, new_tokens: int) -> GenerationSettings:
+    """The runs an ablation compares: greedy (the text changes only where the model does), in
+    torch (the hooks sit on torch modules), recording what the run's settings record."""
+    return replace(settings, max_new_tokens=new_tokens, temperature=0.0, decoder="torch",
+                   kv_cache=True)
+
+
+def ablate(lm: LoadedModel, prompt: str, a: Ablation, settings: GenerationSettings,
+           new_tokens: int = 16, weights: str | None = None) -> AblationResult:
+    """The first generated token's distribution and a greedy run, with and without `a`."""
+    chosen = ablation_settings(settings, new_tokens)
+    base_run = Run(lm, prompt, chosen, weights=weights).run_all()
+    ids = base_run.prompt_token_ids
+    base = next_token_probs(lm, ids)
+    with ablated(lm, a, ids):
+        probs = next_token_probs(lm, ids)
+        run = Run(lm, prompt, chosen, weights=weights).run_all()
+    return AblationResult(a, base.cpu(), probs.cpu(), base_run, run)
 
 
 def head_sweep(lm: LoadedModel, prompt_ids: Sequence[int], layers: Sequence[int] | None = None,

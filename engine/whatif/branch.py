@@ -1,20 +1,25 @@
 """Branch a generation at any of its tokens: the same prompt and tokens up to the branch point,
-then another token there, then the model's own choices again.
+then another token there, then the model's own choices again — recorded as a run of its own.
 
 The lesson is the KV cache's: the keys and values of the prompt and of the tokens before the
-branch point do not change when a later token does, so a branch starts from the original run's
-cache cut back to that point (`DynamicCache.crop`) and computes only its own tokens — no prefill.
-`branch()` times that and, for comparison, a full re-run of the same branch (a prefill of prompt
-+ prefix + the new token, then the same decode steps), and checks both give the same tokens.
+branch point do not change when a later token does, so a branch starts from its parent's cache
+cut back to that point and computes only its own tokens — no prefill. `branch()` times that and,
+for comparison, the same branch recomputed from nothing (a prefill of prompt + prefix + the new
+token, then the same steps, recorded alike), and says whether both chose the same tokens.
 
-Shapes: P prompt tokens, K tokens kept before the branch point, N generated tokens in all.
+A run's cache is kept as a `KVSnapshot` (plain tensors, so a session's memory budget counts
+them); a Generate run's own cache is not kept (its decode steps may run in the native step), so
+`run_snapshot` rebuilds it once with one prefill of the run's tokens, as a server keeping the
+conversation would hold it.
+
+Shapes: P prompt tokens, K tokens kept before the branch point, N output tokens in all,
+KVH key/value heads, d head dimension.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -23,132 +28,168 @@ from ..clock import clock_ms
 from ..errors import InputError
 from ..forward import decode_one_token, eos_token_ids, prefill
 from ..loader import LoadedModel
-from ..sampling import choose_token
+from ..records.trace import BranchOf, Step, Trace
+from ..runner import Run, _Loop
+from ..settings import GenerationSettings
+
+BRANCH_REASON = "a branch continues in torch from its parent's cached keys and values"
 
 
-@dataclass(frozen=True, slots=True)
-class Sampling:
-    """How tokens after the branch point are chosen: greedy at temperature 0."""
+@dataclass(frozen=True, slots=True, eq=False)
+class KVSnapshot:
+    """A run's keys and values, per layer (1, KVH, positions, d), for branches to start from."""
 
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """A generation that keeps its KV cache, so it can be branched."""
-
-    prompt_ids: tuple[int, ...]
-    tokens: tuple[int, ...]  # generated ids
-    cache: Any  # DynamicCache over prompt + tokens[:-1] (the last token was never fed)
-    ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class Branch:
-    prompt_ids: tuple[int, ...]
-    original: tuple[int, ...]  # the run branched from
-    at: int  # K: original[:K] kept
-    token: int  # what replaced original[K]
-    tokens: tuple[int, ...]  # the branch: original[:K] + [token] + the continuation
-    reused_tokens: int  # P + K positions whose cached keys and values were reused
-    computed_tokens: int  # positions the branch ran through the model
-    branch_ms: float  # from the cut cache: copy, crop and the branch's own steps
-    rerun_ms: float  # the same branch recomputed: prefill of P + K + 1 tokens, then steps
-    rerun_tokens: tuple[int, ...]  # the re-run's tokens (equal to `tokens`, checked)
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
 
     @property
-    def first_difference(self) -> int:
-        return next((i for i, (a, b) in enumerate(zip(self.original, self.tokens)) if a != b),
-                    min(len(self.original), len(self.tokens)))
+    def positions(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0
 
-    def to_json(self) -> dict[str, Any]:
-        return {"original": list(self.original), "branch": list(self.tokens),
-                "reused_tokens": self.reused_tokens, "computed_tokens": self.computed_tokens,
-                "at": self.at, "token": self.token, "branch_ms": round(self.branch_ms, 2),
-                "rerun_ms": round(self.rerun_ms, 2), "same_as_rerun": self.tokens == self.rerun_tokens}
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in (*self.keys, *self.values))
 
+    @classmethod
+    def of(cls, cache: Any) -> "KVSnapshot":
+        return cls(tuple(layer.keys for layer in cache.layers),
+                   tuple(layer.values for layer in cache.layers))
 
-class _Chooser:
-    """The next token from (V,) logits (engine/sampling.py), greedy at temperature 0, else
-    sampled with its own seeded generator: a branch and its re-run draw the same numbers."""
-
-    def __init__(self, sampling: Sampling, device: torch.device) -> None:
-        self.sampling = sampling
-        self.generator = torch.Generator(device=device).manual_seed(sampling.seed)
-
-    def __call__(self, logits: torch.Tensor) -> int:
-        s = self.sampling
-        return choose_token(logits, s.temperature, s.top_k, s.top_p, self.generator)
-
-
-def _continue(lm: LoadedModel, cache: Any, token: int, left: int, choose: _Chooser,
-              eos: frozenset[int]) -> list[int]:
-    """Feed `token` against `cache`, then choose and feed until `left` more tokens are chosen or
-    an end-of-sequence token is; the tokens chosen."""
-    device = lm.device
-    out: list[int] = []
-    while len(out) < left and token not in eos:
-        logits, _ = decode_one_token(lm.model, torch.tensor([[token]], device=device), cache)
-        token = choose(logits)
-        out.append(token)
-    return out
+    def restore(self, config: Any, positions: int) -> DynamicCache:
+        """A new cache holding the first `positions` positions (the snapshot is not changed:
+        the cache's next update concatenates into new tensors)."""
+        if not 0 <= positions <= self.positions:
+            raise InputError(f"the cache holds {self.positions} positions, not {positions}")
+        cache = DynamicCache(config=config)
+        if positions:
+            for i, (k, v) in enumerate(zip(self.keys, self.values)):
+                cache.update(k[:, :, :positions], v[:, :, :positions], i)
+        return cache
 
 
 @torch.inference_mode()
-def generate_cached(lm: LoadedModel, prompt_ids: Sequence[int], new_tokens: int,
-                    sampling: Sampling = Sampling()) -> Generation:
-    """Generate up to `new_tokens` tokens (stopping at end of sequence), keeping the cache."""
-    if new_tokens < 1:
-        raise InputError("a generation needs at least 1 new token")
+def run_snapshot(lm: LoadedModel, trace: Trace) -> tuple[KVSnapshot, float]:
+    """The cache a run ends with (prompt + every output token but the last, which was never
+    fed), built by one prefill, and its ms."""
+    ids = [*trace.prompt_token_ids, *trace.output_token_ids[:-1]]
     start = clock_ms(lm.device)
     cache = DynamicCache(config=lm.model.config)
-    choose = _Chooser(sampling, lm.device)
-    logits, _ = prefill(lm.model, torch.tensor([list(prompt_ids)], device=lm.device), cache)
-    first = choose(logits)
-    tokens = [first] + _continue(lm, cache, first, new_tokens - 1, choose, eos_token_ids(lm))
-    return Generation(tuple(prompt_ids), tuple(tokens), cache, clock_ms(lm.device) - start)
+    prefill(lm.model, torch.tensor([ids], device=lm.device), cache)
+    return KVSnapshot.of(cache), clock_ms(lm.device) - start
 
 
-def check_branch_point(original: Sequence[int], at: int, token: int, vocab: int) -> None:
-    if not 0 <= at < len(original):
-        raise InputError(f"--at {at} is not a generated token's index: the run has "
-                         f"{len(original)} tokens (0 … {len(original) - 1})")
-    if not 0 <= token < vocab:
-        raise InputError(f"token id {token} is outside the vocabulary (0 … {vocab - 1})")
+def check_branch_point(parent: Trace, at: int, token: int) -> None:
+    out = parent.output_token_ids
+    if not 0 <= at < len(out):
+        raise InputError(f"--at {at} is not a generated token's index: the run has {len(out)} "
+                         f"tokens (0 … {len(out) - 1})")
+    if not 0 <= token < parent.model.vocab_size:
+        raise InputError(f"token id {token} is outside the vocabulary "
+                         f"(0 … {parent.model.vocab_size - 1})")
+    if out[at] == token:
+        raise InputError(f"token {token} is the one the run chose at {at}: pick another")
 
 
 @torch.inference_mode()
-def branch(lm: LoadedModel, run: Generation, at: int, token: int, new_tokens: int | None = None,
-           sampling: Sampling = Sampling()) -> Branch:
-    """`run` with its token `at` replaced by `token`, continued to `new_tokens` tokens in all
-    (default: as many as the run has); the run's cache is copied, never changed."""
-    n = len(run.tokens) if new_tokens is None else new_tokens
-    check_branch_point(run.tokens, at, token, lm.spec.vocab_size)
-    if n <= at:
-        raise InputError(f"--max-new-tokens {n} leaves no room for a token at index {at}")
-    eos = eos_token_ids(lm)
-    keep = len(run.prompt_ids) + at  # positions P + K
+def branch_point(lm: LoadedModel, parent: Trace, at: int, token: int,
+                 snapshot: KVSnapshot) -> tuple[Step, int]:
+    """The branch's step `at`: the parent's record (the same forward, the same distribution)
+    with `token` chosen. A token outside the recorded top-k needs the whole distribution for its
+    probability and rank: the parent's forward at that step is run again (1 forward, returned)."""
+    step = parent.steps[at]
+    piece = lm.tokenizer.convert_ids_to_tokens(token)
+    listed = [j for j, i in enumerate(step.top_ids.tolist()) if i == token]
+    if listed:
+        prob = float(step.top_probs[listed[0]])
+        rank, extra = int((step.top_probs > prob).sum()), 0
+    else:
+        before = [*parent.prompt_token_ids, *parent.output_token_ids[:at]]  # P + K ids
+        cache = snapshot.restore(lm.model.config, len(before) - 1)
+        logits, _ = decode_one_token(lm.model, torch.tensor([before[-1:]], device=lm.device),
+                                     cache)
+        probs = torch.softmax(logits.float(), -1)  # (V,)
+        prob, rank, extra = float(probs[token]), int((probs > probs[token]).sum()), 1
+    return replace(step, token_id=token, piece=piece, chosen_prob=prob, chosen_rank=rank), extra
+
+
+class BranchRun(Run):
+    """A Run that starts with its parent's steps up to the branch point (`point`: step K) and a
+    cache of `reuse` positions (P + K: a branch; 0: the same branch recomputed), then decodes in
+    torch as any run does, recording the same things."""
+
+    def __init__(self, lm: LoadedModel, parent: Trace, point: Step,
+                 snapshot: KVSnapshot | None, reuse: int, weights: str | None = None,
+                 stop_event: Any = None, new_tokens: int | None = None) -> None:
+        settings = replace(parent.settings, kv_cache=True,
+                           max_new_tokens=new_tokens or parent.settings.max_new_tokens)
+        super().__init__(lm, parent.prompt, settings, stop_event, native_problem=BRANCH_REASON,
+                         weights=weights)
+        if tuple(self.prompt_ids) != parent.prompt_token_ids:
+            raise InputError("this model tokenizes the run's prompt differently: branch it on "
+                             "the model that made it")
+        self.recorded_layers = parent.attention_layers
+        self.steps = [*parent.steps[:point.index], point]
+        self._snapshot, self._reuse = snapshot, reuse
+        self.loop: _Loop | None = None
+
+    def _start(self) -> _Loop:
+        loop = super()._start()
+        kept = [s.token_id for s in self.steps]
+        loop.sequence = torch.tensor([[*self.prompt_ids, *kept]], device=loop.device)
+        cache = (self._snapshot.restore(loop.model.config, self._reuse)
+                 if self._snapshot is not None and self._reuse else
+                 DynamicCache(config=loop.model.config))
+        loop.cache = cache
+        for token in kept:
+            loop.detok.push(token)
+        self.loop = loop
+        return loop
+
+    def _steps(self):  # type: ignore[no-untyped-def]
+        last = self.steps[-1]
+        if last.token_id in eos_token_ids(self.lm):
+            self.stop_reason = "eos"
+            return iter(())
+        if len(self.steps) >= self.settings.max_new_tokens:
+            self.stop_reason = "length"
+            return iter(())
+        return super()._steps()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Branched:
+    """A branch: its recorded run (with its `BranchOf`), and its own cache for branches of it."""
+
+    trace: Trace
+    snapshot: KVSnapshot
+
+
+def branch(lm: LoadedModel, parent: Trace, at: int, token: int, snapshot: KVSnapshot,
+           weights: str | None = None, stop_event: Any = None) -> Branched:
+    """`parent` with its token `at` replaced by `token`, continued as the parent's settings ask,
+    from `snapshot` (the parent's cache: `run_snapshot`, or a branch's own); the same branch is
+    then recomputed from nothing to time the difference."""
+    check_branch_point(parent, at, token)
     start = clock_ms(lm.device)
-    cache = copy.deepcopy(run.cache)
-    extra = cache.get_seq_length() - keep  # cached positions at and after the branch point
-    if extra > 0:
-        cache.crop(-extra)  # transformers: a negative count removes that many from the end
-    after = _continue(lm, cache, token, n - at - 1, _Chooser(sampling, lm.device), eos)
+    point, extra = branch_point(lm, parent, at, token, snapshot)
+    reuse = len(parent.prompt_token_ids) + at  # positions P + K
+    run = BranchRun(lm, parent, point, snapshot, reuse, weights, stop_event)
+    found = run.run_all()
     branch_ms = clock_ms(lm.device) - start
-    tokens = (*run.tokens[:at], token, *after)
-    computed = len(after)  # one forward per token chosen after the branch point
+    cut = len(found.steps) if found.stop_reason == "stopped" else None  # as far as it got
     start = clock_ms(lm.device)
-    redo = DynamicCache(config=lm.model.config)
-    ids = [*run.prompt_ids, *run.tokens[:at], token]
-    logits, _ = prefill(lm.model, torch.tensor([ids], device=lm.device), redo)
-    choose = _Chooser(sampling, lm.device)
-    again: list[int] = []
-    if n - at - 1 > 0 and token not in eos:
-        again = [choose(logits)]
-        again += _continue(lm, redo, again[0], n - at - 2, choose, eos)
+    again = BranchRun(lm, parent, point, None, 0, weights, new_tokens=cut).run_all()
     rerun_ms = clock_ms(lm.device) - start
-    return Branch(run.prompt_ids, run.tokens, at, token, tokens, keep, computed, branch_ms,
-                  rerun_ms, (*run.tokens[:at], token, *again))
+    computed = len(found.steps) - at - 1 + extra  # one forward per step after the point
+    record = BranchOf(at, token, parent.output_token_ids, reuse, computed, branch_ms, rerun_ms,
+                      again.output_token_ids == found.output_token_ids)
+    cache = (run.loop.cache if run.loop is not None and run.loop.cache is not None
+             else snapshot.restore(lm.model.config, reuse))  # no step ran after the point
+    return Branched(replace(found, branch=record), KVSnapshot.of(cache))
+
+
+def greedy_settings(new_tokens: int, chat: bool) -> GenerationSettings:
+    """What the CLI's runs use: greedy, torch, attention not recorded."""
+    return GenerationSettings(max_new_tokens=new_tokens, temperature=0.0, chat_template=chat,
+                              record_attention=False, record_hidden=False, decoder="torch",
+                              seed=0)

@@ -88,25 +88,40 @@ def _new_tokens(n: int) -> int:
     return n
 
 
+def _settings(args: argparse.Namespace, n: int) -> Any:
+    from .branch import greedy_settings
+
+    return greedy_settings(n, not args.raw)
+
+
 def run_branch(args: argparse.Namespace) -> int:
-    from .branch import Sampling, branch, check_branch_point, generate_cached
+    from dataclasses import replace
+
+    from ..runner import Run
+    from .branch import branch, check_branch_point, run_snapshot
 
     n = _new_tokens(args.max_new_tokens)
     if args.at >= n:
         raise InputError(f"--at {args.at} must be below --max-new-tokens {n}")
     lm = _load(args)
-    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
-    run = generate_cached(lm, _ids(lm, args.prompt, args.raw), n, sampling)
-    check_branch_point(run.tokens, args.at, args.token, lm.spec.vocab_size)
-    found = branch(lm, run, args.at, args.token, n, sampling)
+    settings = replace(_settings(args, n), temperature=args.temperature, top_k=args.top_k,
+                       top_p=args.top_p, seed=args.seed)
+    run = Run(lm, args.prompt, settings).run_all()
+    check_branch_point(run, args.at, args.token)
+    snapshot, _ = run_snapshot(lm, run)
+    found = branch(lm, run, args.at, args.token, snapshot).trace
+    b = found.branch
+    assert b is not None
     if args.json:
-        print(json.dumps(found.to_json()))
+        print(json.dumps({"original": list(run.output_token_ids),
+                          "branch": list(found.output_token_ids), **b.to_dict()}))
         return 0
     decode = lm.tokenizer.decode
-    print(f"original  {decode(found.original)!r}")
-    print(f"branch    {decode(found.tokens)!r}  (token {args.at} → {decode([args.token])!r})")
-    print(f"reused {found.reused_tokens} cached positions, computed {found.computed_tokens}: "
-          f"{found.branch_ms:.0f} ms vs {found.rerun_ms:.0f} ms for a full re-run")
+    print(f"original  {decode(run.output_token_ids)!r}")
+    print(f"branch    {decode(found.output_token_ids)!r}  (token {args.at} → "
+          f"{decode([args.token])!r})")
+    print(f"reused {b.reused_tokens} cached positions, computed {b.computed_tokens}: "
+          f"{b.branch_ms:.0f} ms vs {b.rerun_ms:.0f} ms for a full re-run")
     return 0
 
 
@@ -119,7 +134,9 @@ def run_ablate(args: argparse.Namespace) -> int:
     n = _new_tokens(args.max_new_tokens)
     lm = _load(args)
     check_ablation(lm, a)
-    found = ablate(lm, _ids(lm, args.prompt, args.raw), a, n)
+    if not args.prompt.strip():
+        raise InputError("the prompt is empty")
+    found = ablate(lm, args.prompt, a, _settings(args, n), n)
     doc = found.to_json(lm.tokenizer.decode)
     if args.json:
         print(json.dumps(doc))
