@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from engine.__main__ import main
-from engine.errors import InputError
 from engine.forward import prepare_prompt
 from engine.whatif.ablate import Ablation, ablate, ablated, head_sweep, next_token_probs
 from engine.whatif.branch import greedy_settings
