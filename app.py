@@ -197,6 +197,7 @@ PAGES = [
     st.Page("pages/quantization.py", title="Quantization", icon=":material/compress:"),
     st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
     st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
+    st.Page("pages/whatif.py", title="What if", icon=":material/call_split:"),
 ]
 page = st.navigation(PAGES, position=navigation_position())  # presenting: the sidebar is hidden
 present_navigation(PAGES)  # and the pages are a row of links at the top

@@ -15,31 +15,21 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from charts.attention import downsample, sequence_labels
 from charts.compare import (
-    answer_chips_html,
-    heatmap_pair,
     kv_chart,
     latency_chart,
-    prompt_chips_html,
 )
 from charts.formatting import count, duration, rate, size
-from charts.tokens import piece_text, visible
 from engine import EngineError, GenerationSettings, LoadedModel, Run, Trace, TraceFormatError
-from engine.lens.attention_stats import full_attention
 from engine.lens.compare import (
     CHANGES,
     DTYPE_SWAP,
     Change,
     MetricRow,
-    attention_pair,
     decoder_note,
-    largest_difference,
     metric_rows,
     rerun_settings,
-    same_input_rows,
     setting_rows,
-    token_diff,
 )
 from engine.records.examples import examples
 from engine.settings import weights_name
@@ -48,16 +38,16 @@ from ui import shared
 from ui.common import no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
-from ui.keys import COMPARE_A, COMPARE_HEAD, COMPARE_LAYER, COMPARE_UPLOAD
+from ui.keys import COMPARE_A, COMPARE_UPLOAD
 from ui.memo import memo
 from ui.record import keep_compare_a, keep_compare_run
+from ui.sections.two_runs import attention_section, tokens_section
 from ui.state import app_state, compare_run, current_trace, session_model
 from ui.tables import show_table
 from ui.text import message, plain
 from ui.traces import read_viewable
 
 CURRENT = "The current trace"
-LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Attention page)
 B_SOURCES = ("An example", "A trace file", "Run A again with one change", CURRENT)
 HIGHLIGHT = "background-color: #fde0c5; font-weight: 600"  # a setting that differs
 
@@ -260,44 +250,6 @@ def settings_section(a: Trace, b: Trace) -> None:
                + ".")
 
 
-def _piece(trace: Trace, index: int) -> str:
-    if index >= len(trace.steps):
-        return "nothing (the run had ended)"
-    step = trace.steps[index]
-    return f"“{visible(piece_text(step.piece))}” (p = {step.chosen_prob:.3f})"
-
-
-def tokens_section(a: Trace, b: Trace) -> None:
-    st.subheader("Tokens")
-    diff = token_diff(a, b)
-    if diff.answer is None:
-        st.success(f"Identical answers: the same {diff.answer_lengths[0]} tokens, in the same "
-                   "order.", icon=":material/check_circle:")
-        if a.settings.kv_cache != b.settings.kv_cache and a.settings.greedy and b.settings.greedy:
-            st.caption("As it must be: the KV cache only saves recomputing the keys and values "
-                       "of earlier tokens; greedy decoding then picks the same token either way.")
-    else:
-        i = diff.answer
-        before = (f"The first {i} tokens are the same." if i else "They differ from the first "
-                  "token on.")
-        st.warning(f"The answers first differ at answer token {i} (outlined in red below): run A "
-                   f"produced {plain(_piece(a, i))}, run B {plain(_piece(b, i))}. {before}",
-                   icon=":material/difference:")
-    for name, trace in (("A", a), ("B", b)):
-        st.markdown(f"**Run {name}** · {len(trace.steps)} answer tokens, ended: "
-                    f"{trace.stop_reason}")
-        st.markdown(answer_chips_html(trace, diff.answer), unsafe_allow_html=True)
-    same = diff.prompt is None
-    with st.expander(f"Prompt tokens: {'the same' if same else 'different'} "
-                     f"({diff.prompt_lengths[0]} and {diff.prompt_lengths[1]} tokens)",
-                     expanded=not same):
-        if not same:
-            st.caption(f"First difference at prompt token {diff.prompt} (outlined in red).")
-        for name, trace in (("A", a), ("B", b)):
-            st.markdown(f"**Run {name}**")
-            st.markdown(prompt_chips_html(trace, diff.prompt), unsafe_allow_html=True)
-
-
 _FORMAT = {"ms": duration, "tok/s": rate, "B": size, "tokens": count}
 
 
@@ -328,49 +280,6 @@ def numbers_section(a: Trace, b: Trace) -> None:
     if a.device != b.device or a.machine != b.machine:
         st.caption("Times are each run's own measurements: runs recorded on another machine, or "
                    "while it was busy, differ for reasons of their own.")
-
-
-def attention_section(a: Trace, b: Trace) -> None:
-    st.subheader("The same attention head in both")
-    pair = attention_pair(a, b)
-    if not pair.available:
-        st.info(pair.note)
-        return
-    c1, c2, c3 = st.columns([1, 1, 2])
-    for key, options in ((COMPARE_LAYER, pair.layers), (COMPARE_HEAD, range(pair.heads))):
-        if st.session_state.get(key) not in options:
-            st.session_state.pop(key, None)
-    layer = c1.selectbox("Layer", pair.layers, key=COMPARE_LAYER)
-    head = c2.selectbox("Head", range(pair.heads), key=COMPARE_HEAD)
-    rows = c3.radio("Rows", ["prompt (prefill)", "prompt + generated (decode rows)"],
-                    horizontal=True, key="compare_rows")
-    if pair.note:
-        st.caption(pair.note)
-    shown = []
-    for name, trace in (("A", a), ("B", b)):
-        weights = memo(f"compare_attn_{name}", (trace, layer), lambda t=trace: full_attention(t, layer))
-        labels = sequence_labels(trace)
-        n = len(trace.prompt_token_ids) if rows.startswith("prompt (") else len(labels)
-        shown.append((weights[head, :n, :n], labels[:n]))
-    (wa, la), (wb, lb) = shown
-    (ma, na, block_a), (mb, nb, block_b) = downsample(wa, la, LIMIT), downsample(wb, lb, LIMIT)
-    figs = heatmap_pair(ma, na, mb, nb, f"run A · layer {layer}, head {head}",
-                        f"run B · layer {layer}, head {head}")
-    for col, fig, name in zip(st.columns(2), figs, "AB"):
-        with col:
-            show_chart(fig, key=f"compare_heatmap_{name}")
-    if max(block_a, block_b) > 1:
-        st.caption(f"Long runs are shown as blocks of up to {max(block_a, block_b)}×"
-                   f"{max(block_a, block_b)} tokens (mean weight per block).")
-    same = min(same_input_rows(a, b), wa.shape[0], wb.shape[0])
-    largest = largest_difference(wa[:same, :same], wb[:same, :same]) if same else None
-    if largest is None:
-        st.caption("The two runs read different tokens from the first position on: compare the "
-                   "maps' patterns, not cell by cell. One colour scale for both.")
-    else:
-        st.caption(f"Over the first {same} positions, where both runs read the same tokens, the "
-                   f"largest difference in any weight is max |B − A| = {largest:.2g} (weights are "
-                   "recorded in float16, about 3 significant digits). One colour scale for both.")
 
 
 header()

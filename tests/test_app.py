@@ -16,7 +16,7 @@ pytestmark = pytest.mark.real_model  # every test here runs the app with the def
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = ["pages/generate.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py",
          "pages/timing.py", "pages/kvcache.py", "pages/steps.py", "pages/story.py",
-         "pages/compare.py"]
+         "pages/compare.py", "pages/whatif.py"]
 
 
 def fresh(monkeypatch=None, hosted: bool = False) -> AppTest:

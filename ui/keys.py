@@ -23,7 +23,6 @@ MODEL_VIEW = "model_view"  # the model view chart: its selection opens a layer a
 # Compare runs (run A's choice is a kept value)
 COMPARE_A = "compare_a"
 COMPARE_UPLOAD = "compare_upload"
-COMPARE_LAYER, COMPARE_HEAD = "compare_layer", "compare_head"  # kept only while the run has them
 
 # Step by step
 STORY_STAGE = "story_stage"  # the stage picker

@@ -22,7 +22,7 @@ from ui.state import AppState, live_states
 def holdings(state: AppState) -> tuple[Any, ...]:
     """What a session's state holds that can be large (not its model: the model store's)."""
     return (state.run.trace, state.run.pending, state.experiments, state.compare.b, state.serving,
-            state.remote, state.memos)
+            state.remote, state.whatif, state.page.branch_caches, state.memos)
 
 
 def live_bytes() -> int:

@@ -22,7 +22,7 @@ from engine import Trace
 from engine.experiments import Experiments
 from ui import keys, shared
 from ui.clients import current_client
-from ui.results import RemoteResults
+from ui.results import RemoteResults, WhatIfResults
 from ui.sessions import new_token
 from ui.state import AppState, app_state, serving_results
 
@@ -54,6 +54,7 @@ KEPT: dict[str, Put] = {
     "opened_example": _set("run", "example"),
     "serving": _set(None, "serving"),
     "serving_engine": _set(None, "remote"),
+    "whatif": _set(None, "whatif"),
 }
 
 
@@ -160,3 +161,10 @@ def keep_remote(**changes: Any) -> RemoteResults:
     _keep("serving_engine", found)
     return found
 
+
+
+def keep_whatif(**changes: Any) -> WhatIfResults:
+    """Replace some of the What if page's results; returns them."""
+    found = replace(app_state().whatif, **changes)
+    _keep("whatif", found)
+    return found

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from engine import Trace
 from engine.remote.compare import Agreement
 from engine.remote.record import LoadRun
 from engine.serving.record import ServingRun
 from engine.serving.speculative import SpeculationComparison
+from engine.whatif.ablate import AblationResult
+from engine.whatif.patch import PatchResult
 
 # One sample of the speculative-decoding comparison: its title, the output's token pieces, and
 # the measured comparison.
@@ -48,3 +53,40 @@ class RemoteResults:
     local_name: str = ""
     agreement: tuple[Agreement, ...] = ()
     local_share: float | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HeadSweep:
+    """Which heads matter: (L, H) KL of the next token with each head off alone (NaN: a layer
+    not swept), on `prompt`, zero or mean ablation, in `seconds`."""
+
+    kl: np.ndarray
+    prompt: str
+    mean: bool
+    seconds: float
+    complete: bool  # every asked layer was swept (not stopped by the per-click budget)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Patching:
+    """An activation-patching sweep with the pieces its chart labels positions with."""
+
+    result: PatchResult
+    clean_pieces: tuple[str, ...]
+    corrupt_pieces: tuple[str, ...]
+    clean_answer: str
+    corrupt_answer: str
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WhatIfResults:
+    """The What if page's results: the branch tree (`tree[0]` the run branched from, then each
+    branch, `parents[i]` the index it branched from, −1 for the run), the last ablation and head
+    sweep, and the last patching sweep."""
+
+    tree: tuple[Trace, ...] = ()
+    parents: tuple[int, ...] = ()
+    ablation: AblationResult | None = None
+    sweep: HeadSweep | None = None
+    patching: Patching | None = None

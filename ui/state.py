@@ -20,7 +20,7 @@ from engine import GenerationSettings, LoadedModel, Trace
 from engine.experiments import Experiments
 from engine.serving.record import ServingRun
 from ui.link_params import OpenedLink, Published
-from ui.results import RemoteResults, ServingResults
+from ui.results import RemoteResults, ServingResults, WhatIfResults
 from ui.session_model import SessionModel
 
 APP_STATE = "app_state"  # the session-state key the whole AppState lives under
@@ -84,6 +84,8 @@ class PageState:
     follows: tuple[Trace | None] | None = None  # Embeddings: the trace the token picker follows
     story_at: int = 0  # Step by step: the stage shown, kept while the visitor is on other pages
     opened_files: dict[str, str] = field(default_factory=dict)  # uploader key → file id opened
+    branch_caches: dict[int, Any] = field(default_factory=dict)  # What if: tree node → KVSnapshot
+    whatif_rebuilt: tuple[int, float] | None = None  # What if: the root cache's rebuild (positions, ms)
 
 
 @dataclass(slots=True, eq=False, weakref_slot=True)
@@ -97,6 +99,7 @@ class AppState:
     compare: CompareRuns = field(default_factory=CompareRuns)
     serving: ServingResults = field(default_factory=ServingResults)
     remote: RemoteResults = field(default_factory=RemoteResults)
+    whatif: WhatIfResults = field(default_factory=WhatIfResults)
     links: LinkState = field(default_factory=LinkState)
     view: ViewState = field(default_factory=ViewState)
     page: PageState = field(default_factory=PageState)
@@ -201,3 +204,7 @@ def last_serving_run() -> tuple[str, ServingRun] | None:
 
 def remote_results() -> RemoteResults:
     return app_state().remote
+
+
+def whatif_results() -> WhatIfResults:
+    return app_state().whatif

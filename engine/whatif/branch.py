@@ -188,6 +188,16 @@ def branch(lm: LoadedModel, parent: Trace, at: int, token: int, snapshot: KVSnap
     return Branched(replace(found, branch=record), KVSnapshot.of(cache))
 
 
+def single_token(lm: LoadedModel, text: str) -> int:
+    """The id of `text` if it is exactly one token of the vocabulary (InputError otherwise)."""
+    ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        pieces = lm.tokenizer.convert_ids_to_tokens(ids)
+        raise InputError(f"“{text}” is {len(ids)} tokens ({', '.join(pieces) or 'none'}), not "
+                         "one: type a single token, or pick a candidate")
+    return int(ids[0])
+
+
 def greedy_settings(new_tokens: int, chat: bool) -> GenerationSettings:
     """What the CLI's runs use: greedy, torch, attention not recorded."""
     return GenerationSettings(max_new_tokens=new_tokens, temperature=0.0, chat_template=chat,

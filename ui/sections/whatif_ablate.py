@@ -1,0 +1,176 @@
+"""What if's "Switch heads off": zero (or mean-ablate) heads of a layer and/or its MLP, re-run the
+prompt, and compare the next-token distribution, the text and the attention; then sweep every
+head to see which ones matter (engine/whatif/ablate.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from charts.tokens import shown_piece
+from charts.whatif import sweep_heatmap
+from engine import Trace
+from engine.forward import prepare_prompt
+from engine.whatif.ablate import Ablation, ablate, head_sweep
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.record import keep_new_trace, keep_whatif
+from ui.results import HeadSweep
+from ui.sections.two_runs import attention_section, tokens_section
+from ui.session_model import SessionModel
+from ui.state import current_trace, generation_settings, whatif_results
+from ui.tables import show_table
+from ui.text import plain
+
+DEFAULT_PROMPT = "The Eiffel Tower is in the city of"
+NEW_TOKENS = 16  # the greedy text compared both ways
+
+
+def _prompt(lm_name: str) -> tuple[str, bool]:
+    """The current run's prompt and chat setting (on its model), else the example's, raw."""
+    trace = current_trace()
+    if trace is not None and trace.model.name == lm_name:
+        return trace.prompt, trace.settings.chat_template
+    return DEFAULT_PROMPT, False
+
+
+def ablation_form(model: SessionModel) -> None:
+    spec = model.lm.spec
+    prompt, chat = _prompt(spec.name)
+    with st.form("ablate_form", border=False):
+        text = st.text_area("Prompt", prompt, height=80, key="ablate_prompt", max_chars=2000)
+        c1, c2, c3 = st.columns([1, 2, 1])
+        layer = c1.selectbox("Layer", range(spec.layers), index=min(5, spec.layers - 1))
+        heads = c2.multiselect("Heads to switch off", range(spec.heads), default=[0],
+                               help=f"Any of the layer's {spec.heads} query heads.")
+        mlp = c3.checkbox("Its MLP too", help="Zero the layer's MLP output as well.")
+        c4, c5 = st.columns(2)
+        mean = c4.toggle("Mean instead of zero", help="Set each head's output to its mean over "
+                         "the prompt's positions: the head still adds its average, not what "
+                         "it read here.")
+        chat = c5.toggle("Chat template", chat, key="ablate_chat")
+        go = st.form_submit_button("Switch off and re-run", type="primary",
+                                   icon=":material/power_settings_new:")
+    if not go:
+        return
+    if not heads and not mlp:
+        st.error("Nothing to switch off: pick heads, the MLP, or both.")
+        return
+    settings = replace(generation_settings(), chat_template=chat)
+
+    def work(job: Job):
+        job.progress(0.2, "Running the prompt with and without them…")
+        return ablate(model.lm, text, Ablation(layer, tuple(sorted(heads)), mlp, mean),
+                      settings, NEW_TOKENS, model.weights)
+
+    run_experiment(work, progress="Switching off…", cut=False,
+                   keep=lambda found: keep_whatif(ablation=found))
+
+
+def ablation_result(model: SessionModel | None) -> None:
+    found = whatif_results().ablation
+    if found is None:
+        return
+    a = found.ablation
+    st.markdown(f"**{plain(a.describe())}** on “{plain(found.baseline_run.prompt[:80])}”")
+    c1, c2 = st.columns(2)
+    c1.metric("KL(before ‖ after), next token", f"{found.kl:.4g} nats",
+              help="Σ p·log(p/q) over the vocabulary: 0 = the same distribution.")
+    c2.metric("Top-1 token", "changed" if found.top1_changed else "unchanged")
+    names = ("with every head", "switched off")
+    ids = list(dict.fromkeys([d["id"] for d in found.top(found.baseline)]
+                             + [d["id"] for d in found.top(found.ablated)]))
+    pieces = _pieces(found.baseline_run, found.ablated_run)
+    rows = [{"token": shown_piece(pieces.get(i, f"#{i}")), "before": float(found.baseline[i]),
+             "after": float(found.ablated[i])} for i in ids]
+    rows.sort(key=lambda r: -max(r["before"], r["after"]))
+    show_table(pd.DataFrame(rows), hide_index=True, column_config={
+        "before": st.column_config.NumberColumn("p before", format="%.4f"),
+        "after": st.column_config.NumberColumn("p after", format="%.4f")})
+    st.caption(f"The next token's 10 most probable before and after, together ({len(rows)} "
+               f"tokens); greedy text both ways over {NEW_TOKENS} tokens below.")
+    tokens_section(found.baseline_run, found.ablated_run, names, title="Text both ways")
+    if found.ablated_run.attention_layers:
+        attention_section(found.baseline_run, found.ablated_run, names, prefix="ablate")
+        if st.button("Open the ablated run on every page", icon=":material/open_in_new:"):
+            keep_new_trace(found.ablated_run)
+            st.success("The ablated run is now the run every page shows.")
+    else:
+        st.caption("Turn on Record attention in the sidebar to see the attention of both runs.")
+
+
+def _pieces(*runs: Trace) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for run in runs:
+        for step in run.steps:
+            found.update(zip(step.top_ids.tolist(), step.top_pieces))
+    return found
+
+
+def sweep_form(model: SessionModel) -> None:
+    spec = model.lm.spec
+    prompt, chat = _prompt(spec.name)
+    st.subheader("Which heads matter")
+    st.caption("Each head switched off alone, one at a time: how far the next token's "
+               "distribution moves (KL, nats). One forward per layer — a batch with one copy "
+               "of the prompt per head, copy h with head h off.")
+    with st.form("sweep_form", border=False):
+        c1, c2, c3 = st.columns([2, 1, 1])
+        scope = c1.radio("Heads", ["one layer", "every layer"], horizontal=True,
+                         help=f"Every layer: {spec.layers} × {spec.heads} heads.")
+        layer = c2.selectbox("Layer", range(spec.layers), index=min(5, spec.layers - 1),
+                             key="sweep_layer")
+        mean = c3.toggle("Mean instead of zero", key="sweep_mean")
+        go = st.form_submit_button("Which heads matter?", icon=":material/grid_view:")
+    if not go:
+        return
+    layers = list(range(spec.layers)) if scope == "every layer" else [layer]
+
+    def work(job: Job) -> HeadSweep:
+        ids = prepare_prompt(model.lm.tokenizer, prompt, chat)
+        start = time.perf_counter()
+        kl = head_sweep(model.lm, ids, layers, mean, say=job.say, stop=job.stop.is_set)
+        done = all(np.isfinite(kl[k]).all() for k in layers)
+        return HeadSweep(kl, prompt, mean, time.perf_counter() - start, done)
+
+    run_experiment(work, progress="Switching heads off one at a time…",
+                   cut=lambda found: not found.complete,
+                   keep=lambda found: keep_whatif(sweep=found))
+
+
+def sweep_result() -> None:
+    found = whatif_results().sweep
+    if found is None:
+        return
+    show_chart(sweep_heatmap(found.kl), name="heads that matter")
+    finite = np.where(np.isfinite(found.kl), found.kl, -1)
+    top = np.dstack(np.unravel_index(np.argsort(-finite, axis=None)[:3], finite.shape))[0]
+    best = ", ".join(f"layer {int(k)} head {int(h)} ({finite[k, h]:.3g} nats)" for k, h in top
+                     if finite[k, h] >= 0)
+    swept = int(np.isfinite(found.kl).all(axis=1).sum())
+    st.caption(plain(f"On “{found.prompt[:80]}”, {'mean' if found.mean else 'zero'} ablation, "
+                     f"{swept} layer{'s' if swept != 1 else ''} swept in {found.seconds:.1f} s. "
+                     f"The heads that move it most: {best}. KL = Σ p·log(p/q) of the next "
+                     "token, p with every head, q with that head off."))
+
+
+def ablate_section(model: SessionModel | None) -> None:
+    st.caption("Switch some of a layer's heads (or its MLP) off and run the prompt again: a "
+               "head's output is zeroed before the output projection, at every position. What "
+               "changes tells what it did here.")
+    if model is None:
+        st.info("Switching heads off runs the model: load it in the sidebar.")
+    else:
+        ablation_form(model)
+    ablation_result(model)
+    if model is not None:
+        sweep_form(model)
+    sweep_result()
+    if config().hosted:
+        st.caption("Hosted demo: a sweep stops at the per-click time limit; what was measured is "
+                   "shown.")
