@@ -199,7 +199,7 @@ PAGES = [
     st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
     st.Page("pages/whatif.py", title="What if", icon=":material/call_split:"),
 ]
-page = st.navigation(PAGES, position=navigation_position())  # presenting: the sidebar is hidden
+page = st.navigation(PAGES, position=navigation_position(), expanded=True)  # presenting: hidden
 present_navigation(PAGES)  # and the pages are a row of links at the top
 set_page_title(page.title)
 sidebar_model()

@@ -91,7 +91,6 @@ def probability_chart(a: Trace, b: Trace, names: tuple[str, str]) -> go.Figure:
         fig.add_vline(x=first, line={"color": "#d62728", "dash": "dash", "width": 2},
                       annotation_text="first difference", annotation_position="top right")
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      title="Probability of each chosen token",
                       legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"})
     fig.update_xaxes(title_text="generated token (0 = the first)", rangemode="tozero")
     fig.update_yaxes(title_text="probability", range=[0, 1.05])

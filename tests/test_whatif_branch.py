@@ -23,7 +23,8 @@ N = 12
 
 @pytest.fixture(scope="module")
 def parent(lm):
-    settings = replace(greedy_settings(N, True), record_attention=True, attention_layers=(0, 5))
+    settings = replace(greedy_settings(N, True), record_attention=True, attention_layers=(0, 5),
+                       decoder="native")  # a branch may then run on the native step
     return Run(lm, PROMPT, settings).run_all()
 
 
@@ -87,3 +88,22 @@ def test_a_branch_file_keeps_its_origin_and_a_forged_one_is_refused(lm, parent):
                    replace(found.branch, reused_tokens=10**6)):
         with pytest.raises(TraceFormatError):
             read_trace_file(io.BytesIO(trace_to_bytes(replace(found, branch=forged))))
+
+
+def test_on_the_native_step_a_branch_loads_the_reused_positions_and_matches_torch(lm, parent):
+    from engine.models import native_decoder
+
+    native = native_decoder(lm, max_tokens=128)
+    snapshot, _ = run_snapshot(lm, parent)
+    at, token = 3, int(parent.steps[3].top_ids[1])
+    in_torch = branch(lm, parent, at, token, snapshot)
+    native_run = branch(lm, parent, at, token, snapshot, native=native)
+    trace, b = native_run.trace, native_run.trace.branch
+    assert trace.decoder.name == "native" and in_torch.trace.decoder.name == "torch"
+    assert trace.output_token_ids == in_torch.trace.output_token_ids and b.same_as_rerun
+    assert b.reused_tokens == len(parent.prompt_token_ids) + at
+    own, ref = native_run.snapshot, in_torch.snapshot  # copied out of the shared native cache
+    assert own.positions == ref.positions
+    assert max(float((x - y).abs().max()) for x, y in zip(own.keys, ref.keys)) < 1e-3
+    step = trace.steps[at + 1]  # recorded by the native step as any run's step
+    assert step.attention.shape == (2, lm.spec.heads, 1, len(parent.prompt_token_ids) + at + 1)

@@ -59,7 +59,8 @@ def test_a_branch_of_the_branch_and_opening_it_on_every_page(branched):
     assert state.whatif.parents == (-1, 0, 1)
     second = state.whatif.tree[2]
     assert second.branch.parent_tokens == state.whatif.tree[1].output_token_ids
-    _button(at, "Open branch 2 on every page").click().run()
+    at.selectbox(key="whatif_b").set_value(2).run()
+    _button(at, "Open on every page").click().run()
     assert state.run.trace is second and len(state.whatif.tree) == 3  # the tree stays
     back = read_trace_file(io.BytesIO(trace_to_bytes(second))).trace
     assert back.branch == second.branch

@@ -114,15 +114,18 @@ def branch_point(lm: LoadedModel, parent: Trace, at: int, token: int,
 
 class BranchRun(Run):
     """A Run that starts with its parent's steps up to the branch point (`point`: step K) and a
-    cache of `reuse` positions (P + K: a branch; 0: the same branch recomputed), then decodes in
-    torch as any run does, recording the same things."""
+    cache of `reuse` positions (P + K: a branch; 0: the same branch recomputed), then decodes as
+    any run does — on the native step when one is given and fits (its cache is loaded with the
+    reused positions: no prefill), else in torch — recording the same things."""
 
     def __init__(self, lm: LoadedModel, parent: Trace, point: Step,
                  snapshot: KVSnapshot | None, reuse: int, weights: str | None = None,
-                 stop_event: Any = None, new_tokens: int | None = None) -> None:
+                 stop_event: Any = None, new_tokens: int | None = None,
+                 native: Any = None) -> None:
         settings = replace(parent.settings, kv_cache=True,
                            max_new_tokens=new_tokens or parent.settings.max_new_tokens)
-        super().__init__(lm, parent.prompt, settings, stop_event, native_problem=BRANCH_REASON,
+        super().__init__(lm, parent.prompt, settings, stop_event, native=native,
+                         native_problem=None if native is not None else BRANCH_REASON,
                          weights=weights)
         if tuple(self.prompt_ids) != parent.prompt_token_ids:
             raise InputError("this model tokenizes the run's prompt differently: branch it on "
@@ -136,14 +139,41 @@ class BranchRun(Run):
         loop = super()._start()
         kept = [s.token_id for s in self.steps]
         loop.sequence = torch.tensor([[*self.prompt_ids, *kept]], device=loop.device)
-        cache = (self._snapshot.restore(loop.model.config, self._reuse)
-                 if self._snapshot is not None and self._reuse else
-                 DynamicCache(config=loop.model.config))
-        loop.cache = cache
+        loop.cache = (self._snapshot.restore(loop.model.config, self._reuse)
+                      if self._snapshot is not None and self._reuse else
+                      DynamicCache(config=loop.model.config))
         for token in kept:
             loop.detok.push(token)
         self.loop = loop
         return loop
+
+    def _forward(self, loop: _Loop, i: int
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The first step after the branch point, with the native step: the positions the
+        reused cache lacks run in torch (none in a branch but its new token, which the native
+        step feeds; prompt + prefix + token in a re-run), then the native cache takes over."""
+        if self.native is None or loop.cache is None:
+            return super()._forward(loop, i)
+        cache, loop.cache = loop.cache, None
+        held = cache.get_seq_length()
+        if loop.sequence.shape[1] - held > 1:  # a re-run: the prefill of everything so far
+            out = decode_one_token(loop.model, loop.sequence[:, held:], cache,
+                                   self.settings.record_hidden)
+            self.native.load_prefix(cache, loop.sequence.shape[1])
+            return (*out, None)
+        self.native.load_prefix(cache, held)
+        return super()._forward(loop, i)
+
+    def snapshot(self) -> KVSnapshot:
+        """This run's keys and values as it ends: prompt + every token but the last."""
+        n = len(self.prompt_ids) + len(self.steps) - 1
+        if self.loop is not None and self.loop.cache is not None:
+            return KVSnapshot.of(self.loop.cache)
+        if self.loop is not None and self.native is not None:  # shared: copied out now
+            return KVSnapshot(tuple(k[None, :, :n].clone() for k in self.native.keys),
+                              tuple(v[None, :, :n].clone() for v in self.native.values))
+        assert self._snapshot is not None
+        return KVSnapshot.of(self._snapshot.restore(self.lm.model.config, n))
 
     def _steps(self):  # type: ignore[no-untyped-def]
         last = self.steps[-1]
@@ -165,27 +195,28 @@ class Branched:
 
 
 def branch(lm: LoadedModel, parent: Trace, at: int, token: int, snapshot: KVSnapshot,
-           weights: str | None = None, stop_event: Any = None) -> Branched:
+           weights: str | None = None, stop_event: Any = None, native: Any = None) -> Branched:
     """`parent` with its token `at` replaced by `token`, continued as the parent's settings ask,
     from `snapshot` (the parent's cache: `run_snapshot`, or a branch's own); the same branch is
-    then recomputed from nothing to time the difference."""
+    then recomputed from nothing, on the same decoder, to time the difference. `native`: the
+    native decoder for `lm`'s weights (or a function building it), as a Run takes it."""
     check_branch_point(parent, at, token)
     start = clock_ms(lm.device)
     point, extra = branch_point(lm, parent, at, token, snapshot)
     reuse = len(parent.prompt_token_ids) + at  # positions P + K
-    run = BranchRun(lm, parent, point, snapshot, reuse, weights, stop_event)
+    run = BranchRun(lm, parent, point, snapshot, reuse, weights, stop_event, native=native)
     found = run.run_all()
     branch_ms = clock_ms(lm.device) - start
+    own = run.snapshot()  # before the re-run overwrites a shared native cache
     cut = len(found.steps) if found.stop_reason == "stopped" else None  # as far as it got
     start = clock_ms(lm.device)
-    again = BranchRun(lm, parent, point, None, 0, weights, new_tokens=cut).run_all()
+    again = BranchRun(lm, parent, point, None, 0, weights, new_tokens=cut,
+                      native=run.native).run_all()
     rerun_ms = clock_ms(lm.device) - start
     computed = len(found.steps) - at - 1 + extra  # one forward per step after the point
     record = BranchOf(at, token, parent.output_token_ids, reuse, computed, branch_ms, rerun_ms,
                       again.output_token_ids == found.output_token_ids)
-    cache = (run.loop.cache if run.loop is not None and run.loop.cache is not None
-             else snapshot.restore(lm.model.config, reuse))  # no step ran after the point
-    return Branched(replace(found, branch=record), KVSnapshot.of(cache))
+    return Branched(replace(found, branch=record), own)
 
 
 def single_token(lm: LoadedModel, text: str) -> int:

@@ -68,8 +68,13 @@ def ablation_form(model: SessionModel) -> None:
         return ablate(model.lm, text, Ablation(layer, tuple(sorted(heads)), mlp, mean),
                       settings, NEW_TOKENS, model.weights)
 
-    run_experiment(work, progress="Switching off…", cut=False,
-                   keep=lambda found: keep_whatif(ablation=found))
+    def keep(found) -> None:  # the attention compared first: a layer the ablation changed
+        keep_whatif(ablation=found)
+        after = [k for k in found.ablated_run.attention_layers if k > layer]
+        if after:
+            st.session_state["ablate_layer"] = after[0]
+
+    run_experiment(work, progress="Switching off…", cut=False, keep=keep)
 
 
 def ablation_result(model: SessionModel | None) -> None:
@@ -97,7 +102,8 @@ def ablation_result(model: SessionModel | None) -> None:
     tokens_section(found.baseline_run, found.ablated_run, names, title="Text both ways")
     if found.ablated_run.attention_layers:
         attention_section(found.baseline_run, found.ablated_run, names, prefix="ablate")
-        if st.button("Open the ablated run on every page", icon=":material/open_in_new:"):
+        if st.button("Open the ablated run on every page", icon=":material/open_in_new:",
+                     key="ablate_open"):
             keep_new_trace(found.ablated_run)
             st.success("The ablated run is now the run every page shows.")
     else:

@@ -70,7 +70,9 @@ def _branch(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int, ..
             rebuilt = (snapshot.positions, ms)
         job.progress(0.3, f"Branching at token {at}: reusing {len(node.prompt_token_ids) + at} "
                           "cached positions, then timing a full re-run of the same branch…")
-        return branch(lm, node, at, token, snapshot, model.weights, job.stop), snapshot, rebuilt
+        found = branch(lm, node, at, token, snapshot, model.weights, job.stop,
+                       native=model.run_options()["native"])
+        return found, snapshot, rebuilt
 
     done = run_experiment(work, progress="Branching…", cut=False)
     if done is None:
@@ -89,7 +91,7 @@ def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int
         st.session_state[FROM] = len(tree) - 1
     c1, c2 = st.columns([1, 1])
     index = c1.selectbox("Branch from", range(len(tree)),
-                         format_func=lambda i: plain(node_label(tree, i)), key=FROM)
+                         format_func=lambda i: node_label(tree, i), key=FROM)
     node = tree[index]
     if not node.steps:
         st.info("This run has no generated token to change.")
@@ -97,8 +99,8 @@ def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int
     if st.session_state.get(AT) not in range(len(node.steps)):
         st.session_state[AT] = min(2, len(node.steps) - 1)
     at = c2.selectbox("Token to change", range(len(node.steps)), key=AT,
-                      format_func=lambda i: plain(f"{i}: {shown_piece(node.steps[i].piece)} "
-                                                  f"(p = {node.steps[i].chosen_prob:.3f})"),
+                      format_func=lambda i: f"{i}: {shown_piece(node.steps[i].piece)} "
+                                            f"(p = {node.steps[i].chosen_prob:.3f})",
                       help="The generated tokens of this run, in order (0 = the first). "
                            "Everything before it is kept; the tokens after it are the model's "
                            "again.")
@@ -168,18 +170,21 @@ def side_by_side(tree: tuple[Trace, ...]) -> None:
             st.session_state[key] = default
     c1, c2, c3 = st.columns([2, 2, 1])
     a = c1.selectbox("First", range(len(tree)), key=PAIR_A,
-                     format_func=lambda i: plain(node_label(tree, i)))
+                     format_func=lambda i: node_label(tree, i))
     b = c2.selectbox("Second", range(len(tree)), key=PAIR_B,
-                     format_func=lambda i: plain(node_label(tree, i)))
+                     format_func=lambda i: node_label(tree, i))
     names = (node_label(tree, a).split(" · ")[0], node_label(tree, b).split(" · ")[0])
-    if c3.button(f"Open {names[1]} on every page", icon=":material/open_in_new:",
-                 help="Makes it the session's run: every page shows it, and share and "
+    c3.write("")  # level with the selectors
+    if c3.button("Open on every page", icon=":material/open_in_new:", key="whatif_open",
+                 help=f"Makes {names[1]} the session's run: every page shows it, and share and "
                       "download include it with where it branched."):
         keep_new_trace(tree[b])
         st.success(plain(f"{names[1][:1].upper()}{names[1][1:]} is now the run every page "
                          "shows."))
     tokens_section(tree[a], tree[b], names, title="Tokens")
-    show_chart(probability_chart(tree[a], tree[b], names), key="whatif_probs")
+    st.markdown("**Probability of each chosen token**")
+    show_chart(probability_chart(tree[a], tree[b], names), key="whatif_probs",
+               name="probability of each chosen token")
     attention_section(tree[a], tree[b], names, prefix="whatif")
 
 

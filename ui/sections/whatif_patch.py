@@ -73,9 +73,9 @@ def patch_result() -> None:
     if found is None:
         return
     r = found.result
-    st.markdown(plain(f"Clean answer **{shown_piece(found.clean_answer)}** (logit difference "
-                      f"{r.clean_diff:+.2f}); corrupted answer "
-                      f"**{shown_piece(found.corrupt_answer)}** ({r.corrupt_diff:+.2f})."))
+    st.markdown(f"Clean answer **{plain(shown_piece(found.clean_answer))}** (logit difference "
+                f"{r.clean_diff:+.2f}); corrupted answer "
+                f"**{plain(shown_piece(found.corrupt_answer))}** ({r.corrupt_diff:+.2f}).")
     if r.clean_token == r.corrupt_token:
         st.warning("Both prompts give the same answer: there is nothing for patching to bring "
                    "back. Change the corrupted prompt so that its answer differs.")
