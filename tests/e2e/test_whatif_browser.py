@@ -74,7 +74,7 @@ def test_switching_a_head_off_and_the_sweep(page):
 def test_patching_draws_its_grid_with_token_labels_at_1440_and_390(page):
     tab(page, "Patch activations")
     page.get_by_role("button", name="Patch every layer and position").click()
-    page.get_by_text("Clean answer").wait_for(timeout=180_000)
+    page.get_by_text("Cell (l, p)").wait_for(timeout=180_000)  # the result's caption
     wait_for_app(page)
     no_exception(page)
     page.wait_for_timeout(800)

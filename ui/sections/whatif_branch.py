@@ -11,7 +11,7 @@ from charts.formatting import duration
 from charts.tokens import shown_piece
 from charts.whatif import node_label, probability_chart, tree_dot
 from engine import EngineError, Trace
-from engine.whatif.branch import BRANCH_REASON, branch, run_snapshot, single_token
+from engine.whatif.branch import branch, run_snapshot, single_token
 from ui.common import disturbance_warning, no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
@@ -149,11 +149,12 @@ def last_branch(tree: tuple[Trace, ...]) -> None:
               delta_color="normal" if b.saved_ms >= 0 else "inverse",
               help="The same branch recomputed from nothing: a prefill of prompt + prefix + "
                    "the new token, then the same decode steps, recorded alike.")
+    decoder = b_trace.decoder.label if b_trace.decoder is not None else "torch eager"
     same = ("both chose the same tokens" if b.same_as_rerun else "the two chose different "
             "tokens (float rounding differs between a prefill and single steps)")
     st.caption(f"Reused = prompt ({len(b_trace.prompt_token_ids)}) + tokens before the branch "
                f"point ({b.at}). Both timings are wall-clock on this machine, measured one after "
-               f"the other; {same}. Decoded in torch: {BRANCH_REASON}.")
+               f"the other, on the same decoder ({decoder}); {same}.")
     rebuilt = app_state().page.whatif_rebuilt
     if rebuilt is not None:
         st.caption(f"Before its first branch, the run's KV cache was rebuilt once with one "
