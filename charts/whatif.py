@@ -49,13 +49,16 @@ def _piece_of(trace: Trace, token: int) -> str:
     return f"#{token}"
 
 
-def tree_dot(tree: Sequence[Trace], parents: Sequence[int], selected: Sequence[int] = ()) -> str:
+def tree_dot(tree: Sequence[Trace], parents: Sequence[int], selected: Sequence[int] = (),
+             font: int = 14) -> str:
     """The branch tree as Graphviz DOT, left to right: one box per run (its label and the text
     after its branch point), one arrow per branch from the run it branched; `selected` boxes
-    drawn bold."""
+    drawn bold; `font` in points (a projector's: larger; assets/style.css and present.css set
+    the same sizes, which win over the SVG's own)."""
     lines = ['digraph branches {', 'rankdir=LR; bgcolor="transparent";',
              'node [shape=box, style="rounded,filled", fillcolor="#fff1dc", color="#f1c98a", '
-             'fontname="sans-serif", fontsize=16];', 'edge [color="#888888", fontsize=14];']
+             f'fontname="sans-serif", fontsize={font}];',
+             f'edge [color="#888888", fontsize={font - 2}];']
     for i, trace in enumerate(tree):
         at = trace.branch.at if trace.branch is not None else 0
         tail = "".join(shown_piece(s.piece) for s in trace.steps[at:at + TREE_WORDS])

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from .browser import generate_and_wait, go_to, launch_chromium, wait_for_app
-from .measure import TEXT_OUTSIDE
+from .measure import TEXT_OUTSIDE, TEXT_SIZES
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +88,16 @@ def test_patching_draws_its_grid_with_token_labels_at_1440_and_390(page):
     tab(page, "Branch at a token")
     tree = page.evaluate(TREE_BOXES)
     assert tree and all(left >= tree["main"][0] - 1 for left, _ in tree["boxes"]), tree
+
+
+def test_presenting_every_tab_is_22px_with_no_chart_text_outside(page):
+    page.set_viewport_size({"width": 1920, "height": 1080})
+    page.get_by_test_id("stSidebar").get_by_text("Presentation mode").click()
+    page.locator(".st-key-present_nav").first.wait_for(timeout=60_000)
+    wait_for_app(page)
+    for name in ("Branch at a token", "Switch heads off", "Patch activations"):
+        tab(page, name)
+        page.wait_for_timeout(1000)  # plotly draws after the script run
+        sizes = page.evaluate(TEXT_SIZES)
+        assert sizes[0][0] >= 22, (name, [s for s in sizes if s[0] < 22][:10])
+        assert not page.evaluate(TEXT_OUTSIDE), name

@@ -15,6 +15,7 @@ from engine.whatif.branch import branch, run_snapshot, single_token
 from ui.common import disturbance_warning, no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
+from ui.present import presenting
 from ui.record import keep_new_trace, keep_whatif
 from ui.sections.two_runs import attention_section, tokens_section
 from ui.session_model import SessionModel
@@ -206,8 +207,8 @@ def branch_section(model: SessionModel | None) -> None:
                       "same model: load it in the sidebar."))
     else:
         branch_form(model, tree, parents)
-    st.graphviz_chart(tree_dot(tree, parents, (st.session_state.get(PAIR_A, 0),
-                                               st.session_state.get(PAIR_B, len(tree) - 1))))
+    pair = (st.session_state.get(PAIR_A, 0), st.session_state.get(PAIR_B, len(tree) - 1))
+    st.graphviz_chart(tree_dot(tree, parents, pair, font=18 if presenting() else 14))
     if len(tree) == 1:
         return
     last_branch(tree)
