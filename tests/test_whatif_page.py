@@ -13,7 +13,7 @@ from engine.files import read_trace_file
 from engine.records.tracefile import trace_to_bytes
 from ui.state import state_of
 
-from .test_app import fresh, generate
+from .test_app import PAGES, fresh, generate
 
 PAGE = "pages/whatif.py"
 
@@ -64,8 +64,10 @@ def test_a_branch_of_the_branch_and_opening_it_on_every_page(branched):
     assert state.run.trace is second and len(state.whatif.tree) == 3  # the tree stays
     back = read_trace_file(io.BytesIO(trace_to_bytes(second))).trace
     assert back.branch == second.branch
-    at.switch_page("pages/generate.py").run()
-    assert not at.exception
+    for other in PAGES:  # every page works on a branch
+        at.switch_page(other).run()
+        assert not at.exception, other
+        assert not [i.value for i in at.info if "No trace yet" in i.value], other
 
 
 def test_a_typed_token_of_two_tokens_is_one_line(branched):
@@ -103,3 +105,15 @@ def test_patching_and_prompts_of_different_lengths(branched):
     _button(at, "Patch every layer and position").click().run()
     assert any("same number of tokens" in e.value for e in at.error)
     assert state_of(at.session_state).whatif.patching is found  # the last result stays
+
+
+def test_hosted_patching_prompts_are_capped(monkeypatch):
+    at = fresh(monkeypatch, hosted=True)
+    at.run()
+    at.switch_page(PAGE).run()
+    long = "The Eiffel Tower is in the city of Paris, and the river that runs through it is"
+    at.text_input(key="patch_clean").set_value(long)
+    at.text_input(key="patch_corrupt").set_value(long.replace("Eiffel Tower", "Colosseum"))
+    _button(at, "Patch every layer and position").click().run()
+    assert not at.exception
+    assert any("up to 16" in e.value for e in at.error), [e.value for e in at.error]
