@@ -5,6 +5,7 @@ text, and the residual streams the hooks read are transformers' own hidden state
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -26,6 +27,29 @@ TEXT = ("The quick brown fox jumps over the lazy dog while the farmer counts his
         "and the sun sets slowly behind the hills.")
 
 
+@pytest.fixture
+def one_copy_per_variant(monkeypatch) -> Iterator[None]:
+    """measure_quality and measure_drift of the same variant, in one test, get the one copy
+    `apply_variant` made for the first of them (the same call on the same model: each copy of
+    the real model costs seconds); both read it only."""
+    import engine.quant.drift
+    import engine.quant.quality
+
+    real = engine.quant.quality.apply_variant
+    made: dict[tuple[int, str], tuple] = {}
+
+    def apply_variant(lm, name):
+        key = (id(lm), name)
+        if key not in made:
+            made[key] = (lm, real(lm, name))  # lm kept: its id stays its own
+        return made[key][1]
+
+    monkeypatch.setattr(engine.quant.quality, "apply_variant", apply_variant)
+    monkeypatch.setattr(engine.quant.drift, "apply_variant", apply_variant)
+    yield
+    made.clear()
+
+
 def test_float32_against_itself_drifts_nowhere(lm):
     ids = text_ids(lm, TEXT)
     study = measure_drift(lm, ["fp32"], ids, "a test text")
@@ -35,7 +59,7 @@ def test_float32_against_itself_drifts_nowhere(lm):
     assert (d.kl == 0.0).all()
 
 
-def test_the_last_layer_is_the_quality_tables_kl(lm):
+def test_the_last_layer_is_the_quality_tables_kl(lm, one_copy_per_variant):
     ids = text_ids(lm, TEXT)
     quality = measure_quality(lm, "q4_0", TEXT)
     study = measure_drift(lm, ["q4_0"], ids, "a test text", scored=slice(0, -1))
@@ -59,7 +83,7 @@ def test_the_hooks_read_transformers_own_hidden_states(lm):
     torch.testing.assert_close(lm.model.model.norm(streams[-1]), hidden[-1][0].float())
 
 
-def test_the_cli_adds_the_per_layer_drift(cli_uses_lm, tmp_path, capsys):
+def test_the_cli_adds_the_per_layer_drift(cli_uses_lm, one_copy_per_variant, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text(TEXT)
     assert main(["quality", "--weights", "fp16", "--text", str(text), "--per-layer"]) == 0
