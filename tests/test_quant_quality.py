@@ -13,7 +13,7 @@ import engine.loader
 import engine.quant.quality
 from engine.__main__ import main
 from engine.quant import VARIANT_NAMES
-from engine.quant.awq import CALIBRATION_TEXT, apply_awq, cached_search
+from engine.quant.awq import CALIBRATION_TEXT, cached_search
 from engine.quant.formats import quantize
 from engine.quant.quality import measure_quality, reference_log_probs
 from engine.quant.scheme import FORMATS
@@ -22,12 +22,30 @@ from engine.quant.variants import decoder_linears
 
 
 @pytest.fixture(scope="module")
-def results(lm):
+def measured(lm) -> tuple[dict, dict]:
+    """The results, and the awq_q4_0 copy measure_quality measured (apply_variant's, kept for
+    the re-quantization check rather than folded again: seconds on the real model)."""
     text = read_text()
     reference = reference_log_probs(lm, text_ids(lm, text))  # one float32 forward for all
-    # q4_k_m stands for the K-quant mixes (q4_k and q6_k: docs/quantization.md's numbers)
-    return {name: measure_quality(lm, name, text, reference) for name in VARIANT_NAMES
-            if name not in ("q4_k", "q6_k")}
+    real, kept = engine.quant.quality.apply_variant, {}
+
+    def apply_variant(model, name):
+        made = real(model, name)
+        if model is lm and name == "awq_q4_0":
+            kept[name] = made[0]
+        return made
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine.quant.quality, "apply_variant", apply_variant)
+        # q4_k_m stands for the K-quant mixes (q4_k and q6_k: docs/quantization.md's numbers)
+        results = {name: measure_quality(lm, name, text, reference) for name in VARIANT_NAMES
+                   if name not in ("q4_k", "q6_k")}
+    return results, kept
+
+
+@pytest.fixture(scope="module")
+def results(measured) -> dict:
+    return measured[0]
 
 
 def test_the_text_is_short_and_shipped(lm):
@@ -132,9 +150,9 @@ def test_the_search_chose_scales_and_every_group_gained(lm, results):
         assert sum(g.alpha > 0 for g in groups) > len(groups) / 2
 
 
-def test_requantizing_the_copy_is_lossless(lm, results):
+def test_requantizing_the_copy_is_lossless(lm, measured):
     """The native step re-quantizes the copy with q4_0 itself: it must get the copy's values."""
-    model, _ = apply_awq(lm, "awq_q4_0")
+    model = measured[1].pop("awq_q4_0")  # apply_awq's copy, as apply_variant returned it
     last = lm.spec.layers - 1
     for n, m in decoder_linears(model):
         if n.startswith(("model.layers.0.", f"model.layers.{last}.")):
