@@ -52,12 +52,21 @@ def exported(lm, tmp_path_factory) -> dict:
     return done
 
 
-def test_gguf_py_reads_back_every_tensor_as_written(exported, lm):
+@pytest.fixture(scope="module")
+def readers(exported) -> dict:
+    """variant → gguf-py's GGUFReader of its exported file, parsed once (the metadata's 49,152
+    tokens and their merges take seconds to parse): the read-back test's, and what
+    transformers' GGUF loader gets from `gguf.GGUFReader` for the q4_0 file (it parses a file
+    once for the config, then again for the weights). A reader only reads its memory map."""
     import gguf
 
+    return {variant: gguf.GGUFReader(path) for variant, (path, _) in exported.items()}
+
+
+def test_gguf_py_reads_back_every_tensor_as_written(exported, readers, lm):
     for variant, want_type in (("fp32", "F32"), ("q4_0", "Q4_0")):
         path, done = exported[variant]
-        reader = gguf.GGUFReader(path)
+        reader = readers[variant]
         written = {t.name: t for t in done.tensors}
         assert [t.name for t in reader.tensors] == list(written)
         assert "output.weight" not in written  # tied head: token_embd serves both
@@ -146,7 +155,7 @@ def test_the_fast_block_writer_is_engine_quants(lm):
         assert torch.equal(block_bytes(w, ggml), ggml_blocks(quantize(w, FORMATS[ggml.lower()])))
 
 
-def test_transformers_and_our_reader_run_the_q4_0_file_as_the_engines_q4_0(exported, lm,
+def test_transformers_and_our_reader_run_the_q4_0_file_as_the_engines_q4_0(exported, readers, lm,
                                                                            prompt_ids, monkeypatch):
     """transformers' GGUF loader and our reader build the same weights from the q4_0 file, decode
     the same greedy tokens, and those weights are the engine's q4_0 variant (the rounding the
@@ -163,6 +172,13 @@ def test_transformers_and_our_reader_run_the_q4_0_file_as_the_engines_q4_0(expor
     # the load); the map is a pure function of (architecture, layers), so it is built once here
     monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
     path: Path = exported["q4_0"][0]
+    parsed, real = {path.resolve(): readers["q4_0"]}, gguf.GGUFReader
+
+    def reader(file, mode="r"):  # the module's parse of the q4_0 file; any other file afresh
+        known = parsed.get(Path(file).resolve()) if mode == "r" else None
+        return known if known is not None else real(file, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", reader)
     theirs = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                   dtype=torch.float32)
     ours = load_model(str(path))
