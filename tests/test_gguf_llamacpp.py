@@ -58,7 +58,8 @@ def test_llamacpps_quantizer_writes_our_q4_k_m_byte_for_byte(exports):
 
 
 def test_llamacpp_decodes_our_float32_export_to_our_tokens(exports, lm):
-    from engine.whatif.branch import generate_cached
+    from engine.runner import Run
+    from engine.whatif.branch import greedy_settings
 
     peer = subprocess.Popen([str(PEER), str(ROOT / "bench" / "llamacpp_peer.py"),
                              str(exports["fp32"]), "2"], stdin=subprocess.PIPE,
@@ -67,7 +68,9 @@ def test_llamacpp_decodes_our_float32_export_to_our_tokens(exports, lm):
         assert json.loads(peer.stdout.readline())["ready"]
         for prompt in PROMPTS:
             ids = prepare_prompt(lm.tokenizer, prompt, True)
-            ours = generate_cached(lm, ids, 16).tokens  # stops at the end of the turn
+            run = Run(lm, prompt, greedy_settings(16, True)).run_all()  # stops at the turn's end
+            assert list(run.prompt_token_ids) == ids
+            ours = run.output_token_ids
             peer.stdin.write(json.dumps({"ids": ids, "tokens": len(ours)}) + "\n")
             peer.stdin.flush()
             assert tuple(json.loads(peer.stdout.readline())["tokens"]) == ours, prompt
