@@ -6,23 +6,21 @@ boxes inside the page."""
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import sync_playwright
 
-from .browser import generate_and_wait, go_to, launch_chromium, wait_for_app
+from .browser import generate_and_wait, go_to, wait_for_app
 from .measure import TEXT_OUTSIDE, TEXT_SIZES
 
 
 @pytest.fixture(scope="module")
-def page(url):
-    with sync_playwright() as pw:
-        chromium = launch_chromium(pw)
-        page = chromium.new_page(viewport={"width": 1440, "height": 900})
-        page.goto(url)
-        wait_for_app(page)
-        generate_and_wait(page, "Name three fruits.")
-        go_to(page, "What if")
-        yield page
-        chromium.close()
+def page(browser, url):
+    """One session with a generated run, on the What if page (one generation for all tests)."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(url)
+    wait_for_app(page)
+    generate_and_wait(page, "Name three fruits.")
+    go_to(page, "What if")
+    yield page
+    page.close()
 
 
 def no_exception(page) -> None:
