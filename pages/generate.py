@@ -298,6 +298,11 @@ def why_this_token(trace: Trace) -> None:
     if step.chosen_rank > 0:
         st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
                    f"(p = {step.chosen_prob:.3f}), not the most probable token.")
+    if st.button("What if it had chosen another token here?", icon=":material/call_split:",
+                 help="Opens the What if page on this token: put another candidate there and "
+                      "the model goes on from it, on the cached prefix."):
+        app_state().page.whatif_at = pick
+        st.switch_page("pages/whatif.py")
     logit_lens_section(trace, step)
 
 

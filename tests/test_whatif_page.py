@@ -11,6 +11,7 @@ import pytest
 
 from engine.files import read_trace_file
 from engine.records.tracefile import trace_to_bytes
+from ui.keys import STEP
 from ui.state import state_of
 
 from .test_app import PAGES, fresh, generate
@@ -68,6 +69,18 @@ def test_a_branch_of_the_branch_and_opening_it_on_every_page(branched):
         at.switch_page(other).run()
         assert not at.exception, other
         assert not [i.value for i in at.info if "No trace yet" in i.value], other
+
+
+def test_generates_what_if_button_opens_the_page_on_that_token(branched):
+    at = branched
+    at.switch_page("pages/generate.py").run()
+    at.select_slider(key=STEP).set_value(3).run()
+    _button(at, "What if it had chosen another token here?").click().run()
+    assert not at.exception
+    current = state_of(at.session_state).run.trace
+    tree = state_of(at.session_state).whatif.tree
+    assert tree[at.selectbox(key="whatif_from").value] is current
+    assert at.selectbox(key="whatif_at").value == 3
 
 
 def test_a_typed_token_of_two_tokens_is_one_line(branched):

@@ -86,6 +86,7 @@ class PageState:
     opened_files: dict[str, str] = field(default_factory=dict)  # uploader key → file id opened
     branch_caches: dict[int, Any] = field(default_factory=dict)  # What if: tree node → KVSnapshot
     whatif_rebuilt: tuple[int, float] | None = None  # What if: the root cache's rebuild (positions, ms)
+    whatif_at: int | None = None  # Generate's "What if …?" asked to branch the run at this token
 
 
 @dataclass(slots=True, eq=False, weakref_slot=True)

@@ -46,7 +46,12 @@ def test_tokens_stream_while_generating(browser, url):
     page = open_app(browser, url)
     # the chart's and the code block's browser code, loaded once the page is usable (ui/preload.py)
     page.wait_for_function(f"{CHUNK_LOADS}.every((n) => n === 1)", timeout=60_000)
-    start_generation(page, "Count from one to twenty in words.")
+    # the KV cache off: every step recomputes the sequence, so the run lasts seconds, not the
+    # half second of the native step, and a CPU-starved browser (CI starts vLLM meanwhile) still
+    # renders frames of it instead of only its end
+    page.get_by_test_id("stSidebarUserContent").get_by_text("KV cache", exact=True).click()
+    wait_for_app(page)
+    start_generation(page, LONG_PROMPT)
     # the run's own summary line, not just "idle": right after the keypress the page can still
     # read idle before the rerun starts (a clean-clone CI run failed on exactly that)
     page.get_by_text("stopped because").wait_for(timeout=180_000)

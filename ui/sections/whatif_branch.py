@@ -88,6 +88,10 @@ def _branch(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int, ..
 
 
 def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int, ...]) -> None:
+    page = app_state().page
+    if page.whatif_at is not None:  # Generate's "What if it had chosen another token here?"
+        st.session_state[FROM] = next(i for i, t in enumerate(tree) if t is current_trace())
+        st.session_state[AT], page.whatif_at = page.whatif_at, None
     if st.session_state.get(FROM) not in range(len(tree)):
         st.session_state[FROM] = len(tree) - 1
     c1, c2 = st.columns([1, 1])
