@@ -35,7 +35,7 @@ def node_label(tree: Sequence[Trace], index: int) -> str:
         return f"the run · {words}…"
     b = trace.branch
     before = shown_piece(_piece_of(trace, b.parent_tokens[b.at]))
-    return f"{node_name(index)} · at {b.at}: {before} → {shown_piece(trace.steps[b.at].piece)}"
+    return f"{node_name(index)} · at {b.at}: “{before}” → “{shown_piece(trace.steps[b.at].piece)}”"
 
 
 def _piece_of(trace: Trace, token: int) -> str:

@@ -48,6 +48,9 @@ def test_a_branch_from_the_run_is_recorded_and_shown_side_by_side(branched):
     assert any("first differ at answer token 2" in w.value for w in at.warning)
     assert at.selectbox(key="whatif_a").value == 0
     assert at.selectbox(key="whatif_b").value == 1
+    _button(at, "Branch here").click().run()  # the same branch again: shown, not computed again
+    assert len(state_of(at.session_state).whatif.tree) == 2
+    assert any("exists already" in i.value for i in at.info)
 
 
 def test_a_branch_of_the_branch_and_opening_it_on_every_page(branched):
@@ -98,7 +101,7 @@ def test_ablation_and_the_head_sweep(branched):
     _button(at, "Switch off and re-run").click().run()
     assert not at.exception
     found = state_of(at.session_state).whatif.ablation
-    assert found is not None and found.ablation.layer == 5 and found.ablation.heads == (0,)
+    assert found is not None and found.ablation.layer == 1 and found.ablation.heads == (5,)
     assert any(m.label.startswith("KL") for m in at.metric)
     _button(at, "Which heads matter?").click().run()
     assert not at.exception

@@ -62,8 +62,9 @@ def tokens_section(a: Trace, b: Trace, names: tuple[str, str] = ("run A", "run B
 
 
 def attention_section(a: Trace, b: Trace, names: tuple[str, str] = ("run A", "run B"),
-                      prefix: str = "compare") -> None:
-    """One layer and head of both runs, on one colour scale; `prefix` names the widgets."""
+                      prefix: str = "compare", rows: int = 0) -> None:
+    """One layer and head of both runs, on one colour scale; `prefix` names the widgets, `rows`
+    the rows shown first (0: the prompt's, 1: prompt + generated)."""
     st.subheader("The same attention head in both")
     pair = attention_pair(a, b)
     if not pair.available:
@@ -76,7 +77,7 @@ def attention_section(a: Trace, b: Trace, names: tuple[str, str] = ("run A", "ru
     layer = c1.selectbox("Layer", pair.layers, key=f"{prefix}_layer")
     head = c2.selectbox("Head", range(pair.heads), key=f"{prefix}_head")
     rows = c3.radio("Rows", ["prompt (prefill)", "prompt + generated (decode rows)"],
-                    horizontal=True, key=f"{prefix}_rows")
+                    horizontal=True, key=f"{prefix}_rows", index=rows)
     if pair.note:
         st.caption(pair.note)
     shown = []

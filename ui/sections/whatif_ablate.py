@@ -45,8 +45,9 @@ def ablation_form(model: SessionModel) -> None:
     with st.form("ablate_form", border=False):
         text = st.text_area("Prompt", prompt, height=80, key="ablate_prompt", max_chars=2000)
         c1, c2, c3 = st.columns([1, 2, 1])
-        layer = c1.selectbox("Layer", range(spec.layers), index=min(5, spec.layers - 1))
-        heads = c2.multiselect("Heads to switch off", range(spec.heads), default=[0],
+        layer = c1.selectbox("Layer", range(spec.layers), index=min(1, spec.layers - 1))
+        heads = c2.multiselect("Heads to switch off", range(spec.heads),
+                               default=[min(5, spec.heads - 1)],
                                help=f"Any of the layer's {spec.heads} query heads.")
         mlp = c3.checkbox("Its MLP too", help="Zero the layer's MLP output as well.")
         c4, c5 = st.columns(2)
@@ -125,6 +126,11 @@ def sweep_form(model: SessionModel) -> None:
     st.caption("Each head switched off alone, one at a time: how far the next token's "
                "distribution moves (KL, nats). One forward per layer — a batch with one copy "
                "of the prompt per head, copy h with head h off.")
+    trace = current_trace()
+    whose = "the current run" if trace is not None and trace.model.name == spec.name else \
+        "the example"
+    st.caption(plain(f"On “{prompt[:80]}” ({whose}'s prompt{', chat template' if chat else ''}):"
+                     " the form above may switch heads off on another."))
     with st.form("sweep_form", border=False):
         c1, c2, c3 = st.columns([2, 1, 1])
         scope = c1.radio("Heads", ["one layer", "every layer"], horizontal=True,

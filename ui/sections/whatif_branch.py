@@ -112,7 +112,8 @@ def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int
     step = node.steps[at]
     options = _candidates(node, at)
     with st.form("branch_form", border=False):
-        choice = st.radio(plain(f"Instead of “{shown_piece(step.piece)}”, put"), options,
+        choice = st.radio(plain(f"Instead of “{shown_piece(step.piece)}” (p = "
+                                f"{step.chosen_prob:.3f}), put"), options,
                           format_func=lambda t: plain(_candidate_label(node, at, t)),
                           horizontal=True, key=CANDIDATE,
                           help="The model's other most probable tokens at this step.")
@@ -132,6 +133,14 @@ def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int
         if token == step.token_id:
             st.error("That is the token the run chose here: pick another.")
             return
+        same = next((i for i, t in enumerate(tree) if parents[i] == index
+                     and t.branch is not None and (t.branch.at, t.branch.token) == (at, token)),
+                    None)
+        if same is not None:  # the same tokens again: nothing new to compute
+            st.info(f"That branch exists already: {node_label(tree, same)}. It is shown "
+                    "side by side below.")
+            st.session_state[PAIR_A], st.session_state[PAIR_B] = index, same
+            return
         _branch(model, tree, parents, index, at, token)
 
 
@@ -145,7 +154,7 @@ def last_branch(tree: tuple[Trace, ...]) -> None:
     c1.metric("Reused from the KV cache", f"{b.reused_tokens} positions",
               help="The prompt's tokens and the tokens before the branch point: their keys and "
                    "values do not depend on later tokens, so they were not recomputed.")
-    c2.metric("Computed", f"{b.computed_tokens} tokens",
+    c2.metric("Computed", f"{b.computed_tokens} positions",
               help="One forward per token after the branch point (one more when a typed "
                    "token's probability needed the model's whole distribution there).")
     c3.metric("Branch took", duration(b.branch_ms))
@@ -163,9 +172,11 @@ def last_branch(tree: tuple[Trace, ...]) -> None:
     rebuilt = app_state().page.whatif_rebuilt
     if rebuilt is not None:
         st.caption(f"Before its first branch, the run's KV cache was rebuilt once with one "
-                   f"prefill of {rebuilt[0]} tokens ({duration(rebuilt[1])}): a Generate run "
-                   "does not keep its cache (its decode steps may run in the native step); a "
-                   "server keeping the conversation would hold it.")
+                   f"prefill of {rebuilt[0]} tokens ({duration(rebuilt[1])}, not counted in "
+                   "the branch's time): a Generate run does not keep its cache (its decode "
+                   "steps may run in the native step); a server keeping the conversation would "
+                   "hold it. The saving is the prefill of the reused positions: it grows with "
+                   "the prompt and the prefix.")
     disturbance_warning(b_trace)
 
 
@@ -191,7 +202,7 @@ def side_by_side(tree: tuple[Trace, ...]) -> None:
     st.markdown("**Probability of each chosen token**")
     show_chart(probability_chart(tree[a], tree[b], names), key="whatif_probs",
                name="probability of each chosen token")
-    attention_section(tree[a], tree[b], names, prefix="whatif")
+    attention_section(tree[a], tree[b], names, prefix="whatif", rows=1)  # the prompt's: alike
 
 
 def branch_section(model: SessionModel | None) -> None:

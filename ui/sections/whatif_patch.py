@@ -64,7 +64,7 @@ def patch_form(model: SessionModel) -> None:
 
 
 def _labels(found: Patching) -> list[str]:
-    return [f"{i}:{shown_piece(c)}" if c == d else f"{i}:{shown_piece(d)}/{shown_piece(c)}"
+    return [f"{i}:{shown_piece(c)}" if c == d else f"{i}:{shown_piece(c)}/{shown_piece(d)}"
             for i, (c, d) in enumerate(zip(found.clean_pieces, found.corrupt_pieces))]
 
 
@@ -73,9 +73,11 @@ def patch_result() -> None:
     if found is None:
         return
     r = found.result
-    st.markdown(f"Clean answer **{plain(shown_piece(found.clean_answer))}** (logit difference "
-                f"{r.clean_diff:+.2f}); corrupted answer "
-                f"**{plain(shown_piece(found.corrupt_answer))}** ({r.corrupt_diff:+.2f}).")
+    good, bad = (plain(shown_piece(t)) for t in (found.clean_answer, found.corrupt_answer))
+    st.markdown(f"Clean answer **{good}**, corrupted answer **{bad}**: logit({good}) − "
+                f"logit({bad}) = {r.clean_diff:+.2f} on the clean prompt, {r.corrupt_diff:+.2f} "
+                "on the corrupted one. Where the prompts differ, the chart's labels read "
+                "clean/corrupted.")
     if r.clean_token == r.corrupt_token:
         st.warning("Both prompts give the same answer: there is nothing for patching to bring "
                    "back. Change the corrupted prompt so that its answer differs.")
