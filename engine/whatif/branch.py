@@ -140,8 +140,7 @@ class BranchRun(Run):
         kept = [s.token_id for s in self.steps]
         loop.sequence = torch.tensor([[*self.prompt_ids, *kept]], device=loop.device)
         loop.cache = (self._snapshot.restore(loop.model.config, self._reuse)
-                      if self._snapshot is not None and self._reuse else
-                      DynamicCache(config=loop.model.config))
+                      if self._snapshot is not None else DynamicCache(config=loop.model.config))
         for token in kept:
             loop.detok.push(token)
         self.loop = loop
