@@ -28,6 +28,7 @@ from ui.config import config  # noqa: E402
 from ui.experiment import run_experiment  # noqa: E402
 from ui.guard import model_refusal  # noqa: E402
 from ui.keys import MODEL_SOURCE, WEIGHTS  # noqa: E402
+from ui.language import language_switch, start_language, write_language  # noqa: E402
 from ui.links import open_link, share_view  # noqa: E402
 from ui.present import (  # noqa: E402
     navigation_position,
@@ -182,6 +183,7 @@ def sidebar_settings() -> None:
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")
 st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
 restore_session()
+start_language()  # before any word is drawn
 open_link()  # a share link's values, on the session's first run, before any widget
 start_presentation()  # before the sidebar draws: presenting, the page opens without it
 PAGES = [
@@ -202,6 +204,7 @@ PAGES = [
 page = st.navigation(PAGES, position=navigation_position(), expanded=True)  # presenting: hidden
 present_navigation(PAGES)  # and the pages are a row of links at the top
 set_page_title(page.title)
+language_switch()
 sidebar_model()
 sidebar_settings()
 share = share_view(page)
@@ -215,4 +218,5 @@ finally:  # also after a page's st.stop(): the share panel offers this run's rec
         if (notice := not_kept_notice()) is not None:
             NOT_KEPT.warning(notice, icon=":material/cloud_off:")
     finally:
+        write_language()
         write_address()

@@ -42,3 +42,6 @@ SERVING_BATCH = "serving_batch"
 
 # Serving engine
 REMOTE_PROMPTS = "remote_prompts"
+
+# The language (mirrored in the URL as ?lang=zh-Hant / zh-Hans / en)
+LANG = "lang"

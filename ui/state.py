@@ -71,6 +71,7 @@ class ViewState:
 
     page_title: str = ""
     present_param: bool | None = None
+    lang_param: str | None = None  # the ?lang value this session last acted on
 
 
 @dataclass(slots=True)
