@@ -22,6 +22,7 @@ from charts.tokens import (
 from engine import LoadedModel, Trace
 from engine.lens.tokens import bpe_steps, join_tokens, pre_tokens, splits_character, text_cost, tokenize
 from ui.common import no_trace_notice, show_chart
+from ui.sections.tokens_chinese import chinese_cost
 from ui.state import current_trace, loaded_model
 from ui.tables import show_table
 from ui.text import code_span, plain
@@ -122,6 +123,7 @@ def page() -> None:
         st.stop()
     text_to_tokens(lm.tokenizer)
     how_bpe_built_a_word(lm.tokenizer)
+    chinese_cost(lm)
     same_sentence_many_languages(lm)
 
 
