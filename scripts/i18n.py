@@ -228,6 +228,24 @@ def check() -> int:
     return 1 if problems else 0
 
 
+def missing(paths: list[str]) -> int:
+    """The marked messages of these source files that neither the Traditional catalog nor any
+    fragment in /work/i18n-frag translates (a translator's to-do list)."""
+    known = {_key(m.id) for m in _read(po("zh_Hant"), "zh_Hant") if m.id and _translated(m.string)}
+    for fragment in sorted(Path("/work/i18n-frag").glob("*.json")):
+        known |= set(json.loads(fragment.read_text()))
+    count = 0
+    for path in paths:
+        for lineno, message, *_rest in extract_from_file("python", path, keywords=KEYWORDS):
+            key = _key(message) if not isinstance(message, tuple) else message[0]
+            if key and key not in known:
+                count += 1
+                print(f"{path}:{lineno}: {key[:110]!r}")
+    print(f"{count} without a translation")
+    return 1 if count else 0
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:] or ["check"]
-    sys.exit(update(args) if command == "update" else check())
+    run = {"update": update, "missing": missing}.get(command)
+    sys.exit(run(args) if run else check())
