@@ -10,17 +10,39 @@ from __future__ import annotations
 
 import math
 
+from babel.numbers import get_decimal_symbol, get_group_symbol
+
+from i18n import babel_locale
+
 MAX_CHARS = 8  # durations and sizes: "1.21 MiB", "85.3 ms", "1023 KiB"; a rate adds its unit
 NONE = "–"
+
+
+def localized(text: str) -> str:
+    """Python's digits with the session locale's decimal and group symbols (Babel's CLDR data:
+    the same "." and "," for English and both Chinese locales, "," and "." in German)."""
+    locale = babel_locale()
+    decimal, group = get_decimal_symbol(locale), get_group_symbol(locale)
+    if (decimal, group) == (".", ","):
+        return text
+    return text.translate(str.maketrans({".": decimal, ",": group}))
 
 
 def significant(x: float, digits: int = 3, max_decimals: int = 2) -> str:
     """`x` with at most `digits` significant figures (and `max_decimals` decimals), no exponent
     and no trailing zeros: 21.26 → '21.3', 0.734 → '0.73', 1206.4 → '1206' (too wide: callers
     pick a larger unit first), 999.6 → '1000'."""
+    return localized(_significant(x, digits, max_decimals))
+
+
+def _significant(x: float, digits: int = 3, max_decimals: int = 2) -> str:
     if x == 0 or not math.isfinite(x):
         return "0" if x == 0 else str(x)
     decimals = min(max(digits - 1 - math.floor(math.log10(abs(x))), 0), max_decimals)
+    return _plain(x, decimals)
+
+
+def _plain(x: float, decimals: int) -> str:
     text = f"{x:.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
@@ -29,10 +51,10 @@ def _scaled(x: float, units: list[tuple[float, str]], digits: int = 3) -> str:
     """`x` in the first of `units` (ascending factors) in which it stays under the next unit once
     rounded: 999.7 ms rounds to 1000 ms, so it shows as '1 s'."""
     for i, (factor, unit) in enumerate(units):
-        text = significant(x / factor, digits)
+        text = _significant(x / factor, digits)
         last = i == len(units) - 1
         if last or abs(float(text)) * factor < units[i + 1][0]:
-            return text + unit
+            return localized(text) + unit
     raise ValueError("no units")
 
 
@@ -66,5 +88,5 @@ def count(n: float | None) -> str:
     if n is None:
         return NONE
     if abs(n) < 100_000 and float(n).is_integer():
-        return f"{int(n):,}"
+        return localized(f"{int(n):,}")
     return _scaled(float(n), [(1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G")])
