@@ -200,7 +200,10 @@ def _locked() -> Iterator[None]:
 def update(fragment_paths: Iterable[str]) -> int:
     fragments: dict[str, str] = {}
     for path in fragment_paths:
-        fragments.update(json.loads(Path(path).read_text()))
+        try:
+            fragments.update(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as e:
+            print(f"skipped {path}: {e}")
     with _locked():
         for path, data in wanted(fragments).items():
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +236,10 @@ def missing(paths: list[str]) -> int:
     fragment in /work/i18n-frag translates (a translator's to-do list)."""
     known = {_key(m.id) for m in _read(po("zh_Hant"), "zh_Hant") if m.id and _translated(m.string)}
     for fragment in sorted(Path("/work/i18n-frag").glob("*.json")):
-        known |= set(json.loads(fragment.read_text()))
+        try:
+            known |= set(json.loads(fragment.read_text()))
+        except ValueError:
+            print(f"skipped {fragment}: not JSON")
     count = 0
     for path in paths:
         for lineno, message, *_rest in extract_from_file("python", path, keywords=KEYWORDS):

@@ -13,6 +13,7 @@ import streamlit as st
 
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
+from charts.layout import font_stack
 from i18n import DEFAULT, LANGUAGES, _, from_accept_language, set_resolver
 from ui.keys import LANG
 from ui.state import app_state
@@ -37,7 +38,22 @@ def start_language() -> str:
     view.lang_param = param
     if st.session_state.get(LANG) not in LANGUAGES:
         st.session_state[LANG] = browser_language()
-    return st.session_state[LANG]
+    lang = st.session_state[LANG]
+    if lang != DEFAULT:
+        st.html(f"<style>{text_fonts(lang)}</style>")
+    return lang
+
+
+# Streamlit draws its text in "Source Sans", which has no Chinese; the containers of the page's
+# words name the variant's CJK font after it (icons and code keep their own fonts: they set one).
+TEXT = ('[data-testid="stApp"], [data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"], '
+        '[data-testid="stWidgetLabel"], [data-testid="stSidebarNav"], [data-testid="stTooltipContent"], '
+        '[data-testid="stMetricLabel"], [data-testid="stExpander"] summary, [data-testid="stTab"], '
+        'h1, h2, h3, button, input, textarea, [data-baseweb="select"], [data-baseweb="popover"]')
+
+
+def text_fonts(lang: str) -> str:
+    return f"{TEXT} {{ font-family: {font_stack(lang)}; }}"
 
 
 def session_language() -> str | None:
