@@ -22,6 +22,7 @@ import streamlit as st  # noqa: E402
 from engine import GenerationSettings  # noqa: E402
 from engine.models import on_file_blocks  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
+from i18n import _  # noqa: E402
 from ui import shared  # noqa: E402
 from ui.address import write_address  # noqa: E402
 from ui.config import config  # noqa: E402
@@ -41,10 +42,10 @@ from ui.record import not_kept_notice, restore_session  # noqa: E402
 from ui.session_model import SessionModel  # noqa: E402
 from ui.sidebar_settings import (  # noqa: E402
     DECODER_HELP,
-    WEIGHTS_LABELS,
     decoder_line,
     preset_settings,
     setting_table,
+    weights_label,
 )
 from ui.state import set_generation_settings, set_session_model  # noqa: E402
 from ui.text import message  # noqa: E402
@@ -71,11 +72,11 @@ def loading_in_background(source: str, weights: str) -> None:
     no_model()
     failed = shared.MODELS.failure(source, weights)
     if failed is not None:
-        st.sidebar.error(message(f"Model not loaded: {failed}"))
+        st.sidebar.error(message(_("Model not loaded: {reason}").format(reason=failed)))
         return
     shared.MODELS.load_in_background(source, weights)
-    st.sidebar.info("Loading the model in the background (a few seconds); everything that does "
-                    "not run it works meanwhile.", icon=":material/hourglass:")
+    st.sidebar.info(_("Loading the model in the background (a few seconds); everything that "
+                      "does not run it works meanwhile."), icon=":material/hourglass:")
     rerun_when_loaded(source, weights)
 
 
@@ -84,29 +85,30 @@ def sidebar_weights() -> str:
     choices = config().weights_choices
     if st.session_state.get(WEIGHTS) not in choices:  # a forged or stale value
         st.session_state[WEIGHTS] = choices[0]
-    scope = ("Hosted demo: float32 or q4_0, each shared by every visitor who picks it; run the "
-             "app locally for the others. " if config().hosted else "")
+    scope = (_("Hosted demo: float32 or q4_0, each shared by every visitor who picks it; run "
+               "the app locally for the others.") + " " if config().hosted else "")
     return st.sidebar.selectbox(
-        "Weights", choices, key=WEIGHTS, format_func=WEIGHTS_LABELS.get,
-        help=f"{scope}How the weights are stored. Fewer bits = fewer bytes every decode step "
-             "reads: int8 keeps one scale per row, q4_0 / q4_1 one float16 scale (and minimum) "
-             "per 32 weights; the integer variants' matrices run in the native C step, which "
-             "reads the codes directly, and torch runs them on the dequantized float32 values. "
-             "The Quantization page measures each one's bytes, speed and quality. Your choice "
-             "loads a model of your own: other visitors keep theirs.")
+        _("Weights"), choices, key=WEIGHTS, format_func=weights_label,
+        help=scope + _("How the weights are stored. Fewer bits = fewer bytes every decode step "
+                       "reads: int8 keeps one scale per row, q4_0 / q4_1 one float16 scale (and "
+                       "minimum) per 32 weights; the integer variants' matrices run in the native "
+                       "C step, which reads the codes directly, and torch runs them on the "
+                       "dequantized float32 values. The Quantization page measures each one's "
+                       "bytes, speed and quality. Your choice loads a model of your own: other "
+                       "visitors keep theirs."))
 
 
 def sidebar_model() -> None:
-    st.sidebar.header("Model")
+    st.sidebar.header(_("Model"))
     source = "default"
     if not config().hosted:
         custom = st.sidebar.text_input(
-            "Hugging Face id or local folder", key=MODEL_SOURCE, placeholder="default: SmolLM2-135M",
-            max_chars=MAX_SOURCE_CHARS,
-            help="A causal LM with safetensors weights, already on this machine (offline), or "
-                 "the path of a llama-family .gguf file: opened from its own tensors, decoded "
-                 "by the native step on its stored blocks, its tensor table on the "
-                 "Quantization page.")
+            _("Hugging Face id or local folder"), key=MODEL_SOURCE,
+            placeholder=_("default: SmolLM2-135M"), max_chars=MAX_SOURCE_CHARS,
+            help=_("A causal LM with safetensors weights, already on this machine (offline), or "
+                   "the path of a llama-family .gguf file: opened from its own tensors, decoded "
+                   "by the native step on its stored blocks, its tensor table on the "
+                   "Quantization page."))
         source = custom.strip() or "default"
     weights = sidebar_weights()
     refusal = model_refusal(source)  # a shared server: no folder outside its allowlist, and
@@ -120,24 +122,29 @@ def sidebar_model() -> None:
         return
     loaded = models.peek(source, weights)  # held from here: an eviction cannot undo it
     copy = weights not in FLOAT_DTYPES and loaded is None
-    label = (f"Building the {weights} weights: quantizing every matrix and packing the native "
-             "step (a few seconds)…" if copy else
-             "Loading model… (the very first start converts the GGUF: ~30 s)")
+    label = (_("Building the {weights} weights: quantizing every matrix and packing the native "
+               "step (a few seconds)…").format(weights=weights) if copy else
+             _("Loading model… (the very first start converts the GGUF: ~30 s)"))
     with st.sidebar.status(label, expanded=copy) as status:
         # quantizing is model work: it takes the shared turn like any other; a float load does not
         entry = loaded or run_experiment(lambda job: models.get(source, weights), turn=copy)
         if entry is None:  # the reason is shown
-            status.update(label="Model not loaded", state="error", expanded=True)
+            status.update(label=_("Model not loaded"), state="error", expanded=True)
             no_model()
             return
         lm = entry.lm
         spec = lm.spec
         status.update(label=f"{spec.name.split(' (')[0]} · {lm.device}", state="complete",
                       expanded=False)
-        st.caption(f"{spec.param_count / 1e6:.0f} M parameters, {spec.layers} layers, "
-                   f"{spec.heads} query / {spec.kv_heads} KV heads, {WEIGHTS_LABELS[weights]} "
-                   f"weights: {entry.stored_bytes / 1e6:,.0f} MB stored; loaded in "
-                   f"{lm.load_seconds:.1f} s{' from cache' if lm.from_cache else ''}")
+        loaded_line = (_("{params} M parameters, {layers} layers, {heads} query / {kv_heads} KV "
+                         "heads, {weights} weights: {mb} MB stored; loaded in {seconds} s from "
+                         "cache") if lm.from_cache else
+                       _("{params} M parameters, {layers} layers, {heads} query / {kv_heads} KV "
+                         "heads, {weights} weights: {mb} MB stored; loaded in {seconds} s"))
+        st.caption(loaded_line.format(
+            params=f"{spec.param_count / 1e6:.0f}", layers=spec.layers, heads=spec.heads,
+            kv_heads=spec.kv_heads, weights=weights_label(weights),
+            mb=f"{entry.stored_bytes / 1e6:,.0f}", seconds=f"{lm.load_seconds:.1f}"))
     model = SessionModel(source, weights, entry)
     set_session_model(model)
     sidebar_decoder(model)
@@ -148,31 +155,36 @@ def sidebar_decoder(model: SessionModel) -> None:
     decides it too: its value from this session's last run)."""
     kv_cache = bool(st.session_state.get(setting_table(LIMITS)["kv_cache"].key, True))
     line = decoder_line(model.native_problem(), kv_cache, on_file_blocks(model.lm, model.weights))
-    st.sidebar.caption(f"Decoder: **{message(line)}**", help=DECODER_HELP)
+    st.sidebar.caption(_("Decoder: **{decoder}**").format(decoder=message(line)),
+                       help=_(DECODER_HELP))
 
 
 def sidebar_settings() -> None:
     side = st.sidebar
-    side.header("Generation")
+    side.header(_("Generation"))
     table = preset_settings()  # defaults, unless a share link set them
-    new = side.slider("Max new tokens", **table["new_tokens"].widget(),
-                      help=f"At most {LIMITS.new_tokens} here.")
-    temp = side.slider("Temperature", **table["temperature"].widget(), help="0 = greedy: always "
-                       "the most probable token. Higher values flatten the distribution before "
-                       "sampling.")
-    top_k = side.number_input("Top-k", **table["top_k"].widget(), help="Sample only among the k "
-                              "most probable tokens; 0 = off.", disabled=temp == 0)
-    top_p = side.slider("Top-p", **table["top_p"].widget(), help="Sample from the smallest set of "
-                        "tokens whose probabilities add up to p; 1 = off.", disabled=temp == 0)
-    seed = side.number_input("Seed", **table["seed"].widget(), help="Same seed, same sampled "
-                             "tokens.", disabled=temp == 0)
-    chat = side.toggle("Chat template", **table["chat"].widget(), help="Wrap the prompt as a user "
-                       "turn in the model's chat format (adds special tokens).")
-    kv = side.toggle("KV cache", **table["kv_cache"].widget(), help="Off: every step recomputes "
-                     "the whole sequence — same tokens, slower.")
-    attn = side.toggle("Record attention", **table["attention"].widget(), help="Keep every "
-                       "layer's attention weights for the attention pages (costs memory on long "
-                       "prompts).")
+    new = side.slider(_("Max new tokens"), **table["new_tokens"].widget(),
+                      help=_("At most {n} here.").format(n=LIMITS.new_tokens))
+    temp = side.slider(_("Temperature"), **table["temperature"].widget(),
+                       help=_("0 = greedy: always the most probable token. Higher values flatten "
+                              "the distribution before sampling."))
+    top_k = side.number_input("Top-k", **table["top_k"].widget(),
+                              help=_("Sample only among the k most probable tokens; 0 = off."),
+                              disabled=temp == 0)
+    top_p = side.slider("Top-p", **table["top_p"].widget(),
+                        help=_("Sample from the smallest set of tokens whose probabilities add "
+                               "up to p; 1 = off."), disabled=temp == 0)
+    seed = side.number_input(_("Seed"), **table["seed"].widget(),
+                             help=_("Same seed, same sampled tokens."), disabled=temp == 0)
+    chat = side.toggle(_("Chat template"), **table["chat"].widget(),
+                       help=_("Wrap the prompt as a user turn in the model's chat format (adds "
+                              "special tokens)."))
+    kv = side.toggle("KV cache", **table["kv_cache"].widget(),
+                     help=_("Off: every step recomputes the whole sequence — same tokens, "
+                            "slower."))
+    attn = side.toggle(_("Record attention"), **table["attention"].widget(),
+                       help=_("Keep every layer's attention weights for the attention pages "
+                              "(costs memory on long prompts)."))
     set_generation_settings(GenerationSettings(
         max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k),
         top_p=float(top_p),
@@ -187,19 +199,19 @@ start_language()  # before any word is drawn
 open_link()  # a share link's values, on the session's first run, before any widget
 start_presentation()  # before the sidebar draws: presenting, the page opens without it
 PAGES = [
-    st.Page("pages/generate.py", title="Generate", icon=":material/play_arrow:", default=True),
-    st.Page("pages/story.py", title="Step by step", icon=":material/school:"),
-    st.Page("pages/tokens.py", title="Tokens", icon=":material/data_array:"),
-    st.Page("pages/embeddings.py", title="Embeddings", icon=":material/scatter_plot:"),
-    st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
-    st.Page("pages/timing.py", title="Prefill vs decode", icon=":material/timer:"),
-    st.Page("pages/kvcache.py", title="KV cache", icon=":material/memory:"),
-    st.Page("pages/serving.py", title="Serving", icon=":material/dns:"),
-    st.Page("pages/serving_engine.py", title="Serving engine", icon=":material/cloud:"),
-    st.Page("pages/quantization.py", title="Quantization", icon=":material/compress:"),
-    st.Page("pages/steps.py", title="Steps", icon=":material/table_rows:"),
-    st.Page("pages/compare.py", title="Compare runs", icon=":material/compare_arrows:"),
-    st.Page("pages/whatif.py", title="What if", icon=":material/call_split:"),
+    st.Page("pages/generate.py", title=_("Generate"), icon=":material/play_arrow:", default=True),
+    st.Page("pages/story.py", title=_("Step by step"), icon=":material/school:"),
+    st.Page("pages/tokens.py", title=_("Tokens"), icon=":material/data_array:"),
+    st.Page("pages/embeddings.py", title=_("Embeddings"), icon=":material/scatter_plot:"),
+    st.Page("pages/attention.py", title=_("Attention"), icon=":material/grid_on:"),
+    st.Page("pages/timing.py", title=_("Prefill vs decode"), icon=":material/timer:"),
+    st.Page("pages/kvcache.py", title=_("KV cache"), icon=":material/memory:"),
+    st.Page("pages/serving.py", title=_("Serving"), icon=":material/dns:"),
+    st.Page("pages/serving_engine.py", title=_("Serving engine"), icon=":material/cloud:"),
+    st.Page("pages/quantization.py", title=_("Quantization"), icon=":material/compress:"),
+    st.Page("pages/steps.py", title=_("Steps"), icon=":material/table_rows:"),
+    st.Page("pages/compare.py", title=_("Compare runs"), icon=":material/compare_arrows:"),
+    st.Page("pages/whatif.py", title=_("What if"), icon=":material/call_split:"),
 ]
 page = st.navigation(PAGES, position=navigation_position(), expanded=True)  # presenting: hidden
 present_navigation(PAGES)  # and the pages are a row of links at the top

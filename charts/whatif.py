@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from engine.records.trace import Trace
+from i18n import _
 
 from .tokens import shown_piece
 
@@ -24,7 +25,7 @@ TREE_WORDS = 6  # tokens of a branch's own text shown in its tree node
 
 
 def node_name(index: int) -> str:
-    return "the run" if index == 0 else f"branch {index}"
+    return _("the run") if index == 0 else _("branch {index}").format(index=index)
 
 
 def node_label(tree: Sequence[Trace], index: int) -> str:
@@ -32,10 +33,11 @@ def node_label(tree: Sequence[Trace], index: int) -> str:
     trace = tree[index]
     if trace.branch is None:
         words = "".join(shown_piece(s.piece) for s in trace.steps[:TREE_WORDS])
-        return f"the run · {words}…"
+        return _("the run · {words}…").format(words=words)
     b = trace.branch
     before = shown_piece(_piece_of(trace, b.parent_tokens[b.at]))
-    return f"{node_name(index)} · at {b.at}: “{before}” → “{shown_piece(trace.steps[b.at].piece)}”"
+    return _("{name} · at {at}: “{before}” → “{after}”").format(
+        name=node_name(index), at=b.at, before=before, after=shown_piece(trace.steps[b.at].piece))
 
 
 def _piece_of(trace: Trace, token: int) -> str:
@@ -68,7 +70,7 @@ def tree_dot(tree: Sequence[Trace], parents: Sequence[int], selected: Sequence[i
         lines.append(f'n{i} [label="{_dot(text)}"{extra}];')
     for i, parent in enumerate(parents):
         if parent >= 0:
-            lines.append(f'n{parent} -> n{i} [label="{_dot("token " + str(tree[i].branch.at))}"];')
+            lines.append(f'n{parent} -> n{i} [label="{_dot(_("token {at}").format(at=tree[i].branch.at))}"];')
     lines.append("}")
     return "\n".join(lines)
 
@@ -86,17 +88,17 @@ def probability_chart(a: Trace, b: Trace, names: tuple[str, str]) -> go.Figure:
             x=[s.index for s in trace.steps], y=[s.chosen_prob for s in trace.steps], name=name,
             mode="lines+markers", line={"color": color, "width": 3},
             customdata=[shown_piece(s.piece) for s in trace.steps],
-            hovertemplate=f"{html.escape(name)} · token %{{x}} “%{{customdata}}”: "
-                          "p = %{y:.3f}<extra></extra>"))
+            hovertemplate=_("{name} · token %{x} “%{customdata}”: p = %{y:.3f}<extra></extra>")
+            .replace("{name}", html.escape(name))))
     first = next((i for i, (x, y) in enumerate(zip(a.output_token_ids, b.output_token_ids))
                   if x != y), None)
     if first is not None:
         fig.add_vline(x=first, line={"color": "#d62728", "dash": "dash", "width": 2},
-                      annotation_text="first difference", annotation_position="top right")
+                      annotation_text=_("first difference"), annotation_position="top right")
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 40, "b": 10},
                       legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"})
-    fig.update_xaxes(title_text="generated token (0 = the first)", rangemode="tozero")
-    fig.update_yaxes(title_text="probability", range=[0, 1.05])
+    fig.update_xaxes(title_text=_("generated token (0 = the first)"), rangemode="tozero")
+    fig.update_yaxes(title_text=_("probability"), range=[0, 1.05])
     return fig
 
 
@@ -110,13 +112,13 @@ def sweep_heatmap(kl: np.ndarray) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=kl, x=list(range(heads)), y=list(range(layers)), colorscale="Reds", zmin=0,
         zmax=float(finite.max()) if finite.size and finite.max() > 0 else 1.0, hoverongaps=False,
-        colorbar={"title": {"text": "KL (nats)"}},
-        hovertemplate="layer %{y}, head %{x} off: KL %{z:.4g} nats<extra></extra>"))
+        colorbar={"title": {"text": _("KL (nats)")}},
+        hovertemplate=_("layer %{y}, head %{x} off: KL %{z:.4g} nats<extra></extra>")))
     fig.update_layout(height=max(300, min(760, 22 * layers + 120)),
                       margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      title="How much the next token's distribution moves with each head off")
-    fig.update_xaxes(title_text="head", dtick=1 if heads <= 16 else 3, showgrid=False)
-    fig.update_yaxes(title_text="layer", autorange="reversed", showgrid=False,
+                      title=_("How much the next token's distribution moves with each head off"))
+    fig.update_xaxes(title_text=_("head"), dtick=1 if heads <= 16 else 3, showgrid=False)
+    fig.update_yaxes(title_text=_("layer"), autorange="reversed", showgrid=False,
                      dtick=1 if layers <= 16 else 5)
     return fig
 
@@ -131,23 +133,24 @@ def patch_heatmap(grid: np.ndarray, labels: Sequence[str], normalized: bool,
     finite = grid[np.isfinite(grid)]
     span = float(np.abs(finite - center).max()) if finite.size else 1.0
     span = span or 1.0
-    what = "recovered" if normalized else "logit difference"
-    unit = "" if normalized else " (logits)"
+    hover = (_("layer %{y}, position %{x} (%{customdata}): recovered %{z:.3f}<extra></extra>")
+             if normalized else
+             _("layer %{y}, position %{x} (%{customdata}): logit difference %{z:.3f} (logits)"
+               "<extra></extra>"))
     fig = go.Figure(go.Heatmap(
         z=grid, x=list(range(len(labels))), y=list(range(grid.shape[0])), colorscale="RdBu_r",
         zmid=center, zmin=center - span, zmax=center + span, hoverongaps=False,
         customdata=np.broadcast_to(np.asarray(labels, dtype=object), grid.shape),
-        colorbar={"title": {"text": ("0 = corrupt<br>1 = clean" if normalized
-                                     else "logit(clean)<br>− logit(corrupt)")}},
-        hovertemplate=f"layer %{{y}}, position %{{x}} (%{{customdata}}): {what} "
-                      f"%{{z:.3f}}{unit}<extra></extra>"))
+        colorbar={"title": {"text": (_("0 = corrupt<br>1 = clean") if normalized
+                                     else _("logit(clean)<br>− logit(corrupt)"))}},
+        hovertemplate=hover))
     fig.update_layout(height=max(360, min(820, 20 * grid.shape[0] + 160)),
                       margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      title=("Share of the clean answer's lead restored" if normalized else
-                             "logit(clean answer) − logit(corrupt answer), one patch per cell"))
-    fig.update_xaxes(title_text="prompt position patched", tickmode="array",
+                      title=(_("Share of the clean answer's lead restored") if normalized else
+                             _("logit(clean answer) − logit(corrupt answer), one patch per cell")))
+    fig.update_xaxes(title_text=_("prompt position patched"), tickmode="array",
                      tickvals=list(range(len(labels))), ticktext=list(labels), tickangle=-45,
                      showgrid=False)
-    fig.update_yaxes(title_text="layer whose input is patched", autorange="reversed",
+    fig.update_yaxes(title_text=_("layer whose input is patched"), autorange="reversed",
                      showgrid=False, dtick=5 if grid.shape[0] > 16 else 1)
     return fig

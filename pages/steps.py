@@ -11,6 +11,7 @@ from charts.live import WARMUP_LABEL
 from engine import Trace, summarize
 from engine.timing.disturbance import assess, cpu_share, expected_threads
 from engine.timing.metrics import warmup_note, warmup_step
+from i18n import _
 from ui.common import disturbance_warning, require_trace
 from ui.tables import show_table
 from ui.text import plain
@@ -22,13 +23,15 @@ def _ms(value: float | None, digits: int = 1) -> float | None:
 
 def summary(trace: Trace) -> None:
     s = summarize(trace, skip_warmup=True)
-    st.caption(f"{plain(trace.model.name)} on {plain(trace.device)} · {s.prompt_tokens} prompt "
-               f"tokens → {s.output_tokens} generated · stop: {trace.stop_reason}")
+    st.caption(_("{model} on {device} · {prompt} prompt tokens → {output} generated · stop: "
+                 "{stop}").format(model=plain(trace.model.name), device=plain(trace.device),
+                                  prompt=s.prompt_tokens, output=s.output_tokens,
+                                  stop=trace.stop_reason))
     cols = st.columns(4)
     cols[0].metric("TTFT", duration(s.ttft_ms))
     cols[1].metric("ITL p50", duration(s.itl_p50_ms), help=warmup_note(s))
     cols[2].metric("ITL p90", duration(s.itl_p90_ms), help=warmup_note(s))
-    cols[3].metric("TPOT", duration(s.tpot_ms), help="(end-to-end − TTFT) / (output tokens − 1)")
+    cols[3].metric("TPOT", duration(s.tpot_ms), help=_("(end-to-end − TTFT) / (output tokens − 1)"))
 
 
 def step_table(trace: Trace) -> None:
@@ -41,32 +44,49 @@ def step_table(trace: Trace) -> None:
         "CPU share": _ms(cpu_share(step, threads), 2),
         "others' CPU": _ms(step.others_share, 2),
         "timing": "; ".join(note for note, marked in (
-            ("⚠ delayed by other work", step.index in delayed),
-            (WARMUP_LABEL, step.index == warm)) if marked),
+            (_("⚠ delayed by other work"), step.index in delayed),
+            (_(WARMUP_LABEL), step.index == warm)) if marked),
         "context (tokens)": step.context_len, "KV cache (bytes)": step.kv_bytes,
         "p(chosen)": round(step.chosen_prob, 4), "rank": step.chosen_rank + 1,
     } for step in trace.steps])
+    # the columns keep their English names (tests and downloads read them); the header shows
+    # each one's label
     show_table(table, hide_index=True, width="stretch", column_config={
-        "wall (ms)": st.column_config.NumberColumn(help="The whole step: forward, sampling, "
-                                                   "recording (wall clock; GPU: synchronized)"),
-        "forward (ms)": st.column_config.NumberColumn(help="The model forward alone"),
-        "CPU (ms)": st.column_config.NumberColumn(help="CPU time this process used during the "
-                                                  "step, all threads together"),
+        "step": st.column_config.NumberColumn(_("step")),
+        "phase": st.column_config.TextColumn(_("phase")),
+        "token": st.column_config.TextColumn(_("token")),
+        "id": st.column_config.NumberColumn(_("id")),
+        "wall (ms)": st.column_config.NumberColumn(
+            _("wall (ms)"), help=_("The whole step: forward, sampling, recording (wall clock; "
+                                   "GPU: synchronized)")),
+        "forward (ms)": st.column_config.NumberColumn(_("forward (ms)"),
+                                                      help=_("The model forward alone")),
+        "CPU (ms)": st.column_config.NumberColumn(
+            _("CPU (ms)"), help=_("CPU time this process used during the step, all threads "
+                                  "together")),
         "CPU share": st.column_config.NumberColumn(
-            format="percent", help=f"CPU ms ÷ ({threads} threads × wall ms): how much of the CPU "
-                                   "time it asked for this process got"),
+            _("CPU share"), format="percent",
+            help=_("CPU ms ÷ ({threads} threads × wall ms): how much of the CPU time it asked "
+                   "for this process got").format(threads=threads)),
         "others' CPU": st.column_config.NumberColumn(
-            format="percent", help="Share of all CPUs' time other programs used during the step "
-                                   "(/proc/stat minus this process)"),
-        "timing": st.column_config.TextColumn(width="medium"),
+            _("others' CPU"), format="percent",
+            help=_("Share of all CPUs' time other programs used during the step (/proc/stat "
+                   "minus this process)")),
+        "timing": st.column_config.TextColumn(_("timing"), width="medium"),
+        "context (tokens)": st.column_config.NumberColumn(_("context (tokens)")),
+        "KV cache (bytes)": st.column_config.NumberColumn(_("KV cache (bytes)")),
+        "p(chosen)": st.column_config.NumberColumn(_("p(chosen)")),
+        "rank": st.column_config.NumberColumn(_("rank")),
     })
-    st.caption("KV cache bytes are measured from the cache tensors; with the cache on they equal "
-               f"2 · {trace.model.layers} layers · {trace.model.kv_heads} KV heads · "
-               f"{trace.model.head_dim} head_dim · {trace.model.dtype_bytes} bytes · context "
-               "tokens. Timing columns are empty for traces recorded before they were measured.")
+    st.caption(_("KV cache bytes are measured from the cache tensors; with the cache on they "
+                 "equal 2 · {layers} layers · {kv_heads} KV heads · {head_dim} head_dim · "
+                 "{dtype_bytes} bytes · context tokens. Timing columns are empty for traces "
+                 "recorded before they were measured.").format(
+        layers=trace.model.layers, kv_heads=trace.model.kv_heads,
+        head_dim=trace.model.head_dim, dtype_bytes=trace.model.dtype_bytes))
 
 
-st.title("Steps")
+st.title(_("Steps"))
 current = require_trace()
 summary(current)
 disturbance_warning(current)

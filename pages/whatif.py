@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import streamlit as st
 
+from i18n import _
 from ui.sections.whatif_ablate import ablate_section
 from ui.sections.whatif_branch import branch_section
 from ui.sections.whatif_patch import patch_section
 from ui.state import session_model
 
-st.title("What if")
+st.title(_("What if"))
 MODEL = session_model()
-BRANCH, ABLATE, PATCH = st.tabs(["Branch at a token", "Switch heads off", "Patch activations"])
+BRANCH, ABLATE, PATCH = st.tabs([_("Branch at a token"), _("Switch heads off"),
+                                  _("Patch activations")])
 with BRANCH:
     branch_section(MODEL)
 with ABLATE:

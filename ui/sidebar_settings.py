@@ -11,6 +11,7 @@ from typing import Any
 import streamlit as st
 
 from engine import Trace
+from i18n import N_, _
 from ui.config import Limits, config
 
 
@@ -36,35 +37,44 @@ class Setting:
         """The value a link's text stands for; ValueError saying what is allowed."""
         if self.kind is bool:
             if text not in ("0", "1"):
-                raise ValueError("must be 0 or 1")
+                raise ValueError(_("must be 0 or 1"))
             return text == "1"
-        allowed = f"must be a number from {self.low:g} to {self.high:g}"
+        low, high = f"{self.low:g}", f"{self.high:g}"
         if self.kind is int:
             if not re.fullmatch(r"\d{1,10}", text) or not self.low <= int(text) <= self.high:
-                raise ValueError(allowed.replace("a number", "a whole number"))
+                raise ValueError(_("must be a whole number from {low} to {high}").format(
+                    low=low, high=high))
             return int(text)
         if not re.fullmatch(r"\d{1,3}(\.\d{1,6})?", text) or not self.low <= float(text) <= self.high:
-            raise ValueError(allowed)
+            raise ValueError(_("must be a number from {low} to {high}").format(low=low, high=high))
         steps = float(text) / self.step
         if abs(steps - round(steps)) > 1e-6:
-            raise ValueError(f"must be a multiple of {self.step:g}")
+            raise ValueError(_("must be a multiple of {step}").format(step=f"{self.step:g}"))
         return round(round(steps) * self.step, 6)
 
     def text(self, value: int | float | bool) -> str:
         return str(int(value)) if self.kind is not float else f"{value:g}"
 
 
+# Each weights variant's label (`N_`: shown through `_`, as `weights_label` does).
 WEIGHTS_LABELS = {"fp32": "fp32 (float32)", "fp16": "fp16 (float16)", "bf16": "bf16 (bfloat16)",
-                  "int8": "int8 (per-row scale)", "q8_0": "q8_0 (8-bit, scale per 32)",
-                  "q4_0": "q4_0 (4-bit, scale per 32)",
-                  "q4_1": "q4_1 (4-bit, scale + min per 32)",
-                  "q6_k": "q6_k (GGML Q6_K, llama.cpp's types)",
-                  "q4_k_m": "q4_k_m (llama.cpp's Q4_K_M mix)",
-                  "q4_k": "q4_k (GGML Q4_K, llama.cpp's types)"}
-DECODER_HELP = ("The prefill always runs in PyTorch (transformers). The decode steps run in the "
-                "hand-written C step (engine/kernels/native.py) wherever it can: float32 and "
-                "integer weights, KV cache on. It records the same attention rows, hidden states "
-                "and top-k as PyTorch (tests check them equal); each trace says which one ran.")
+                  "int8": N_("int8 (per-row scale)"), "q8_0": N_("q8_0 (8-bit, scale per 32)"),
+                  "q4_0": N_("q4_0 (4-bit, scale per 32)"),
+                  "q4_1": N_("q4_1 (4-bit, scale + min per 32)"),
+                  "q6_k": N_("q6_k (GGML Q6_K, llama.cpp's types)"),
+                  "q4_k_m": N_("q4_k_m (llama.cpp's Q4_K_M mix)"),
+                  "q4_k": N_("q4_k (GGML Q4_K, llama.cpp's types)")}
+DECODER_HELP = N_("The prefill always runs in PyTorch (transformers). The decode steps run in the "
+                  "hand-written C step (engine/kernels/native.py) wherever it can: float32 and "
+                  "integer weights, KV cache on. It records the same attention rows, hidden "
+                  "states and top-k as PyTorch (tests check them equal); each trace says which "
+                  "one ran.")
+
+
+def weights_label(weights: str) -> str:
+    """A weights variant's label in the session's language (the variant itself if unknown)."""
+    label = WEIGHTS_LABELS.get(weights)
+    return _(label) if label is not None else weights
 
 
 def decoder_line(problem: str | None, kv_cache: bool, file_blocks: bool = False) -> str:
@@ -76,8 +86,8 @@ def decoder_line(problem: str | None, kv_cache: bool, file_blocks: bool = False)
     if problem is None and not kv_cache:
         problem = KV_OFF_REASON
     if problem is not None:
-        return f"torch eager — {problem}"
-    return "native C step on the file's GGML blocks" if file_blocks else "native C step"
+        return _("torch eager — {reason}").format(reason=problem)
+    return _("native C step on the file's GGML blocks") if file_blocks else _("native C step")
 
 
 def setting_table(limits: Limits) -> dict[str, Setting]:

@@ -16,6 +16,7 @@ from charts.whatif import sweep_heatmap
 from engine import Trace
 from engine.forward import prepare_prompt
 from engine.whatif.ablate import Ablation, ablate, head_sweep
+from i18n import N_, _, chinese, ngettext
 from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
@@ -29,6 +30,7 @@ from ui.text import plain
 
 DEFAULT_PROMPT = "The Eiffel Tower is in the city of"
 NEW_TOKENS = 16  # the greedy text compared both ways
+SCOPES = {"one layer": N_("one layer"), "every layer": N_("every layer")}  # value: its label
 
 
 def _prompt(lm_name: str) -> tuple[str, bool]:
@@ -43,29 +45,31 @@ def ablation_form(model: SessionModel) -> None:
     spec = model.lm.spec
     prompt, chat = _prompt(spec.name)
     with st.form("ablate_form", border=False):
-        text = st.text_area("Prompt", prompt, height=80, key="ablate_prompt", max_chars=2000)
+        text = st.text_area(_("Prompt"), prompt, height=80, key="ablate_prompt", max_chars=2000)
         c1, c2, c3 = st.columns([1, 2, 1])
-        layer = c1.selectbox("Layer", range(spec.layers), index=min(1, spec.layers - 1))
-        heads = c2.multiselect("Heads to switch off", range(spec.heads),
-                               default=[min(5, spec.heads - 1)],
-                               help=f"Any of the layer's {spec.heads} query heads.")
-        mlp = c3.checkbox("Its MLP too", help="Zero the layer's MLP output as well.")
+        layer = c1.selectbox(_("Layer"), range(spec.layers), index=min(1, spec.layers - 1),
+                             key="ablate_form_layer")
+        heads = c2.multiselect(_("Heads to switch off"), range(spec.heads),
+                               default=[min(5, spec.heads - 1)], key="ablate_heads",
+                               help=_("Any of the layer's {n} query heads.").format(n=spec.heads))
+        mlp = c3.checkbox(_("Its MLP too"), key="ablate_mlp",
+                          help=_("Zero the layer's MLP output as well."))
         c4, c5 = st.columns(2)
-        mean = c4.toggle("Mean instead of zero", help="Set each head's output to its mean over "
-                         "the prompt's positions: the head still adds its average, not what "
-                         "it read here.")
-        chat = c5.toggle("Chat template", chat, key="ablate_chat")
-        go = st.form_submit_button("Switch off and re-run", type="primary",
+        mean = c4.toggle(_("Mean instead of zero"), key="ablate_mean",
+                         help=_("Set each head's output to its mean over the prompt's positions: "
+                                "the head still adds its average, not what it read here."))
+        chat = c5.toggle(_("Chat template"), chat, key="ablate_chat")
+        go = st.form_submit_button(_("Switch off and re-run"), type="primary",
                                    icon=":material/power_settings_new:")
     if not go:
         return
     if not heads and not mlp:
-        st.error("Nothing to switch off: pick heads, the MLP, or both.")
+        st.error(_("Nothing to switch off: pick heads, the MLP, or both."))
         return
     settings = replace(generation_settings(), chat_template=chat)
 
     def work(job: Job):
-        job.progress(0.2, "Running the prompt with and without them…")
+        job.progress(0.2, _("Running the prompt with and without them…"))
         return ablate(model.lm, text, Ablation(layer, tuple(sorted(heads)), mlp, mean),
                       settings, NEW_TOKENS, model.weights)
 
@@ -75,7 +79,7 @@ def ablation_form(model: SessionModel) -> None:
         if after:
             st.session_state["ablate_layer"] = after[0]
 
-    run_experiment(work, progress="Switching off…", cut=False, keep=keep)
+    run_experiment(work, progress=_("Switching off…"), cut=False, keep=keep)
 
 
 def ablation_result(model: SessionModel | None) -> None:
@@ -83,12 +87,13 @@ def ablation_result(model: SessionModel | None) -> None:
     if found is None:
         return
     a = found.ablation
-    st.markdown(f"**{plain(a.describe())}** on “{plain(found.baseline_run.prompt[:80])}”")
+    st.markdown(_("**{ablation}** on “{prompt}”").format(
+        ablation=plain(a.describe()), prompt=plain(found.baseline_run.prompt[:80])))
     c1, c2 = st.columns(2)
-    c1.metric("KL(before ‖ after), next token", f"{found.kl:.4g} nats",
-              help="Σ p·log(p/q) over the vocabulary: 0 = the same distribution.")
-    c2.metric("Top-1 token", "changed" if found.top1_changed else "unchanged")
-    names = ("with every head", "switched off")
+    c1.metric(_("KL(before ‖ after), next token"), f"{found.kl:.4g} nats",
+              help=_("Σ p·log(p/q) over the vocabulary: 0 = the same distribution."))
+    c2.metric(_("Top-1 token"), _("changed") if found.top1_changed else _("unchanged"))
+    names = (_("with every head"), _("switched off"))
     ids = list(dict.fromkeys([d["id"] for d in found.top(found.baseline)]
                              + [d["id"] for d in found.top(found.ablated)]))
     pieces = _pieces(found.baseline_run, found.ablated_run)
@@ -96,19 +101,22 @@ def ablation_result(model: SessionModel | None) -> None:
              "after": float(found.ablated[i])} for i in ids]
     rows.sort(key=lambda r: -max(r["before"], r["after"]))
     show_table(pd.DataFrame(rows), hide_index=True, column_config={
-        "before": st.column_config.NumberColumn("p before", format="%.4f"),
-        "after": st.column_config.NumberColumn("p after", format="%.4f")})
-    st.caption(f"The next token's 10 most probable before and after, together ({len(rows)} "
-               f"tokens); greedy text both ways over {NEW_TOKENS} tokens below.")
-    tokens_section(found.baseline_run, found.ablated_run, names, title="Text both ways")
+        "token": st.column_config.TextColumn(_("token")),
+        "before": st.column_config.NumberColumn(_("p before"), format="%.4f"),
+        "after": st.column_config.NumberColumn(_("p after"), format="%.4f")})
+    st.caption(_("The next token's 10 most probable before and after, together ({n} tokens); "
+                 "greedy text both ways over {new} tokens below.").format(n=len(rows),
+                                                                          new=NEW_TOKENS))
+    tokens_section(found.baseline_run, found.ablated_run, names, title=_("Text both ways"))
     if found.ablated_run.attention_layers:
         attention_section(found.baseline_run, found.ablated_run, names, prefix="ablate")
-        if st.button("Open the ablated run on every page", icon=":material/open_in_new:",
+        if st.button(_("Open the ablated run on every page"), icon=":material/open_in_new:",
                      key="ablate_open"):
             keep_new_trace(found.ablated_run)
-            st.success("The ablated run is now the run every page shows.")
+            st.success(_("The ablated run is now the run every page shows."))
     else:
-        st.caption("Turn on Record attention in the sidebar to see the attention of both runs.")
+        st.caption(_("Turn on Record attention in the sidebar to see the attention of both "
+                     "runs."))
 
 
 def _pieces(*runs: Trace) -> dict[int, str]:
@@ -122,23 +130,33 @@ def _pieces(*runs: Trace) -> dict[int, str]:
 def sweep_form(model: SessionModel) -> None:
     spec = model.lm.spec
     prompt, chat = _prompt(spec.name)
-    st.subheader("Which heads matter")
-    st.caption("Each head switched off alone, one at a time: how far the next token's "
-               "distribution moves (KL, nats). One forward per layer — a batch with one copy "
-               "of the prompt per head, copy h with head h off.")
+    st.subheader(_("Which heads matter"))
+    st.caption(_("Each head switched off alone, one at a time: how far the next token's "
+                 "distribution moves (KL, nats). One forward per layer — a batch with one copy "
+                 "of the prompt per head, copy h with head h off."))
     trace = current_trace()
-    whose = "the current run" if trace is not None and trace.model.name == spec.name else \
-        "the example"
-    st.caption(plain(f"On “{prompt[:80]}” ({whose}'s prompt{', chat template' if chat else ''}):"
-                     " the form above may switch heads off on another."))
+    current = trace is not None and trace.model.name == spec.name
+    if current:
+        whose = (_("On “{prompt}” (the current run's prompt, chat template): the form above may "
+                   "switch heads off on another.") if chat else
+                 _("On “{prompt}” (the current run's prompt): the form above may switch heads "
+                   "off on another."))
+    else:
+        whose = (_("On “{prompt}” (the example's prompt, chat template): the form above may "
+                   "switch heads off on another.") if chat else
+                 _("On “{prompt}” (the example's prompt): the form above may switch heads off "
+                   "on another."))
+    st.caption(plain(whose.format(prompt=prompt[:80])))
     with st.form("sweep_form", border=False):
         c1, c2, c3 = st.columns([2, 1, 1])
-        scope = c1.radio("Heads", ["one layer", "every layer"], horizontal=True,
-                         help=f"Every layer: {spec.layers} × {spec.heads} heads.")
-        layer = c2.selectbox("Layer", range(spec.layers), index=min(5, spec.layers - 1),
+        scope = c1.radio(_("Heads"), list(SCOPES), horizontal=True, key="sweep_scope",
+                         format_func=lambda v: _(SCOPES[v]),
+                         help=_("Every layer: {layers} × {heads} heads.").format(
+                             layers=spec.layers, heads=spec.heads))
+        layer = c2.selectbox(_("Layer"), range(spec.layers), index=min(5, spec.layers - 1),
                              key="sweep_layer")
-        mean = c3.toggle("Mean instead of zero", key="sweep_mean")
-        go = st.form_submit_button("Which heads matter?", icon=":material/grid_view:")
+        mean = c3.toggle(_("Mean instead of zero"), key="sweep_mean")
+        go = st.form_submit_button(_("Which heads matter?"), icon=":material/grid_view:")
     if not go:
         return
     layers = list(range(spec.layers)) if scope == "every layer" else [layer]
@@ -150,7 +168,7 @@ def sweep_form(model: SessionModel) -> None:
         done = all(np.isfinite(kl[k]).all() for k in layers)
         return HeadSweep(kl, prompt, mean, time.perf_counter() - start, done)
 
-    run_experiment(work, progress="Switching heads off one at a time…",
+    run_experiment(work, progress=_("Switching heads off one at a time…"),
                    cut=lambda found: not found.complete,
                    keep=lambda found: keep_whatif(sweep=found))
 
@@ -162,21 +180,32 @@ def sweep_result() -> None:
     show_chart(sweep_heatmap(found.kl), name="heads that matter")
     finite = np.where(np.isfinite(found.kl), found.kl, -1)
     top = np.dstack(np.unravel_index(np.argsort(-finite, axis=None)[:3], finite.shape))[0]
-    best = ", ".join(f"layer {int(k)} head {int(h)} ({finite[k, h]:.3g} nats)" for k, h in top
-                     if finite[k, h] >= 0)
+    best = ("、" if chinese() else ", ").join(_("layer {layer} head {head} ({kl} nats)").format(
+        layer=int(k), head=int(h), kl=f"{finite[k, h]:.3g}") for k, h in top if finite[k, h] >= 0)
     swept = int(np.isfinite(found.kl).all(axis=1).sum())
-    st.caption(plain(f"On “{found.prompt[:80]}”, {'mean' if found.mean else 'zero'} ablation, "
-                     f"{swept} layer{'s' if swept != 1 else ''} swept in {found.seconds:.1f} s. "
-                     f"The heads that move it most: {best}. KL = Σ p·log(p/q) of the next "
-                     "token, p with every head, q with that head off."))
+    text = (ngettext("On “{prompt}”, mean ablation, {n} layer swept in {seconds} s. The heads "
+                     "that move it most: {best}. KL = Σ p·log(p/q) of the next token, p with "
+                     "every head, q with that head off.",
+                     "On “{prompt}”, mean ablation, {n} layers swept in {seconds} s. The heads "
+                     "that move it most: {best}. KL = Σ p·log(p/q) of the next token, p with "
+                     "every head, q with that head off.", swept)
+            if found.mean else
+            ngettext("On “{prompt}”, zero ablation, {n} layer swept in {seconds} s. The heads "
+                     "that move it most: {best}. KL = Σ p·log(p/q) of the next token, p with "
+                     "every head, q with that head off.",
+                     "On “{prompt}”, zero ablation, {n} layers swept in {seconds} s. The heads "
+                     "that move it most: {best}. KL = Σ p·log(p/q) of the next token, p with "
+                     "every head, q with that head off.", swept))
+    st.caption(plain(text.format(prompt=found.prompt[:80], n=swept,
+                                 seconds=f"{found.seconds:.1f}", best=best)))
 
 
 def ablate_section(model: SessionModel | None) -> None:
-    st.caption("Switch some of a layer's heads (or its MLP) off and run the prompt again: a "
-               "head's output is zeroed before the output projection, at every position. What "
-               "changes tells what it did here.")
+    st.caption(_("Switch some of a layer's heads (or its MLP) off and run the prompt again: a "
+                 "head's output is zeroed before the output projection, at every position. What "
+                 "changes tells what it did here."))
     if model is None:
-        st.info("Switching heads off runs the model: load it in the sidebar.")
+        st.info(_("Switching heads off runs the model: load it in the sidebar."))
     else:
         ablation_form(model)
     ablation_result(model)
@@ -184,5 +213,5 @@ def ablate_section(model: SessionModel | None) -> None:
         sweep_form(model)
     sweep_result()
     if config().hosted:
-        st.caption("Hosted demo: a sweep stops at the per-click time limit; what was measured is "
-                   "shown.")
+        st.caption(_("Hosted demo: a sweep stops at the per-click time limit; what was "
+                     "measured is shown."))

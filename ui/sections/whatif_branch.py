@@ -12,6 +12,7 @@ from charts.tokens import shown_piece
 from charts.whatif import node_label, probability_chart, tree_dot
 from engine import EngineError, Trace
 from engine.whatif.branch import branch, run_snapshot, single_token
+from i18n import _
 from ui.common import disturbance_warning, no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
@@ -48,7 +49,8 @@ def _candidates(node: Trace, at: int) -> list[int]:
 def _candidate_label(node: Trace, at: int, token: int) -> str:
     step = node.steps[at]
     j = step.top_ids.tolist().index(token)
-    return f"{shown_piece(step.top_pieces[j])} (p = {float(step.top_probs[j]):.3f})"
+    return _("{token} (p = {p})").format(token=shown_piece(step.top_pieces[j]),
+                                        p=f"{float(step.top_probs[j]):.3f}")
 
 
 def _branch(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int, ...], index: int,
@@ -57,25 +59,27 @@ def _branch(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int, ..
     lm = model.lm
     limit = HOSTED_NODES if config().hosted else LOCAL_NODES
     if len(tree) >= limit:
-        st.error(f"This tree holds {limit} runs, the most one tree may hold here: generate a new "
-                 "run to start another.")
+        st.error(_("This tree holds {limit} runs, the most one tree may hold here: generate a "
+                   "new run to start another.").format(limit=limit))
         return
 
     def work(job: Job) -> tuple:
         snapshot = caches.get(id(node))
         rebuilt = None
         if snapshot is None:
-            job.progress(0.05, f"Rebuilding this run's KV cache: one prefill of its "
-                               f"{len(node.prompt_token_ids) + len(node.steps) - 1} tokens…")
+            job.progress(0.05, _("Rebuilding this run's KV cache: one prefill of its {n} "
+                                 "tokens…").format(
+                n=len(node.prompt_token_ids) + len(node.steps) - 1))
             snapshot, ms = run_snapshot(lm, node)
             rebuilt = (snapshot.positions, ms)
-        job.progress(0.3, f"Branching at token {at}: reusing {len(node.prompt_token_ids) + at} "
-                          "cached positions, then timing a full re-run of the same branch…")
+        job.progress(0.3, _("Branching at token {at}: reusing {n} cached positions, then "
+                            "timing a full re-run of the same branch…").format(
+            at=at, n=len(node.prompt_token_ids) + at))
         found = branch(lm, node, at, token, snapshot, model.weights, job.stop,
                        native=model.run_options()["native"])
         return found, snapshot, rebuilt
 
-    done = run_experiment(work, progress="Branching…", cut=False)
+    done = run_experiment(work, progress=_("Branching…"), cut=False)
     if done is None:
         return
     found, snapshot, rebuilt = done
@@ -95,33 +99,36 @@ def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int
     if st.session_state.get(FROM) not in range(len(tree)):
         st.session_state[FROM] = len(tree) - 1
     c1, c2 = st.columns([1, 1])
-    index = c1.selectbox("Branch from", range(len(tree)),
+    index = c1.selectbox(_("Branch from"), range(len(tree)),
                          format_func=lambda i: node_label(tree, i), key=FROM)
     node = tree[index]
     if not node.steps:
-        st.info("This run has no generated token to change.")
+        st.info(_("This run has no generated token to change."))
         return
     if st.session_state.get(AT) not in range(len(node.steps)):
         st.session_state[AT] = min(2, len(node.steps) - 1)
-    at = c2.selectbox("Token to change", range(len(node.steps)), key=AT,
-                      format_func=lambda i: f"{i}: {shown_piece(node.steps[i].piece)} "
-                                            f"(p = {node.steps[i].chosen_prob:.3f})",
-                      help="The generated tokens of this run, in order (0 = the first). "
-                           "Everything before it is kept; the tokens after it are the model's "
-                           "again.")
+    at = c2.selectbox(_("Token to change"), range(len(node.steps)), key=AT,
+                      format_func=lambda i: _("{i}: {token} (p = {p})").format(
+                          i=i, token=shown_piece(node.steps[i].piece),
+                          p=f"{node.steps[i].chosen_prob:.3f}"),
+                      help=_("The generated tokens of this run, in order (0 = the first). "
+                             "Everything before it is kept; the tokens after it are the model's "
+                             "again."))
     step = node.steps[at]
     options = _candidates(node, at)
     with st.form("branch_form", border=False):
-        choice = st.radio(plain(f"Instead of “{shown_piece(step.piece)}” (p = "
-                                f"{step.chosen_prob:.3f}), put"), options,
+        choice = st.radio(plain(_("Instead of “{token}” (p = {p}), put").format(
+                              token=shown_piece(step.piece), p=f"{step.chosen_prob:.3f}")),
+                          options,
                           format_func=lambda t: plain(_candidate_label(node, at, t)),
                           horizontal=True, key=CANDIDATE,
-                          help="The model's other most probable tokens at this step.")
-        typed = st.text_input("… or type a token", key=TYPED, max_chars=40,
-                              placeholder="e.g. ·Lyon (one token of the vocabulary)",
-                              help="Used instead of the choice above when filled: text that "
-                                   "is exactly one token (a leading space is part of it).")
-        go = st.form_submit_button("Branch here", type="primary", icon=":material/call_split:")
+                          help=_("The model's other most probable tokens at this step."))
+        typed = st.text_input(_("… or type a token"), key=TYPED, max_chars=40,
+                              placeholder=_("e.g. ·Lyon (one token of the vocabulary)"),
+                              help=_("Used instead of the choice above when filled: text that "
+                                     "is exactly one token (a leading space is part of it)."))
+        go = st.form_submit_button(_("Branch here"), type="primary",
+                                   icon=":material/call_split:")
     if go:
         token = choice
         if typed:
@@ -131,14 +138,14 @@ def branch_form(model: SessionModel, tree: tuple[Trace, ...], parents: tuple[int
                 st.error(message(err))
                 return
         if token == step.token_id:
-            st.error("That is the token the run chose here: pick another.")
+            st.error(_("That is the token the run chose here: pick another."))
             return
         same = next((i for i, t in enumerate(tree) if parents[i] == index
                      and t.branch is not None and (t.branch.at, t.branch.token) == (at, token)),
                     None)
         if same is not None:  # the same tokens again: nothing new to compute
-            st.info(f"That branch exists already: {node_label(tree, same)}. It is shown "
-                    "side by side below.")
+            st.info(_("That branch exists already: {branch}. It is shown side by side "
+                      "below.").format(branch=node_label(tree, same)))
             st.session_state[PAIR_A], st.session_state[PAIR_B] = index, same
             return
         _branch(model, tree, parents, index, at, token)
@@ -149,77 +156,86 @@ def last_branch(tree: tuple[Trace, ...]) -> None:
     b = b_trace.branch
     if b is None:
         return
-    st.markdown(f"**Last branch** ({plain(node_label(tree, len(tree) - 1))})")
+    st.markdown(_("**Last branch** ({branch})").format(
+        branch=plain(node_label(tree, len(tree) - 1))))
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Reused from the KV cache", f"{b.reused_tokens} positions",
-              help="The prompt's tokens and the tokens before the branch point: their keys and "
-                   "values do not depend on later tokens, so they were not recomputed.")
-    c2.metric("Computed", f"{b.computed_tokens} positions",
-              help="One forward per token after the branch point (one more when a typed "
-                   "token's probability needed the model's whole distribution there).")
-    c3.metric("Branch took", duration(b.branch_ms))
-    c4.metric("Full re-run took", duration(b.rerun_ms),
-              delta=f"{duration(abs(b.saved_ms))} {'saved' if b.saved_ms >= 0 else 'more'}",
+    c1.metric(_("Reused from the KV cache"),
+              _("{n} positions").format(n=b.reused_tokens),
+              help=_("The prompt's tokens and the tokens before the branch point: their keys "
+                     "and values do not depend on later tokens, so they were not recomputed."))
+    c2.metric(_("Computed"), _("{n} positions").format(n=b.computed_tokens),
+              help=_("One forward per token after the branch point (one more when a typed "
+                     "token's probability needed the model's whole distribution there)."))
+    c3.metric(_("Branch took"), duration(b.branch_ms))
+    saved = duration(abs(b.saved_ms))
+    c4.metric(_("Full re-run took"), duration(b.rerun_ms),
+              delta=(_("{time} saved") if b.saved_ms >= 0 else _("{time} more")).format(
+                  time=saved),
               delta_color="normal" if b.saved_ms >= 0 else "inverse",
-              help="The same branch recomputed from nothing: a prefill of prompt + prefix + "
-                   "the new token, then the same decode steps, recorded alike.")
+              help=_("The same branch recomputed from nothing: a prefill of prompt + prefix + "
+                     "the new token, then the same decode steps, recorded alike."))
     decoder = b_trace.decoder.label if b_trace.decoder is not None else "torch eager"
-    same = ("both chose the same tokens" if b.same_as_rerun else "the two chose different "
-            "tokens (float rounding differs between a prefill and single steps)")
-    st.caption(f"Reused = prompt ({len(b_trace.prompt_token_ids)}) + tokens before the branch "
-               f"point ({b.at}). Both timings are wall-clock on this machine, measured one after "
-               f"the other, on the same decoder ({decoder}); {same}.")
+    timings = (_("Reused = prompt ({prompt}) + tokens before the branch point ({at}). Both "
+                 "timings are wall-clock on this machine, measured one after the other, on the "
+                 "same decoder ({decoder}); both chose the same tokens.")
+               if b.same_as_rerun else
+               _("Reused = prompt ({prompt}) + tokens before the branch point ({at}). Both "
+                 "timings are wall-clock on this machine, measured one after the other, on the "
+                 "same decoder ({decoder}); the two chose different tokens (float rounding "
+                 "differs between a prefill and single steps)."))
+    st.caption(timings.format(prompt=len(b_trace.prompt_token_ids), at=b.at, decoder=decoder))
     rebuilt = app_state().page.whatif_rebuilt
     if rebuilt is not None:
-        st.caption(f"Before its first branch, the run's KV cache was rebuilt once with one "
-                   f"prefill of {rebuilt[0]} tokens ({duration(rebuilt[1])}, not counted in "
-                   "the branch's time): a Generate run does not keep its cache (its decode "
-                   "steps may run in the native step); a server keeping the conversation would "
-                   "hold it. The saving is the prefill of the reused positions: it grows with "
-                   "the prompt and the prefix.")
+        st.caption(_("Before its first branch, the run's KV cache was rebuilt once with one "
+                     "prefill of {n} tokens ({time}, not counted in the branch's time): a "
+                     "Generate run does not keep its cache (its decode steps may run in the "
+                     "native step); a server keeping the conversation would hold it. The saving "
+                     "is the prefill of the reused positions: it grows with the prompt and the "
+                     "prefix.").format(n=rebuilt[0], time=duration(rebuilt[1])))
     disturbance_warning(b_trace)
 
 
 def side_by_side(tree: tuple[Trace, ...]) -> None:
-    st.subheader("Two runs side by side")
+    st.subheader(_("Two runs side by side"))
     for key, default in ((PAIR_A, 0), (PAIR_B, len(tree) - 1)):
         if st.session_state.get(key) not in range(len(tree)):
             st.session_state[key] = default
     c1, c2, c3 = st.columns([2, 2, 1])
-    a = c1.selectbox("First", range(len(tree)), key=PAIR_A,
+    a = c1.selectbox(_("First"), range(len(tree)), key=PAIR_A,
                      format_func=lambda i: node_label(tree, i))
-    b = c2.selectbox("Second", range(len(tree)), key=PAIR_B,
+    b = c2.selectbox(_("Second"), range(len(tree)), key=PAIR_B,
                      format_func=lambda i: node_label(tree, i))
     names = (node_label(tree, a).split(" · ")[0], node_label(tree, b).split(" · ")[0])
     c3.write("")  # level with the selectors
-    if c3.button("Open on every page", icon=":material/open_in_new:", key="whatif_open",
-                 help=f"Makes {names[1]} the session's run: every page shows it, and share and "
-                      "download include it with where it branched."):
+    if c3.button(_("Open on every page"), icon=":material/open_in_new:", key="whatif_open",
+                 help=_("Makes {run} the session's run: every page shows it, and share and "
+                        "download include it with where it branched.").format(run=names[1])):
         keep_new_trace(tree[b])
-        st.success(plain(f"{names[1][:1].upper()}{names[1][1:]} is now the run every page "
-                         "shows."))
-    tokens_section(tree[a], tree[b], names, title="Tokens")
-    st.markdown("**Probability of each chosen token**")
+        st.success(plain(_("{run} is now the run every page shows.").format(
+            run=f"{names[1][:1].upper()}{names[1][1:]}")))
+    tokens_section(tree[a], tree[b], names, title=_("Tokens"))
+    st.markdown(_("**Probability of each chosen token**"))
     show_chart(probability_chart(tree[a], tree[b], names), key="whatif_probs",
                name="probability of each chosen token")
     attention_section(tree[a], tree[b], names, prefix="whatif", rows=1)  # the prompt's: alike
 
 
 def branch_section(model: SessionModel | None) -> None:
-    st.caption("Pick a generated token, put another candidate there, and the model goes on from "
-               "there. The prompt and the tokens before it are not recomputed: their keys and "
-               "values sit in the KV cache, and a later token cannot change them. That is why a "
-               "branch costs only its own tokens — and why servers share cached prefixes.")
+    st.caption(_("Pick a generated token, put another candidate there, and the model goes on "
+                 "from there. The prompt and the tokens before it are not recomputed: their keys "
+                 "and values sit in the KV cache, and a later token cannot change them. That is "
+                 "why a branch costs only its own tokens — and why servers share cached "
+                 "prefixes."))
     trace = current_trace()
     if trace is None:
-        no_trace_notice("Then branch it here.")
+        no_trace_notice(_("Then branch it here."))
         return
     tree, parents = tree_of(trace)
     if model is None:
-        st.info("Branching runs the model: load it in the sidebar.")
+        st.info(_("Branching runs the model: load it in the sidebar."))
     elif trace.model.name != model.lm.spec.name:
-        st.info(plain(f"This run was made by {trace.model.name}; branching continues it on the "
-                      "same model: load it in the sidebar."))
+        st.info(plain(_("This run was made by {model}; branching continues it on the same "
+                        "model: load it in the sidebar.").format(model=trace.model.name)))
     else:
         branch_form(model, tree, parents)
     pair = (st.session_state.get(PAIR_A, 0), st.session_state.get(PAIR_B, len(tree) - 1))
