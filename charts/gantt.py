@@ -10,6 +10,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from i18n import _
+
 
 def top_legend(fig: go.Figure, entries: int, per_row: int = 6) -> None:
     """The title at the very top, the legend in rows under it, above the plot (not over the
@@ -71,6 +73,6 @@ def gantt_figure(rows: list[str], bars: Sequence[Bars], marks: Sequence[Marks], 
                       margin={"l": 10, "r": 10, "b": 10}, hovermode="closest", title_text=title)
     top_legend(fig, legend_entries)
     fig.update_xaxes(title_text=time_axis, rangemode="tozero")
-    fig.update_yaxes(title_text="request", categoryorder="array", categoryarray=rows,
+    fig.update_yaxes(title_text=_("request"), categoryorder="array", categoryarray=rows,
                      autorange="reversed")
     return fig

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from engine.serving.metrics import summarize_stream, tokens_per_step
 from engine.serving.record import RequestRecord, ServingRun, StepRecord
+from i18n import N_, _
 
 from .gantt import Bars, Marks, gantt_figure, top_legend
 from .live import DECODE_COLOR, PREFILL_COLOR
@@ -35,8 +36,29 @@ SHARED_PATTERN = "/"  # a block referenced by more than one request (prefix shar
 DRAFTED_STYLE = "background: #d9f2d0; border-color: #2ca02c; font-weight: 600"
 GRID_COLUMNS = 32
 MAX_GRID_BLOCKS = 1024  # cells drawn; a larger pool shows its first blocks (the caption says so)
-TIME_AXIS = "time since the stream started (ms)"
+TIME_AXIS = N_("time since the stream started (ms)")
 WINDOW_MS = 1000.0  # the throughput line: tokens made in the last second of the stream
+# what is shown for the record's values (the values themselves stay English identifiers)
+FINISH_NAMES = {"eos": N_("eos"), "length": N_("length"), "stopped": N_("stopped"),
+                "running": N_("running"), "waiting": N_("waiting"), "refused": N_("refused")}
+STEP_NAMES = {"prefill": N_("prefill"), "decode": N_("decode"), "mixed": N_("mixed")}
+SCHEDULER_NAMES = {"static": N_("static"), "continuous": N_("continuous")}
+SPECULATION_NAMES = {"plain greedy": N_("plain greedy"), "speculative": N_("speculative")}
+
+
+def finish_name(finish: str) -> str:
+    """A request's finish reason as shown."""
+    return _(FINISH_NAMES[finish]) if finish in FINISH_NAMES else finish
+
+
+def step_name(kind: str) -> str:
+    """A step's kind as shown."""
+    return _(STEP_NAMES[kind]) if kind in STEP_NAMES else kind
+
+
+def scheduler_name(scheduler: str) -> str:
+    """A scheduler as shown."""
+    return _(SCHEDULER_NAMES[scheduler]) if scheduler in SCHEDULER_NAMES else scheduler
 
 
 def request_color(request: int) -> str:
@@ -78,36 +100,46 @@ def gantt_chart(run: ServingRun) -> go.Figure:
     """One row per request: queue wait (grey), prefill (red), decode (blue), a mark where it
     finished; its arrival marked in the request's own colour (the block grid's)."""
     now = _now_ms(run)
-    rows = [f"request {r.id}" for r in run.requests]
-    bars = {"queue": Bars("queue wait", QUEUE_COLOR), "prefill": Bars("prefill", PREFILL_COLOR),
-            "decode": Bars("decode", DECODE_COLOR)}
+    rows = [_("request {id}").format(id=r.id) for r in run.requests]
+    bars = {"queue": Bars(_("queue wait"), QUEUE_COLOR),
+            "prefill": Bars(_("prefill"), PREFILL_COLOR),
+            "decode": Bars(_("decode"), DECODE_COLOR)}
+    phase_names = {"queue": _("queue"), "prefill": _("prefill"), "decode": _("decode")}
     for r, row in zip(run.requests, rows):
         p = phases(r, now)
-        notes = {"queue": f"waited {_span(p.queue):.0f} ms",
-                 "prefill": f"{len(r.spec.prompt_token_ids)} prompt tokens"
-                            + (f" ({r.cached_tokens} from shared blocks)" if r.cached_tokens else ""),
-                 "decode": f"{len(r.token_ids)} tokens · finish: {as_text(r.finish)}"}
+        prompt = len(r.spec.prompt_token_ids)
+        notes = {"queue": _("waited {ms:.0f} ms").format(ms=_span(p.queue)),
+                 "prefill": (_("{n} prompt tokens ({cached} from shared blocks)").format(
+                     n=prompt, cached=r.cached_tokens) if r.cached_tokens
+                     else _("{n} prompt tokens").format(n=prompt)),
+                 "decode": _("{n} tokens · finish: {finish}").format(
+                     n=len(r.token_ids), finish=as_text(finish_name(r.finish)))}
         for name, span in (("queue", p.queue), ("prefill", p.prefill), ("decode", p.decode)):
             if span is not None and span[1] >= span[0]:
                 bars[name].add(span[0], max(span[1] - span[0], 0.0), row,
-                               f"request {r.id} · {name}<br>{span[0]:.0f} → {span[1]:.0f} ms "
-                               f"({span[1] - span[0]:.0f} ms)<br>{notes[name]}")
+                               _("request {id} · {phase}<br>{start:.0f} → {end:.0f} ms "
+                                 "({ms:.0f} ms)<br>{note}").format(
+                                   id=r.id, phase=phase_names[name], start=span[0], end=span[1],
+                                   ms=span[1] - span[0], note=notes[name]))
     done = [(r, row) for r, row in zip(run.requests, rows) if phases(r, now).end is not None]
     marks = [
-        Marks("done", [r.token_ms[-1] for r, _ in done] or [None],
-              [row for _, row in done] or [None],
-              [f"request {r.id} done at {r.token_ms[-1]:.0f} ms ({r.finish}): "
-               f"{len(r.token_ids)} tokens, TTFT {r.ttft_ms:.0f} ms" for r, _ in done],
+        Marks(_("done"), [r.token_ms[-1] for r, __ in done] or [None],
+              [row for __, row in done] or [None],
+              [_("request {id} done at {ms:.0f} ms ({finish}): {n} tokens, TTFT {ttft:.0f} ms")
+               .format(id=r.id, ms=r.token_ms[-1], finish=finish_name(r.finish),
+                       n=len(r.token_ids), ttft=r.ttft_ms) for r, __ in done],
               {"symbol": "line-ns-open", "size": 16, "color": "#000000", "line": {"width": 2}}),
-        Marks("arrival (the request's colour)", [r.spec.arrival_ms for r in run.requests], rows,
-              [f"request {r.id} arrived at {r.spec.arrival_ms:.0f} ms" for r in run.requests],
+        Marks(_("arrival (the request's colour)"), [r.spec.arrival_ms for r in run.requests],
+              rows,
+              [_("request {id} arrived at {ms:.0f} ms").format(id=r.id, ms=r.spec.arrival_ms)
+               for r in run.requests],
               {"symbol": "square", "size": 11,
                "color": [request_color(r.id) for r in run.requests],
                "line": {"color": "#000000", "width": 1}}),
     ]
-    return gantt_figure(rows, list(bars.values()), marks, title="Every request over time",
+    return gantt_figure(rows, list(bars.values()), marks, title=_("Every request over time"),
                         height=min(140 + 26 * len(rows), 720), legend_entries=5,
-                        time_axis=TIME_AXIS)
+                        time_axis=_(TIME_AXIS))
 
 
 def _span(span: tuple[float, float] | None) -> float:
@@ -134,12 +166,14 @@ def block_grid_chart(run: ServingRun, step: int | None = None) -> go.Figure:
     fig = go.Figure()
     if not run.steps:
         owners: dict[int, list[tuple[int, int, int]]] = {}
-        title = "Block pool (no step yet)"
+        title = _("Block pool (no step yet)")
     else:
         chosen = run.steps[-1 if step is None else step]
         owners = block_owners(chosen, size)
-        title = (f"Block pool after step {chosen.index} ({chosen.kind}, batch {chosen.batch_size}): "
-                 f"{chosen.blocks_used} used, {chosen.free_blocks} free of {run.config.num_blocks}")
+        title = _("Block pool after step {step} ({kind}, batch {batch}): {used} used, {free} free "
+                  "of {total}").format(step=chosen.index, kind=step_name(chosen.kind),
+                                       batch=chosen.batch_size, used=chosen.blocks_used,
+                                       free=chosen.free_blocks, total=run.config.num_blocks)
     cells: dict[object, tuple[list, list, list, list]] = {}
     for block in range(pool):
         held = owners.get(block)
@@ -149,20 +183,22 @@ def block_grid_chart(run: ServingRun, step: int | None = None) -> go.Figure:
         ys.append(block // cols)
         pattern.append(SHARED_PATTERN if held and len(held) > 1 else "")
         if not held:
-            hover.append(f"block {block}: free")
+            hover.append(_("block {block}: free").format(block=block))
         elif len(held) == 1:
             r, logical, tokens = held[0]
-            hover.append(f"block {block}: request {r} (logical block {logical}) · "
-                         f"{tokens}/{size} tokens")
+            hover.append(_("block {block}: request {request} (logical block {logical}) · "
+                           "{tokens}/{size} tokens").format(block=block, request=r, logical=logical,
+                                                            tokens=tokens, size=size))
         else:
-            hover.append(f"block {block}: shared by requests {', '.join(str(h[0]) for h in held)} "
-                         f"· {held[0][2]}/{size} tokens")
+            hover.append(_("block {block}: shared by requests {requests} · {tokens}/{size} tokens")
+                         .format(block=block, requests=", ".join(str(h[0]) for h in held),
+                                 tokens=held[0][2], size=size))
     for key in sorted((k for k in cells if k != "free"), key=int):
-        _cells(fig, cells[key], f"request {key}", request_color(int(key)))
+        _cells(fig, cells[key], _("request {id}").format(id=key), request_color(int(key)))
     if "free" in cells:
-        _cells(fig, cells["free"], "free", FREE_COLOR)
+        _cells(fig, cells["free"], _("free"), FREE_COLOR)
     if any(SHARED_PATTERN in c[3] for c in cells.values()):  # a legend entry for the hatching
-        fig.add_trace(go.Bar(x=[None], y=[None], orientation="h", name="shared (hatched)",
+        fig.add_trace(go.Bar(x=[None], y=[None], orientation="h", name=_("shared (hatched)"),
                              marker={"color": "#ffffff", "line": {"color": "#000000", "width": 1},
                                      "pattern": {"shape": SHARED_PATTERN, "fgcolor": "#000000"}},
                              hoverinfo="skip"))
@@ -170,12 +206,13 @@ def block_grid_chart(run: ServingRun, step: int | None = None) -> go.Figure:
     fig.update_layout(height=110 + 26 * rows, barmode="overlay", bargap=0.12, title_text=title,
                       margin={"l": 10, "r": 10, "b": 10}, hovermode="closest")
     top_legend(fig, len(fig.data), per_row=8)
-    fig.update_layout(legend_title_text="block of:")
+    fig.update_layout(legend_title_text=_("block of:"))
     ticks = list(range(0, cols, 4 if cols > 8 else 1))
-    fig.update_xaxes(title_text=f"physical block id: row start + column (each cell: {size} token "
-                                "slots)", range=[0, cols], tickvals=[t + 0.5 for t in ticks],
+    fig.update_xaxes(title_text=_("physical block id: row start + column (each cell: {size} token "
+                                  "slots)").format(size=size), range=[0, cols],
+                     tickvals=[t + 0.5 for t in ticks],
                      ticktext=[f"+{t}" for t in ticks], showgrid=False)
-    fig.update_yaxes(title_text="row start", range=[rows - 0.5, -0.5],
+    fig.update_yaxes(title_text=_("row start"), range=[rows - 0.5, -0.5],
                      tickvals=list(range(rows)), ticktext=[str(r * cols) for r in range(rows)],
                      showgrid=False)
     return fig
@@ -202,48 +239,52 @@ def throughput_chart(run: ServingRun) -> go.Figure:
     window = [1000.0 * sum(n for e, n in zip(ends, made) if t - WINDOW_MS < e <= t)
               / max(min(WINDOW_MS, t - start), 1e-9) for t in ends]
     fig.add_trace(go.Scatter(
-        x=ends, y=rate, mode="markers", name="one step: its tokens ÷ its time",
+        x=ends, y=rate, mode="markers", name=_("one step: its tokens ÷ its time"),
         marker={"color": DECODE_COLOR, "size": 5, "opacity": 0.35},
-        customdata=[[s.index, n, s.ms, s.kind] for s, n in zip(run.steps, made)],
-        hovertemplate="step %{customdata[0]} (%{customdata[3]})<br>%{customdata[1]} tokens in "
-                      "%{customdata[2]:.1f} ms<br>%{y:.0f} tokens/s<extra></extra>"),
+        customdata=[[s.index, n, s.ms, step_name(s.kind)] for s, n in zip(run.steps, made)],
+        hovertemplate=_("step %{customdata[0]} (%{customdata[3]})<br>%{customdata[1]} tokens in "
+                        "%{customdata[2]:.1f} ms<br>%{y:.0f} tokens/s<extra></extra>")),
         secondary_y=False)
     fig.add_trace(go.Scatter(
-        x=ends, y=window, mode="lines", name="tokens/s over the last second",
+        x=ends, y=window, mode="lines", name=_("tokens/s over the last second"),
         line={"color": DECODE_COLOR, "width": 3},
-        hovertemplate="%{y:.1f} tokens/s over the second before %{x:.0f} ms<extra></extra>"),
+        hovertemplate=_("%{y:.1f} tokens/s over the second before %{x:.0f} ms<extra></extra>")),
         secondary_y=False)
     fig.add_trace(go.Scatter(
         x=ends, y=[s.batch_size for s in run.steps], mode="lines", line={"color": BATCH_COLOR,
                                                                          "shape": "hv"},
-        name="batch size (requests in the step)",
-        hovertemplate="%{y} requests in the step<extra></extra>"), secondary_y=True)
+        name=_("batch size (requests in the step)"),
+        hovertemplate=_("%{y} requests in the step<extra></extra>")), secondary_y=True)
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "b": 10},
-                      title_text="Tokens per second and batch size")
+                      title_text=_("Tokens per second and batch size"))
     top_legend(fig, 3)
-    fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
-    fig.update_yaxes(title_text="output tokens/s", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="batch size (requests)", secondary_y=True, showgrid=False,
+    fig.update_xaxes(title_text=_(TIME_AXIS), rangemode="tozero")
+    fig.update_yaxes(title_text=_("output tokens/s"), rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text=_("batch size (requests)"), secondary_y=True, showgrid=False,
                      range=[0, run.config.max_batch + 0.5], dtick=max(1, run.config.max_batch // 8))
     return fig
 
 
 def _grouped(fig: go.Figure, runs: dict[str, ServingRun], colors: dict[str, str],
              panels: list[tuple[str, list[tuple[str, str]]]]) -> go.Figure:
-    """Bars per panel (a metric group with one unit), one colour per run, values on the bars."""
+    """Bars per panel (a metric group with one unit), one colour per run, values on the bars.
+    Run names, units and labels come marked (`N_`) and are translated here; `colors` is keyed by
+    the runs' (English) names."""
     stats = {name: summarize_stream(run) for name, run in runs.items()}
     for name, summary in stats.items():
-        for col, (_, metrics) in enumerate(panels, start=1):
-            ys = [getattr(summary, field) for field, _ in metrics]
-            fig.add_trace(go.Bar(x=[label for _, label in metrics], y=ys, name=name,
+        shown = _(name)
+        for col, (__, metrics) in enumerate(panels, start=1):
+            ys = [getattr(summary, field) for field, __ in metrics]
+            fig.add_trace(go.Bar(x=[_(label) for __, label in metrics], y=ys, name=shown,
                                  legendgroup=name, showlegend=col == 1,
                                  marker_color=colors[name],
                                  text=[f"{y:,.0f}" if y is not None else "–" for y in ys],
                                  textposition="outside", cliponaxis=False,
-                                 hovertemplate=f"{name}<br>%{{x}}: %{{y:,.1f}}<extra></extra>"),
+                                 hovertemplate=shown
+                                 + "<br>%{x}: %{y:,.1f}<extra></extra>"),
                           row=1, col=col)
-    for col, (unit, _) in enumerate(panels, start=1):
-        fig.update_yaxes(title_text=unit, rangemode="tozero", row=1, col=col)
+    for col, (unit, __) in enumerate(panels, start=1):
+        fig.update_yaxes(title_text=_(unit), rangemode="tozero", row=1, col=col)
     fig.update_layout(height=380, barmode="group", margin={"l": 10, "r": 10, "b": 10})
     top_legend(fig, len(runs))
     return fig
@@ -251,12 +292,14 @@ def _grouped(fig: go.Figure, runs: dict[str, ServingRun], colors: dict[str, str]
 
 def batching_chart(static: ServingRun, continuous: ServingRun) -> go.Figure:
     """Static vs continuous batching on one stream: throughput, TTFT and ITL p50/p90."""
-    panels = [("output tokens/s", [("throughput_tok_s", "throughput")]),
-              ("time to first token (ms)", [("ttft_p50", "TTFT p50"), ("ttft_p90", "TTFT p90")]),
-              ("inter-token latency (ms)", [("itl_p50", "ITL p50"), ("itl_p90", "ITL p90")])]
+    panels = [(N_("output tokens/s"), [("throughput_tok_s", N_("throughput"))]),
+              (N_("time to first token (ms)"), [("ttft_p50", N_("TTFT p50")),
+                                                ("ttft_p90", N_("TTFT p90"))]),
+              (N_("inter-token latency (ms)"), [("itl_p50", N_("ITL p50")),
+                                                ("itl_p90", N_("ITL p90"))])]
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09)
-    _grouped(fig, {"static": static, "continuous": continuous}, SCHEDULER_COLORS, panels)
-    fig.update_layout(title_text="Static vs continuous batching, same stream")
+    _grouped(fig, {N_("static"): static, N_("continuous"): continuous}, SCHEDULER_COLORS, panels)
+    fig.update_layout(title_text=_("Static vs continuous batching, same stream"))
     return fig
 
 
@@ -265,34 +308,37 @@ def per_request_chart(runs: dict[str, ServingRun], colors: dict[str, str]) -> go
     fig = go.Figure()
     for name, run in runs.items():
         done = [r for r in run.requests if r.token_ms]
-        fig.add_trace(go.Bar(x=[f"request {r.id}" for r in done], y=[r.e2e_ms for r in done],
-                             name=f"{name}: end to end", marker_color=colors[name], opacity=0.45,
-                             hovertemplate=f"{name} · %{{x}}<br>end to end %{{y:,.0f}} ms"
-                                           "<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[f"request {r.id}" for r in done], y=[r.ttft_ms for r in done],
-                                 mode="markers", name=f"{name}: TTFT",
+        shown = scheduler_name(name)
+        requests = [_("request {id}").format(id=r.id) for r in done]
+        fig.add_trace(go.Bar(x=requests, y=[r.e2e_ms for r in done],
+                             name=_("{run}: end to end").format(run=shown),
+                             marker_color=colors[name], opacity=0.45,
+                             hovertemplate=_("{run} · %{x}<br>end to end %{y:,.0f} ms"
+                                             "<extra></extra>").replace("{run}", shown)))
+        fig.add_trace(go.Scatter(x=requests, y=[r.ttft_ms for r in done],
+                                 mode="markers", name=_("{run}: TTFT").format(run=shown),
                                  marker={"color": colors[name], "size": 10, "symbol": "diamond"},
-                                 hovertemplate=f"{name} · %{{x}}<br>TTFT %{{y:,.0f}} ms"
-                                               "<extra></extra>"))
+                                 hovertemplate=_("{run} · %{x}<br>TTFT %{y:,.0f} ms"
+                                                 "<extra></extra>").replace("{run}", shown)))
     fig.update_layout(height=360, barmode="group", margin={"l": 10, "r": 10, "b": 10},
-                      title_text="Per request: time to first token and end to end")
+                      title_text=_("Per request: time to first token and end to end"))
     top_legend(fig, len(fig.data))
-    fig.update_yaxes(title_text="latency since arrival (ms)", rangemode="tozero")
-    fig.update_xaxes(title_text="request")
+    fig.update_yaxes(title_text=_("latency since arrival (ms)"), rangemode="tozero")
+    fig.update_xaxes(title_text=_("request"))
     return fig
 
 
 def sharing_chart(off: ServingRun, on: ServingRun) -> go.Figure:
     """Prefix sharing off vs on, same stream: blocks at the peak, prompt tokens computed and the
     prefill steps' time."""
-    panels = [("blocks (peak in use)", [("peak_blocks", "peak blocks")]),
-              ("prompt tokens", [("prompt_tokens", "in the prompts"),
-                                 ("computed_prompt_tokens", "computed by prefill")]),
-              ("prefill steps' time (ms)", [("prefill_ms", "prefill ms")])]
+    panels = [(N_("blocks (peak in use)"), [("peak_blocks", N_("peak blocks"))]),
+              (N_("prompt tokens"), [("prompt_tokens", N_("in the prompts")),
+                                     ("computed_prompt_tokens", N_("computed by prefill"))]),
+              (N_("prefill steps' time (ms)"), [("prefill_ms", N_("prefill ms"))])]
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09)
-    _grouped(fig, {"sharing off": off, "sharing on": on},
+    _grouped(fig, {N_("sharing off"): off, N_("sharing on"): on},
              {"sharing off": SHARING_COLORS["off"], "sharing on": SHARING_COLORS["on"]}, panels)
-    fig.update_layout(title_text="Prefix sharing off vs on, same stream")
+    fig.update_layout(title_text=_("Prefix sharing off vs on, same stream"))
     return fig
 
 
@@ -300,8 +346,8 @@ def drafted_chips_html(pieces: list[str], drafted: list[bool]) -> str:
     """The output tokens as chips; those that came from an accepted draft are highlighted."""
     parts = []
     for i, (piece, from_draft) in enumerate(zip(pieces, drafted)):
-        title = f"output token {i} · " + ("accepted from the draft" if from_draft
-                                           else "computed by the model (no accepted draft)")
+        title = (_("output token {i} · accepted from the draft") if from_draft
+                 else _("output token {i} · computed by the model (no accepted draft)")).format(i=i)
         style = f' style="{DRAFTED_STYLE}"' if from_draft else ""
         kind = "ie-gen ie-drafted" if from_draft else "ie-gen"
         parts.append(f'<span class="ie-chip {kind}"{style} title="{html.escape(title, quote=True)}">'
@@ -317,17 +363,20 @@ def speculation_chart(rows: list[tuple[str, float, float, float, float]]) -> go.
     labels = [r[0] for r in rows]
     for i, name in enumerate(("plain greedy", "speculative")):
         ys = [r[1 + i] for r in rows]
-        fig.add_trace(go.Bar(x=labels, y=ys, name=name, marker_color=SPECULATION_COLORS[name],
+        shown = _(SPECULATION_NAMES[name])
+        fig.add_trace(go.Bar(x=labels, y=ys, name=shown, marker_color=SPECULATION_COLORS[name],
                              text=[f"{y:,.1f}" for y in ys], textposition="outside",
                              cliponaxis=False,
-                             hovertemplate=f"{name}<br>%{{x}}: %{{y:,.1f}} tokens/s<extra></extra>"))
+                             hovertemplate=_("{run}<br>%{x}: %{y:,.1f} tokens/s<extra></extra>")
+                             .replace("{run}", shown)))
     top = max((max(r[1], r[2]) for r in rows), default=1.0)
-    for label, _, _, accept, speedup in rows:
+    for label, __, ___, accept, speedup in rows:
         fig.add_annotation(x=label, y=top * 1.22, showarrow=False,
-                           text=f"{speedup:.2f}× · {accept:.0%} of drafts accepted")
+                           text=_("{speedup:.2f}× · {accept:.0%} of drafts accepted").format(
+                               speedup=speedup, accept=accept))
     fig.update_layout(height=360, barmode="group", margin={"l": 10, "r": 10, "b": 10},
-                      title_text="Speculative decoding vs plain greedy, measured")
+                      title_text=_("Speculative decoding vs plain greedy, measured"))
     top_legend(fig, 2)
-    fig.update_yaxes(title_text="output tokens/s", range=[0, top * 1.35])
-    fig.update_xaxes(title_text="prompt")
+    fig.update_yaxes(title_text=_("output tokens/s"), range=[0, top * 1.35])
+    fig.update_xaxes(title_text=_("prompt"))
     return fig

@@ -15,42 +15,54 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine import EngineError
+from i18n import N_, _, chinese
 from ui import shared
 from ui.clients import current_client
 from ui.config import config
 from ui.text import message
 
 T = TypeVar("T")
-WAITING = "Waiting for the model: another run is using it…"  # the bar's text while queued
+WAITING = N_("Waiting for the model: another run is using it…")  # the bar's text while queued
+
+
+def sentences(*parts: str) -> str:
+    """Sentences one after another: with a space between them in English, none in Chinese (its
+    full stop is full width); empty parts left out."""
+    return ("" if chinese() else " ").join(part for part in parts if part)
 
 
 def limit_text() -> str:
     """The hosted per-click budget, in the words every page uses for it."""
-    return f"this demo's limit of {config().limits.click_s or 0:.0f} s of model time per click"
+    return _("this demo's limit of {s:.0f} s of model time per click").format(
+        s=config().limits.click_s or 0)
 
 
 def budget_note(kept: bool = True) -> str:
     """What a page says when an experiment stopped at the per-click budget: with what it kept,
     or (`kept` False: it needs every part to show anything) that the visitor may try again."""
-    return (f"Stopped at {limit_text()}, so that no visitor waits long for another; "
-            + ("what was measured is shown." if kept else "try again."))
+    limit = config().limits.click_s or 0
+    return (_("Stopped at this demo's limit of {s:.0f} s of model time per click, so that no "
+              "visitor waits long for another; what was measured is shown.") if kept
+            else _("Stopped at this demo's limit of {s:.0f} s of model time per click, so that no "
+                   "visitor waits long for another; try again.")).format(s=limit)
 
 
 def wait_text(place: int, held_s: float, estimate_s: float | None) -> str:
     """What a waiting visitor reads: their place, how long the current run has taken, and when
     theirs should start (`FairLock.wait_estimate_s`, from measured run times)."""
-    ahead = ("another visitor's run is using the model; yours is next in the queue" if place == 1
-             else f"{place} runs are ahead of yours in the queue")
+    busy = (_("Busy: another visitor's run is using the model; yours is next in the queue (the "
+              "current run has taken {held:.0f} s so far).") if place == 1
+            else _("Busy: {place} runs are ahead of yours in the queue (the current run has taken "
+                   "{held:.0f} s so far).")).format(place=place, held=held_s)
     if estimate_s is None:
-        estimate = (" The current run is taking longer than recent runs like it, so there is no "
-                    "estimate yet.") if held_s >= 1 else ""
+        estimate = _("The current run is taking longer than recent runs like it, so there is no "
+                     "estimate yet.") if held_s >= 1 else ""
     elif estimate_s < 1:
-        estimate = " Yours should start any moment (estimated from recent runs' measured times)."
+        estimate = _("Yours should start any moment (estimated from recent runs' measured times).")
     else:
-        estimate = (f" Yours should start in about {estimate_s:.0f} s (estimated from recent "
-                    "runs' measured times, by kind of run).")
-    return (f"Busy: {ahead} (the current run has taken {held_s:.0f} s so far).{estimate} "
-            "Yours starts by itself: keep this page open.")
+        estimate = _("Yours should start in about {s:.0f} s (estimated from recent runs' measured "
+                     "times, by kind of run).").format(s=estimate_s)
+    return sentences(busy, estimate, _("Yours starts by itself: keep this page open."))
 
 
 def job_kind(work: Callable[..., Any]) -> str:
@@ -134,7 +146,7 @@ def run_experiment(work: Callable[[Job], T], *, progress: str | None = None, whe
     busy = turn and shared.LOCK.locked()  # another session's run holds the model now
     if progress is not None:
         job.bar = (st if where is None else where).progress(
-            0.0, text=WAITING if busy else progress or None)
+            0.0, text=_(WAITING) if busy else progress or None)
     try:
         with st.spinner(spinner) if spinner else contextlib.nullcontext():
             with model_turn(job.stop, job_kind(work)) if turn else contextlib.nullcontext():
