@@ -4,7 +4,7 @@
     python scripts/i18n.py check                        # exit 1 on anything out of step
 
 - extract: Babel reads every `_`, `ngettext` and `N_` in app.py, pages/, ui/ and charts/ (and the
-  titles of assets/sample_prompts.json and assets/examples/examples.json) into
+  English titles of assets/sample_prompts.json and assets/examples/examples.json) into
   assets/locale/messages.pot.
 - update: assets/locale/zh_Hant/…/messages.po gets exactly the template's messages (a message no
   longer in the source is dropped; one new to it takes its translation from a FRAGMENT.json
@@ -72,6 +72,8 @@ def template() -> Catalog:
         pot.add(message, locations=[(filename, lineno)])
     for path in JSON_TITLES:
         for item in json.loads(path.read_text()):
+            if item.get("lang", "en") != "en":  # written in its own language: shown as it is
+                continue
             pot.add(item["title"], locations=[(path.relative_to(ROOT).as_posix(), 0)])
     return pot
 
