@@ -11,16 +11,17 @@ from charts.layout import legend_above
 from charts.present import presentation
 from engine import Trace
 from engine.timing.disturbance import RULE, assess
+from i18n import _, chinese
 from ui.present import chart_config, chart_format, figure_title, presenting
 from ui.state import app_state, current_trace
 
 
 def no_trace_notice(then: str = "") -> None:
     """Say how to get a trace, instead of an empty screen."""
-    st.info("No trace yet. Generate one, open an example run (no model needed) or upload a trace "
-            "file, on the Generate page."
-            + (f" {then}" if then else ""))
-    st.page_link("pages/generate.py", label="Go to Generate", icon=":material/play_arrow:")
+    notice = _("No trace yet. Generate one, open an example run (no model needed) or upload a "
+               "trace file, on the Generate page.")
+    st.info(notice + (("" if chinese() else " ") + then if then else ""))
+    st.page_link("pages/generate.py", label=_("Go to Generate"), icon=":material/play_arrow:")
 
 
 def require_trace() -> Trace:
@@ -39,7 +40,7 @@ def disturbance_warning(trace: Trace) -> None:
     if warning is None:
         return
     st.warning(warning, icon=":material/speed:")
-    with st.expander("How a step is marked delayed"):
+    with st.expander(_("How a step is marked delayed")):
         st.markdown(RULE)
 
 

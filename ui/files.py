@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import streamlit as st
 
 from engine.errors import EngineError, InputError
+from i18n import N_, _
 from ui.live import make_room
 from ui.memo import file_bytes
 from ui.replay import REPLAY_MAX_S, ask_replay
@@ -17,6 +18,10 @@ from ui.state import app_state
 from ui.text import message
 
 T = TypeVar("T")
+# the replay button's help, per noun of the shown record (RecordFiles.noun)
+REPLAY_HELP = {"run": N_("Draw the run again at its recorded pace (at most {most} s)."),
+               "load": N_("Draw the load again at its recorded pace (at most {most} s).")}
+REPLAY_ANY = N_("Draw the {noun} again at its recorded pace (at most {most} s).")
 
 
 def opened_file(label: str, key: str, max_mb: int, load: Callable[[bytes], T]) -> tuple[T, str] | None:
@@ -30,12 +35,12 @@ def opened_file(label: str, key: str, max_mb: int, load: Callable[[bytes], T]) -
     opened[key] = upload.file_id
     try:
         if upload.size > max_mb << 20:
-            raise InputError(f"the file is over {max_mb} MB")
+            raise InputError(_("the file is over {mb} MB").format(mb=max_mb))
         record = load(upload.getvalue())
-        make_room(record, "this file")
+        make_room(record, _("this file"))
         return record, upload.name[:120]
     except EngineError as err:
-        st.error(f"Not opened: {message(err)}")
+        st.error(_("Not opened: {error}").format(error=message(err)))
         return None
 
 
@@ -62,20 +67,22 @@ def files_section(files: RecordFiles, record: Any, can_replay: bool,
                   show: Callable[[Any, str], None]) -> None:
     """Download the shown record and replay it (`can_replay`); a file opened here is shown
     (`show(record, "file <name>")`) and replayed."""
-    st.subheader(files.title)
+    st.subheader(_(files.title))
     row = st.container(horizontal=True)
     if record is not None:
-        row.download_button(files.download, data=file_bytes(f"{files.kind}_file", record,
-                                                             files.to_bytes),
+        row.download_button(_(files.download), data=file_bytes(f"{files.kind}_file", record,
+                                                                files.to_bytes),
                             on_click="ignore", file_name=files.file_name,
-                            mime="application/json", help=files.help)
-        if can_replay and row.button("Replay it", icon=":material/replay:",
-                                     help=f"Draw the {files.noun} again at its recorded pace "
-                                          f"(at most {REPLAY_MAX_S:.0f} s)."):
+                            mime="application/json", help=_(files.help),
+                            key=f"{files.kind}_download")
+        replay_help = _(REPLAY_HELP.get(files.noun, REPLAY_ANY)).format(
+            noun=files.noun, most=f"{REPLAY_MAX_S:.0f}")
+        if can_replay and row.button(_("Replay it"), icon=":material/replay:",
+                                     key=f"{files.kind}_replay", help=replay_help):
             ask_replay(files.kind)
             st.rerun()
-    opened = opened_file(files.open_label, files.upload_key, files.max_mb, files.load)
+    opened = opened_file(_(files.open_label), files.upload_key, files.max_mb, files.load)
     if opened is not None:
-        show(opened[0], f"file {opened[1]}")
+        show(opened[0], _("file {name}").format(name=opened[1]))
         ask_replay(files.kind)
         st.rerun()

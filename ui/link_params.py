@@ -21,9 +21,11 @@ from urllib.parse import quote, urlencode
 
 import streamlit as st
 
+from charts.formatting import localized
 from engine import Trace
 from engine.experiments import Experiments
 from engine.quant import VARIANT_NAMES
+from i18n import _
 from ui.config import MAX_PROMPT_CHARS, Limits, config
 from ui.keys import HEAD, LAYER, STEP
 from ui.sidebar_settings import Setting, setting_table
@@ -69,7 +71,8 @@ def parse_link(params: Mapping[str, str], limits: Limits, example_names: tuple[s
 
     def bad(name: str, why: str) -> None:
         shown = params[name] if len(params[name]) <= 40 else params[name][:40] + "…"
-        notes.append(f"Ignored the link's {name} “{shown}”: {why}.")
+        notes.append(_("Ignored the link's {name} “{value}”: {why}.").format(
+            name=name, value=shown, why=why))
 
     table = setting_table(limits)
     settings = {}
@@ -85,32 +88,33 @@ def parse_link(params: Mapping[str, str], limits: Limits, example_names: tuple[s
             if re.fullmatch(r"\d{1,4}", params[name]):
                 view[name] = int(params[name])
             else:
-                bad(name, "must be a whole number from 0")
+                bad(name, _("must be a whole number from 0"))
     stage = None
     if "stage" in params:
         if re.fullmatch(r"\d{1,2}", params["stage"]) and 1 <= int(params["stage"]) <= MAX_STAGE:
             stage = int(params["stage"])
         else:
-            bad("stage", f"must be a whole number from 1 to {MAX_STAGE}")
+            bad("stage", _("must be a whole number from 1 to {most}").format(most=MAX_STAGE))
     run = params.get("view")
     if run is not None and not RUN_ID.fullmatch(run):
-        bad("view", "not the id of a published run")
+        bad("view", _("not the id of a published run"))
         run = None
     prompt = params.get("prompt")
     if prompt is not None and (len(prompt) > MAX_PROMPT_CHARS or not prompt.strip()):
-        bad("prompt", f"must be 1 to {MAX_PROMPT_CHARS:,} characters")
+        bad("prompt", _("must be 1 to {most} characters").format(
+            most=localized(f"{MAX_PROMPT_CHARS:,}")))
         prompt = None
     example = params.get("example")
     if example is not None and example not in example_names:
-        bad("example", "no example of that name ships with this app")
+        bad("example", _("no example of that name ships with this app"))
         example = None
     model = params.get("model")
     if model is not None and len(model) > 200:
-        bad("model", "a model name is at most 200 characters")
+        bad("model", _("a model name is at most {most} characters").format(most=200))
         model = None
     dtype = params.get("dtype")
     if dtype is not None and dtype not in DTYPES:
-        bad("dtype", f"must be one of {', '.join(DTYPES)}")
+        bad("dtype", _("must be one of {names}").format(names=", ".join(DTYPES)))
         dtype = None
     return Link(prompt, example, settings, view, model, dtype, stage, run), notes
 
@@ -121,7 +125,8 @@ def check_view(view: Mapping[str, int], trace: Trace) -> tuple[dict[str, int], l
              "head": 0 <= view.get("head", -1) < trace.model.heads,
              "step": 0 <= view.get("step", -1) < len(trace.steps)}
     kept = {name: value for name, value in view.items() if valid[name]}
-    notes = [f"Ignored the link's {name} {value}: this trace has no {name} {value}."
+    notes = [_("Ignored the link's {name} {value}: this trace has no {name} {value}.").format(
+                 name=name, value=value)
              for name, value in view.items() if not valid[name]]
     return kept, notes
 
@@ -181,15 +186,46 @@ def add_settings(params: dict[str, str], table: Mapping[str, Setting],
     return skipped
 
 
-def reproduces(prompt_is: str, params: Mapping[str, str]) -> str:
-    """What a re-run of the link's prompt gives, in words."""
-    model = plain(f"{params['model']}, {params['dtype']} weights") if "model" in params else "the same model"
-    if float(params.get("temperature", "0")) == 0:
-        how = "greedy decoding: Generate gives the same tokens"
+def reproduces(from_run: bool, params: Mapping[str, str]) -> str:
+    """What a re-run of the link's prompt gives, in words: the prompt and settings of the run
+    shown (`from_run`), else the prompt box's and the sidebar's; on the model it names, if any."""
+    greedy = float(params.get("temperature", "0")) == 0
+    if "model" in params:
+        said = {
+            (True, True): _("Carries the prompt and settings of the run shown; greedy decoding: "
+                            "Generate gives the same tokens on {model}. Another model (or weights "
+                            "dtype) loaded there may give other tokens."),
+            (True, False): _("Carries the prompt and settings of the run shown; sampled with seed "
+                             "{seed}: the same seed gives the same tokens on {model}. Another model "
+                             "(or weights dtype) loaded there may give other tokens."),
+            (False, True): _("Carries the prompt box and the sidebar's settings; greedy decoding: "
+                             "Generate gives the same tokens on {model}. Another model (or weights "
+                             "dtype) loaded there may give other tokens."),
+            (False, False): _("Carries the prompt box and the sidebar's settings; sampled with seed "
+                              "{seed}: the same seed gives the same tokens on {model}. Another "
+                              "model (or weights dtype) loaded there may give other tokens."),
+        }[(from_run, greedy)]
     else:
-        how = f"sampled with seed {params.get('seed', '0')}: the same seed gives the same tokens"
-    return (f"Carries {prompt_is}; {how} on {model}. Another model (or weights dtype) loaded "
-            "there may give other tokens.")
+        said = {
+            (True, True): _("Carries the prompt and settings of the run shown; greedy decoding: "
+                            "Generate gives the same tokens on the same model. Another model (or "
+                            "weights dtype) loaded there may give other tokens."),
+            (True, False): _("Carries the prompt and settings of the run shown; sampled with seed "
+                             "{seed}: the same seed gives the same tokens on the same model. "
+                             "Another model (or weights dtype) loaded there may give other "
+                             "tokens."),
+            (False, True): _("Carries the prompt box and the sidebar's settings; greedy decoding: "
+                             "Generate gives the same tokens on the same model. Another model (or "
+                             "weights dtype) loaded there may give other tokens."),
+            (False, False): _("Carries the prompt box and the sidebar's settings; sampled with seed "
+                              "{seed}: the same seed gives the same tokens on the same model. "
+                              "Another model (or weights dtype) loaded there may give other "
+                              "tokens."),
+        }[(from_run, greedy)]
+    model = (plain(_("{model}, {dtype} weights").format(model=params["model"],
+                                                        dtype=params["dtype"]))
+             if "model" in params else "")
+    return said.format(model=model, seed=params.get("seed", "0"))
 
 
 def share_url(base: str, params: Mapping[str, str]) -> str:

@@ -16,8 +16,10 @@ from urllib.parse import urlsplit
 
 import streamlit as st
 
+from charts.formatting import localized
 from engine import Trace
 from engine.settings import FLOAT_WEIGHTS
+from i18n import _
 from ui.address import (
     address_params,
     apply_pending_view,
@@ -91,7 +93,7 @@ def apply_link(link: Link, run_found: bool | None) -> list[str]:
     if link.example is not None:
         error = open_example(link.example)
         if error is not None:
-            notes.append(f"Could not open the link's {error}.")
+            notes.append(_("Could not open the link's {error}.").format(error=error))
     return notes
 
 
@@ -109,7 +111,8 @@ def share_params(limits: Limits) -> Share:
     prompt = ""
     if example is not None:
         params["example"] = example.name
-        lines.append(f"Opens the example “{plain(example.title)}” as recorded (no model needed).")
+        lines.append(_("Opens the example “{title}” as recorded (no model needed).").format(
+            title=plain(_(example.title))))
     else:
         prompt = trace.prompt if trace is not None else st.session_state.get(PROMPT) or ""
         if prompt.strip():
@@ -122,20 +125,20 @@ def share_params(limits: Limits) -> Share:
     params.update(selection())
     if presenting():
         params["present"] = "1"
-        lines.append("Opens in presentation mode.")
+        lines.append(_("Opens in presentation mode."))
     if len(share_url("", params)) > MAX_LINK_CHARS and "prompt" in params:
         del params["prompt"]
-        lines.append(f"The prompt is too long for a link ({len(prompt):,} characters): share "
-                     "the trace file (Download trace) instead.")
+        lines.append(_("The prompt is too long for a link ({n} characters): share the trace file "
+                       "(Download trace) instead.").format(n=localized(f"{len(prompt):,}")))
     if "prompt" in params:
-        lines.append(reproduces("the prompt and settings of the run shown" if from_run
-                                else "the prompt box and the sidebar's settings", params))
+        lines.append(reproduces(from_run, params))
     if skipped:
-        lines.append(f"Left out ({', '.join(skipped)}): outside what this app's sidebar can set.")
+        lines.append(_("Left out ({names}): outside what this app's sidebar can set.").format(
+            names=", ".join(skipped)))
     picked = [f"{n} {params[n]}" for n in SELECTION if n in params]
     if picked:
-        lines.append(f"Selected: {', '.join(picked)} (Attention's layer and head, Generate's "
-                     "token, Step by step's stage).")
+        lines.append(_("Selected: {picked} (Attention's layer and head, Generate's token, Step by "
+                       "step's stage).").format(picked=", ".join(picked)))
     return Share(params, lines)
 
 
@@ -158,9 +161,10 @@ def share_view(page: Any) -> Callable[[], None]:
     link_notes(page)
     # the expander and the popover themselves are drawn now, so they stay put (and open) while
     # the page runs; their containers keep the last panel on screen until it is drawn again
-    side = st.sidebar.expander("Share this view", icon=":material/share:").container()
-    here = (st.popover("Share this view", icon=":material/share:").container() if presenting()
-            else None)
+    side = st.sidebar.expander(_("Share this view"), icon=":material/share:",
+                               key="share_view_sidebar").container()
+    here = (st.popover(_("Share this view"), icon=":material/share:",
+                       key="share_view_page").container() if presenting() else None)
 
     def draw() -> None:
         share = share_params(config().limits)
@@ -178,36 +182,39 @@ def share_panel(page: Any, share: Share, where: str) -> None:
     run, and once published, the link holds the run (the other parameters are its fallback)."""
     trace = current_trace()
     if trace is not None:
-        st.button("Publish a link to this run", key=f"publish_{where}", on_click=publish,
+        st.button(_("Publish a link to this run"), key=f"publish_{where}", on_click=publish,
                   icon=":material/publish:", disabled=trace.stop_reason == "running",
-                  help="Keeps a copy of this run (its tokens, timings and the results computed "
-                       f"on it) on this server for {kept_for()}, and gives a link that opens it "
-                       "exactly as it is now, with no model. Your later work does not change it.")
+                  help=_("Keeps a copy of this run (its tokens, timings and the results computed "
+                         "on it) on this server for {kept}, and gives a link that opens it "
+                         "exactly as it is now, with no model. Your later work does not change "
+                         "it.").format(kept=kept_for()))
     if trace is not None and app_state().links.publish_refused:
-        st.warning("Not published: this server has no room for it now (it keeps every visitor's "
-                   "recent work first). Share the trace file instead: Download trace on Generate.")
+        st.warning(_("Not published: this server has no room for it now (it keeps every "
+                     "visitor's recent work first). Share the trace file instead: Download trace "
+                     "on Generate."))
     done = published_run(trace)
     params = share.params if done is None else {"view": done.run, **share.params}
     link = share_url(page_base(page), params)
     if done is None:
-        st.caption("Copy this link (button at its right): it opens this page as you see it.")
+        st.caption(_("Copy this link (button at its right): it opens this page as you see it."))
     else:
-        st.caption("Copy this link (button at its right): it opens this run as recorded, on this "
-                   "page as you see it.")
+        st.caption(_("Copy this link (button at its right): it opens this run as recorded, on "
+                     "this page as you see it."))
     st.code(link, language=None, wrap_lines=True, height="content" if len(link) < 300 else 200)
     for line in published_lines(done) if done is not None else share.lines:
         st.caption(line)
     if done is None:
-        st.caption("It does not carry the run itself: publish it (above), or share the trace "
-                   "file (Download trace on Generate). Nor does it carry your session.")
+        st.caption(_("It does not carry the run itself: publish it (above), or share the trace "
+                     "file (Download trace on Generate). Nor does it carry your session."))
 
 
 def published_lines(done: Published) -> list[str]:
-    lines = [f"Published at {done.at}: the same tokens, timings and results for whoever opens "
-             f"it, no model needed; kept on this server for {kept_for()} (less if it restarts "
-             "or needs the room), then the link opens its example or prompt and settings."]
+    lines = [_("Published at {at}: the same tokens, timings and results for whoever opens it, no "
+               "model needed; kept on this server for {kept} (less if it restarts or needs the "
+               "room), then the link opens its example or prompt and settings.").format(
+                   at=done.at, kept=kept_for())]
     if done.experiments is not current_experiments():
-        lines.append("Results computed since are not in it: publish again to include them.")
+        lines.append(_("Results computed since are not in it: publish again to include them."))
     return lines
 
 
@@ -227,25 +234,35 @@ def link_notes(page: Any) -> None:
         st.warning(plain(line), icon=":material/link_off:")
     if opened.run_found:
         trace = current_trace()
-        st.info(f"Opened the run shared with this link, as recorded ({plain(trace.created_at)}, "
-                f"{plain(trace.model.name)} on {plain(trace.device)}): its tokens, timings and "
-                "results are the sender's own; no model ran here.", icon=":material/link:")
+        st.info(_("Opened the run shared with this link, as recorded ({created}, {model} on "
+                  "{device}): its tokens, timings and results are the sender's own; no model ran "
+                  "here.").format(created=plain(trace.created_at), model=plain(trace.model.name),
+                                  device=plain(trace.device)), icon=":material/link:")
         return
     if opened.run_found is False:
-        instead = ("example" if link.example is not None else "prompt and settings"
-                   if link.prompt is not None else "other values")
-        st.warning(f"This link's run is no longer on this server (a published run is kept "
-                   f"{kept_for()} at most): it opens the link's {instead} instead.",
-                   icon=":material/link_off:")
+        if link.example is not None:
+            gone = _("This link's run is no longer on this server (a published run is kept {kept} "
+                     "at most): it opens the link's example instead.")
+        elif link.prompt is not None:
+            gone = _("This link's run is no longer on this server (a published run is kept {kept} "
+                     "at most): it opens the link's prompt and settings instead.")
+        else:
+            gone = _("This link's run is no longer on this server (a published run is kept {kept} "
+                     "at most): it opens the link's other values instead.")
+        st.warning(gone.format(kept=kept_for()), icon=":material/link_off:")
     lines = model_notes(link)
     if link.example is not None and current_example() is not None:
-        lines.insert(0, f"Opened the example “{plain(current_example().title)}” from a link, as "
-                        "recorded.")
+        lines.insert(0, _("Opened the example “{title}” from a link, as recorded.").format(
+            title=plain(_(current_example().title))))
     if link.prompt is not None:
-        later = (f"; its selection ({', '.join(f'{n} {v}' for n, v in link.view.items())}) "
-                 "applies once the run is there" if link.view and current_trace() is None else "")
-        lines.append("The link's prompt is in the prompt box on Generate and its settings are in "
-                     f"the sidebar: press Generate to run it{later}.")
+        if link.view and current_trace() is None:
+            lines.append(_("The link's prompt is in the prompt box on Generate and its settings "
+                           "are in the sidebar: press Generate to run it; its selection "
+                           "({selection}) applies once the run is there.").format(
+                               selection=", ".join(f"{n} {v}" for n, v in link.view.items())))
+        else:
+            lines.append(_("The link's prompt is in the prompt box on Generate and its settings "
+                           "are in the sidebar: press Generate to run it."))
     for line in lines:
         st.info(line, icon=":material/link:")
 
@@ -268,24 +285,28 @@ def model_notes(link: Link) -> list[str]:
     if link.prompt is None:
         return []
     lm = loaded_model()
-    made = f"{link.model}, {link.dtype or 'float32'} weights" if link.model else None
+    made = (_("{model}, {dtype} weights").format(model=link.model, dtype=link.dtype or "float32")
+            if link.model else None)
     lines = []
     if made is None:
-        lines.append("The link does not name its model: a re-run gives the same tokens only on "
-                     "the model that made it.")
+        lines.append(_("The link does not name its model: a re-run gives the same tokens only on "
+                       "the model that made it."))
     elif lm is None:
-        lines.append(f"The link was made with {plain(made)}; no model is loaded here yet.")
+        lines.append(_("The link was made with {model}; no model is loaded here yet.").format(
+            model=plain(made)))
     elif (lm.spec.name, _variant(_weights_of(None, lm.spec.dtype))) != (
             link.model, _variant(link.dtype or lm.spec.dtype)):
-        here = f"{lm.spec.name}, {_weights_of(None, lm.spec.dtype)} weights"
-        lines.append(f"The link was made with {plain(made)}, but this app has {plain(here)} "
-                     "loaded: the tokens may differ.")
+        here = _("{model}, {dtype} weights").format(model=lm.spec.name,
+                                                    dtype=_weights_of(None, lm.spec.dtype))
+        lines.append(_("The link was made with {model}, but this app has {here} loaded: the "
+                       "tokens may differ.").format(model=plain(made), here=plain(here)))
     if lm is not None:
         from engine.forward import prepare_prompt
 
         chat = bool(st.session_state.get(setting_table(config().limits)["chat"].key, True))
         count, limit = len(prepare_prompt(lm.tokenizer, link.prompt, chat)), config().limits.prompt_tokens
         if count > limit:
-            lines.append(f"The link's prompt is {count:,} tokens, over this app's limit of "
-                         f"{limit:,}: Generate will refuse it until it is shorter.")
+            lines.append(_("The link's prompt is {count} tokens, over this app's limit of "
+                           "{limit}: Generate will refuse it until it is shorter.").format(
+                               count=localized(f"{count:,}"), limit=localized(f"{limit:,}")))
     return lines

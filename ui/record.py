@@ -20,6 +20,7 @@ import streamlit as st
 
 from engine import Trace
 from engine.experiments import Experiments
+from i18n import _
 from ui import keys, shared
 from ui.clients import current_client
 from ui.results import RemoteResults, WhatIfResults
@@ -99,8 +100,8 @@ def not_kept_notice() -> str | None:
     """One line while some of this session's work is not kept on the server, else None."""
     if not app_state().not_kept:
         return None
-    return ("This server is busy: your latest work here is not kept on it, so a reload or a "
-            "lost connection would lose it (it stays in this tab; download a trace to keep it).")
+    return _("This server is busy: your latest work here is not kept on it, so a reload or a "
+             "lost connection would lose it (it stays in this tab; download a trace to keep it).")
 
 
 def keep_prompt(prompt: str) -> None:

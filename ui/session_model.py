@@ -10,6 +10,7 @@ import streamlit as st
 
 from engine import LoadedModel
 from engine.models import ModelEntry
+from i18n import _
 from ui import shared
 
 
@@ -63,9 +64,9 @@ class SessionModel:
         def native() -> Any:
             if "native" in self.entry.extras:
                 return self.native_decoder()
-            with st.spinner(f"Preparing the native decode step for the {self.weights} weights "
-                            "(packing them; the first time on this machine also compiling the "
-                            "C step: a few seconds)…"):
+            with st.spinner(_("Preparing the native decode step for the {weights} weights "
+                              "(packing them; the first time on this machine also compiling the "
+                              "C step: a few seconds)…").format(weights=self.weights)):
                 return self.native_decoder()
 
         return {"native": native, "weights": self.weights}

@@ -17,6 +17,7 @@ import copy
 import time
 
 from engine import Trace
+from i18n import _
 from ui import shared
 from ui.clients import current_client
 from ui.config import config
@@ -30,7 +31,7 @@ from ui.traces import current_example
 def kept_for() -> str:
     """How long a published run stays on this server, in words."""
     hours = config().session_ttl_s / 3600
-    return f"{hours:g} hours"
+    return _("{hours} hours").format(hours=f"{hours:g}")
 
 
 def publish() -> None:

@@ -19,6 +19,7 @@ import streamlit as st
 from engine import GenerationSettings, LoadedModel, Trace
 from engine.experiments import Experiments
 from engine.serving.record import ServingRun
+from i18n import _
 from ui.link_params import OpenedLink, Published
 from ui.results import RemoteResults, ServingResults, WhatIfResults
 from ui.session_model import SessionModel
@@ -191,7 +192,7 @@ def set_pending_run(trace: Trace | None) -> None:
 def compare_run() -> tuple[str, Trace] | None:
     """Run B of the Compare page with its label, or None."""
     runs = app_state().compare
-    return None if runs.b is None else (runs.label or "run B", runs.b)
+    return None if runs.b is None else (runs.label or _("run B"), runs.b)
 
 
 def serving_results() -> ServingResults:

@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 from pandas.io.formats.style import Styler
 
+from i18n import _
 from ui.present import presenting
 from ui.text import plain
 
@@ -33,7 +34,7 @@ def cell_text(value: Any, fmt: str | None = None, kind: str | None = None,
     if kind == "link":
         return f"[{plain(link_text or str(value))}]({value})"
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return _("yes") if value else _("no")
     if isinstance(value, numbers.Number):
         if fmt == "percent":  # as the grid: at most two decimals, no trailing zero
             text = f"{value * 100:.2f}".rstrip("0").rstrip(".") + "%"

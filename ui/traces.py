@@ -10,6 +10,7 @@ from engine import EngineError, TraceFormatError
 from engine.files import TraceFile, read_trace_file
 from engine.records.examples import Example, examples
 from engine.records.tracecheck import check_viewable
+from i18n import _
 from ui.config import config
 from ui.live import make_room
 from ui.record import keep_example, keep_new_trace, keep_prompt
@@ -22,9 +23,9 @@ def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
     limits = config().limits
     opened = read_trace_file(read(), limits.trace_mb << 20, limits.file_growth)
     if not opened.trace.steps:
-        raise TraceFormatError("this trace has no generated tokens to show")
+        raise TraceFormatError(_("this trace has no generated tokens to show"))
     check_viewable(opened.trace, limits.trace_tokens)
-    make_room(opened, "this trace")
+    make_room(opened, _("this trace"))
     return opened
 
 
@@ -34,7 +35,7 @@ def open_trace_file(read: Callable[[], bytes | Path], label: str) -> str | None:
     try:
         opened = read_viewable(read)
     except EngineError as err:
-        return f"{label}: {err}"
+        return _("{label}: {error}").format(label=label, error=err)
     keep_new_trace(opened.trace, opened.experiments)
     return None
 
@@ -50,8 +51,8 @@ def open_example(name: str) -> str | None:
     live. (Called before the page draws: a button's callback, a link opened at the start.)"""
     example = next((e for e in shipped_examples() if e.name == name), None)
     if example is None:
-        return f"example {name}: no example of that name ships with this app"
-    error = open_trace_file(lambda: example.path, f"example {name}")
+        return _("example {name}: no example of that name ships with this app").format(name=name)
+    error = open_trace_file(lambda: example.path, _("example {name}").format(name=name))
     trace = current_trace()
     if error is None and trace is not None:
         keep_example(name, trace)
