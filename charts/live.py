@@ -8,6 +8,7 @@ from plotly.subplots import make_subplots
 from engine.records.trace import Step, Trace
 from engine.timing.disturbance import assess
 from engine.timing.metrics import warmup_step
+from i18n import N_, _
 
 from .text import as_text
 from .tokens import piece_text, visible
@@ -16,15 +17,18 @@ PREFILL_COLOR = "#d62728"
 DECODE_COLOR = "#1f77b4"
 KV_COLOR = "#2ca02c"
 DELAYED_PATTERN = "x"  # hatching: a step delayed by other work on the machine (any phase)
-DELAYED_NAME = "delayed by other work"
-WARMUP_LABEL = "warm-up: left out of ITL"  # the first decode step the warm-up rule marks
+# constants in English (N_): `_(DELAYED_NAME)`, `_(WARMUP_LABEL)` where they are drawn
+DELAYED_NAME = N_("delayed by other work")
+WARMUP_LABEL = N_("warm-up: left out of ITL")  # the first decode step the warm-up rule marks
+PHASE_NAMES = {"prefill": N_("prefill"), "decode": N_("decode")}
+STEP_NAMES = {"prefill": N_("prefill step"), "decode": N_("decode step")}
 
 
 def _timing_note(step: Step, delayed: bool) -> str:
     if not delayed:
         return ""
-    return (f"<br><b>delayed by other work on this machine</b>: others used "
-            f"{step.others_share:.0%} of the CPUs")
+    return "<br>" + _("<b>delayed by other work on this machine</b>: others used {share} of "
+                      "the CPUs").format(share=f"{step.others_share:.0%}")
 
 
 def step_chart(trace: Trace) -> go.Figure:
@@ -42,36 +46,37 @@ def step_chart(trace: Trace) -> go.Figure:
             # plotly leaves an empty trace out of the legend; [None] keeps the phase's entry
             fig.add_trace(go.Bar(
                 x=[s.index for s in chosen] or [None], y=[s.latency_ms for s in chosen] or [None],
-                name=f"{phase} step", legendgroup=phase, showlegend=not hatched,
+                name=_(STEP_NAMES[phase]), legendgroup=phase, showlegend=not hatched,
                 marker={"color": color, "pattern": {
                     "shape": DELAYED_PATTERN if hatched else "", "fgcolor": "white", "size": 6,
                     "fillmode": "overlay"}},
                 customdata=[[as_text(visible(piece_text(s.piece))), s.context_len,
                              _timing_note(s, hatched)] for s in chosen],
-                hovertemplate="step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
-                              "<br>context %{customdata[1]} tokens%{customdata[2]}<extra>"
-                              + phase + "</extra>"),
+                hovertemplate=_("step %{x}<br>%{y:.1f} ms<br>token %{customdata[0]}"
+                                "<br>context %{customdata[1]} tokens%{customdata[2]}")
+                              + "<extra>" + _(PHASE_NAMES[phase]) + "</extra>"),
                 secondary_y=False)
     warm = warmup_step(trace)
     if warm is not None:  # the warm-up rule (engine/timing/metrics.py): named on the bar
-        fig.add_annotation(x=warm, y=steps[warm].latency_ms, text=WARMUP_LABEL, showarrow=True,
+        fig.add_annotation(x=warm, y=steps[warm].latency_ms, text=_(WARMUP_LABEL), showarrow=True,
                            arrowhead=0, ax=0, ay=-30, font={"size": 12, "color": "#444444"},
                            bgcolor="rgba(255, 255, 255, 0.9)", yref="y", xref="x")
     if delayed:  # a legend entry for the hatching (no data of its own)
-        fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
+        fig.add_trace(go.Bar(x=[None], y=[None], name=_(DELAYED_NAME), marker={
             "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white",
                                             "fillmode": "overlay"}},
             hoverinfo="skip"), secondary_y=False)
     fig.add_trace(go.Scatter(
-        x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps], name="KV cache",
+        x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps], name=_("KV cache"),
         mode="lines+markers", line={"color": KV_COLOR},
-        hovertemplate="step %{x}<br>KV cache %{y:,.0f} KiB<extra></extra>"), secondary_y=True)
+        hovertemplate=_("step %{x}<br>KV cache %{y:,.0f} KiB") + "<extra></extra>"),
+        secondary_y=True)
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.15,
                       barmode="overlay",
                       legend={"orientation": "h", "y": 1.12}, hovermode="closest")
-    fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)")
-    fig.update_yaxes(title_text="step latency (ms)", secondary_y=False)
-    fig.update_yaxes(title_text="KV cache (KiB)", secondary_y=True, rangemode="tozero")
+    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"))
+    fig.update_yaxes(title_text=_("step latency (ms)"), secondary_y=False)
+    fig.update_yaxes(title_text=_("KV cache (KiB)"), secondary_y=True, rangemode="tozero")
     return fig
 
 
@@ -81,18 +86,18 @@ def empty_step_chart() -> go.Figure:
     decode step instead, that work competes with the model for the cores and makes the step
     look several times slower than the next ones (the first-decode-step spike)."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=[], y=[], name="prefill step", marker_color=PREFILL_COLOR))
-    fig.add_trace(go.Bar(x=[], y=[], name="decode step", marker_color=DECODE_COLOR))
-    fig.add_trace(go.Scatter(x=[], y=[], name="KV cache", line={"color": KV_COLOR}),
+    fig.add_trace(go.Bar(x=[], y=[], name=_(STEP_NAMES["prefill"]), marker_color=PREFILL_COLOR))
+    fig.add_trace(go.Bar(x=[], y=[], name=_(STEP_NAMES["decode"]), marker_color=DECODE_COLOR))
+    fig.add_trace(go.Scatter(x=[], y=[], name=_("KV cache"), line={"color": KV_COLOR}),
                   secondary_y=True)
-    fig.add_annotation(text="each step's latency appears here while the model runs",
+    fig.add_annotation(text=_("each step's latency appears here while the model runs"),
                        xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
                        font={"color": "#7f7f7f"})
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       legend={"orientation": "h", "y": 1.12})
-    fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)", range=[-0.5, 10.5])
-    fig.update_yaxes(title_text="step latency (ms)", secondary_y=False, range=[0, 100])
-    fig.update_yaxes(title_text="KV cache (KiB)", secondary_y=True, range=[0, 100])
+    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"), range=[-0.5, 10.5])
+    fig.update_yaxes(title_text=_("step latency (ms)"), secondary_y=False, range=[0, 100])
+    fig.update_yaxes(title_text=_("KV cache (KiB)"), secondary_y=True, range=[0, 100])
     return fig
 
 
@@ -103,10 +108,11 @@ def topk_chart(step: Step) -> go.Figure:
     fig = go.Figure(go.Bar(
         x=[float(p) for p in step.top_probs], y=labels, orientation="h",
         marker_color=[PREFILL_COLOR if c else "#9ecae1" for c in chosen],
-        text=[("chosen · " if c else "") + f"{float(p):.1%}" for c, p in zip(chosen, step.top_probs)],
+        text=[_("chosen · {p}").format(p=f"{float(p):.1%}") if c else f"{float(p):.1%}"
+              for c, p in zip(chosen, step.top_probs)],
         textposition="auto",
-        hovertemplate="%{y}<br>probability %{x:.4f}<extra></extra>"))
+        hovertemplate=_("%{y}<br>probability %{x:.4f}") + "<extra></extra>"))
     fig.update_layout(height=60 + 28 * len(labels), margin={"l": 10, "r": 10, "t": 10, "b": 10})
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="probability (model distribution, temperature 1)", range=[0, 1])
+    fig.update_xaxes(title_text=_("probability (model distribution, temperature 1)"), range=[0, 1])
     return fig

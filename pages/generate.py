@@ -15,6 +15,7 @@ from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from engine import Run, Trace, TraceFormatError, summarize
 from engine.timing.metrics import warmup_note
+from i18n import N_, _
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
@@ -46,7 +47,10 @@ CHART_EVERY_S = 1.0
 # model than the eye needs would spend a core of the visitor's machine, and of a shared server,
 # on frames no one reads. The finished run is drawn whole after its last step.
 FRAME_S = 0.1
-REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}
+REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}  # the options' values
+REPLAY_SPEED_NAMES = {"instant": N_("instant")}  # the options drawn otherwise than their value
+STOP_REASONS = {"eos": N_("the model ended its answer"), "length": N_("the token limit was reached"),
+                "stopped": N_("you pressed Stop"), "running": N_("still running")}
 VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the status line
 
 
@@ -65,7 +69,7 @@ def opened(error: str | None) -> None:
 
 def _upload_bytes(upload) -> bytes:
     if upload.size > config().limits.upload_mb << 20:
-        raise TraceFormatError(f"the file is over {config().limits.upload_mb} MB")
+        raise TraceFormatError(_("the file is over {mb} MB").format(mb=config().limits.upload_mb))
     return upload.getvalue()
 
 
@@ -83,30 +87,33 @@ def examples_section(first_visit: bool) -> None:
     shipped = shipped_examples()
     if not shipped:
         return
-    with st.expander("Open an example run — recorded from the default model, no model needed",
+    with st.expander(_("Open an example run — recorded from the default model, no model needed"),
                      expanded=first_visit, icon=":material/science:"):
         for col, example in zip(st.columns(len(shipped)), shipped):
-            col.button(example.title, key=f"example_{example.name}",
+            col.button(_(example.title), key=f"example_{example.name}",
                        on_click=lambda name: opened(open_example(name)),
-                       args=(example.name,), width="stretch", help=f"Prompt: {example.prompt}")
+                       args=(example.name,), width="stretch",
+                       help=_("Prompt: {prompt}").format(prompt=example.prompt))
 
 
 def header() -> None:
-    st.title("Generate")
-    st.caption("Type a prompt and watch the model run: prefill reads the whole prompt in one pass, "
-               "then decode produces one token per step, reusing the KV cache.")
+    st.title(_("Generate"))
+    st.caption(_("Type a prompt and watch the model run: prefill reads the whole prompt in one "
+                 "pass, then decode produces one token per step, reusing the KV cache."))
 
 
 def prompt_form() -> tuple[str, bool, bool]:
     """The prompt box with its samples, Generate (or Ctrl+Enter) and Stop."""
-    st.selectbox("Sample prompts", list(SAMPLES), index=None, key=SAMPLE, on_change=use_sample,
-                 placeholder="Pick a sample prompt…")
+    # the options stay the samples' English titles (the session's value): translated as drawn
+    st.selectbox(_("Sample prompts"), list(SAMPLES), index=None, key=SAMPLE, on_change=use_sample,
+                 format_func=_, placeholder=_("Pick a sample prompt…"))
     with st.form("generate_form", border=False):
-        prompt = st.text_area("Prompt", key=PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
-                              placeholder="Ask the model something… (Ctrl+Enter to generate)")
-        generate = st.form_submit_button("Generate", type="primary", icon=":material/play_arrow:")
-    stop = st.button("Stop", icon=":material/stop:", help="Stop the running generation; the tokens "
-                     "decoded so far are kept.")
+        prompt = st.text_area(_("Prompt"), key=PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
+                              placeholder=_("Ask the model something… (Ctrl+Enter to generate)"))
+        generate = st.form_submit_button(_("Generate"), type="primary",
+                                         icon=":material/play_arrow:", key="generate_submit")
+    stop = st.button(_("Stop"), icon=":material/stop:", key="generate_stop",
+                     help=_("Stop the running generation; the tokens decoded so far are kept."))
     return prompt, generate, stop
 
 
@@ -143,11 +150,12 @@ def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> N
 def show_answer(trace: Trace, slots: LiveSlots) -> None:
     """The generated text as plain text (readable, copyable), below its chips."""
     if not trace.output_text:
-        slots["answer"].caption("No token yet: the prefill is running." if trace.stop_reason == "running"
-                             else "No answer: the run ended before its first token.")
+        slots["answer"].caption(_("No token yet: the prefill is running.")
+                                if trace.stop_reason == "running"
+                                else _("No answer: the run ended before its first token."))
         return
     with slots["answer"].container():
-        st.caption("Answer as plain text (the button at its right copies it):")
+        st.caption(_("Answer as plain text (the button at its right copies it):"))
         st.code(trace.output_text, language=None, wrap_lines=True)
 
 
@@ -155,10 +163,10 @@ def show_empty(slots: LiveSlots) -> None:
     """Before the first run: the metrics, empty, and where the answer will be. The chart and the
     answer's code block come with the run; their browser code is loaded once this page is usable
     (ui/preload.py), not in its first paint nor during the first decode steps."""
-    slots["answer"].caption("The answer will appear here as plain text.")
+    slots["answer"].caption(_("The answer will appear here as plain text."))
     with slots["metrics"].container():
-        for col, name in zip(st.columns(5), ("TTFT", "Last ITL", "Mean ITL", "Decode rate",
-                                             "KV cache")):
+        for col, name in zip(st.columns(5), (_("TTFT"), _("Last ITL"), _("Mean ITL"),
+                                             _("Decode rate"), _("KV cache"))):
             col.metric(name, "–")
 
 
@@ -168,17 +176,17 @@ def show_metrics(trace: Trace, slots: LiveSlots) -> None:
     warm = warmup_note(s)
     with slots["metrics"].container():
         cols = st.columns(5)
-        cols[0].metric("TTFT", duration(s.ttft_ms),
-                       help="Time to first token: tokenization + prefill of the whole prompt.")
-        cols[1].metric("Last ITL", duration(last),
-                       help="Inter-token latency: the gap before the latest token.")
-        cols[2].metric("Mean ITL", duration(s.itl_mean_ms),
-                       help=f"Mean of the decode steps' ITL. {warm}")
-        cols[3].metric("Decode rate", rate(s.decode_tokens_per_s),
-                       help=f"Decode steps ÷ their time. {warm}")
-        cols[4].metric("KV cache", size(trace.kv_bytes),
-                       help=f"Measured from the cache tensors (keys + values, every layer): "
-                            f"{trace.kv_bytes:,} B.")
+        cols[0].metric(_("TTFT"), duration(s.ttft_ms),
+                       help=_("Time to first token: tokenization + prefill of the whole prompt."))
+        cols[1].metric(_("Last ITL"), duration(last),
+                       help=_("Inter-token latency: the gap before the latest token."))
+        cols[2].metric(_("Mean ITL"), duration(s.itl_mean_ms),
+                       help=_("Mean of the decode steps' ITL. {warmup}").format(warmup=warm))
+        cols[3].metric(_("Decode rate"), rate(s.decode_tokens_per_s),
+                       help=_("Decode steps ÷ their time. {warmup}").format(warmup=warm))
+        cols[4].metric(_("KV cache"), size(trace.kv_bytes),
+                       help=_("Measured from the cache tensors (keys + values, every layer): "
+                              "{bytes} B.").format(bytes=f"{trace.kv_bytes:,}"))
 
 
 def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
@@ -196,8 +204,8 @@ def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
 def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
     lm = loaded_model()
     if lm is None:
-        st.error("No model is loaded yet — see the sidebar (it may still be loading). You can "
-                 "still upload a trace below.")
+        st.error(_("No model is loaded yet — see the sidebar (it may still be loading). You can "
+                   "still upload a trace below."))
         return None
     keep_prompt(prompt)
     budget = threading.Event()  # set when the hosted per-click budget is spent
@@ -208,7 +216,8 @@ def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
     started = run.trace()
     set_pending_run(started)  # until the first token: this run, no answer
     show(started, slots, "live")
-    prefill = f"Prefill: the {len(started.prompt_token_ids)}-token prompt in one forward pass…"
+    prefill = _("Prefill: the {n}-token prompt in one forward pass…").format(
+        n=len(started.prompt_token_ids))
     if run_experiment(lambda job: decode(run, slots, job), progress=prefill, where=line,
                       stop=budget, cut=False) is None:
         return None
@@ -242,8 +251,9 @@ def decode(run: Run, slots: LiveSlots, job: Job) -> Run:
             now = time.monotonic()
             if step.index > 0 and now - framed < FRAME_S:
                 continue
-            job.progress((step.index + 1) / most, f"Decode: token {step.index + 1} of at most "
-                                                  f"{most} (Stop keeps the tokens so far)")
+            job.progress((step.index + 1) / most, _(
+                "Decode: token {n} of at most {most} (Stop keeps the tokens so far)").format(
+                    n=step.index + 1, most=most))
             redraw = now - drawn >= CHART_EVERY_S
             show(trace, slots, "live", redraw)
             framed = time.monotonic()
@@ -258,23 +268,29 @@ def replay_trace(trace: Trace, slots: LiveSlots) -> None:
     """Show a recorded trace step by step at the chosen speed, under a banner saying so."""
     label = st.session_state.get(REPLAY_SPEED) or "1×"
     speed = REPLAY_SPEEDS.get(label, 1.0)
-    pace = "all at once" if speed is None else f"at {label} its recorded pace"
-    banner = (f"**Replay** of a recorded trace ({plain(trace.created_at)}, {plain(trace.model.name)} "
-              f"on {plain(trace.device)}), {pace}: the model is not running, every time shown is "
-              f"the recorded one. A replay lasts at most {REPLAY_MAX_S:.0f} s; its speed is set at "
-              "the bottom of the page.")
+    fields = {"created": plain(trace.created_at), "model": plain(trace.model.name),
+              "device": plain(trace.device), "speed": label, "max_s": f"{REPLAY_MAX_S:.0f}"}
+    banner = (_("**Replay** of a recorded trace ({created}, {model} on {device}), all at once: "
+                "the model is not running, every time shown is the recorded one. A replay lasts "
+                "at most {max_s} s; its speed is set at the bottom of the page.")
+              if speed is None else
+              _("**Replay** of a recorded trace ({created}, {model} on {device}), at {speed} its "
+                "recorded pace: the model is not running, every time shown is the recorded one. "
+                "A replay lasts at most {max_s} s; its speed is set at the bottom of the "
+                "page.")).format(**fields)
     waits = [] if speed is None else trace_waits(trace, speed)  # instant: the page draws it next
     replay(slots, banner, waits, lambda n: show(trace.prefix(n), slots, "replay", n % 8 == 1))
 
 
 def summary(trace: Trace) -> None:
     """Why the run ended, and on what."""
-    reason = {"eos": "the model ended its answer", "length": "the token limit was reached",
-              "stopped": "you pressed Stop", "running": "still running",
-              "limit": f"{limit_text()} was reached"}[trace.stop_reason]
-    st.caption(f"{len(trace.steps)} tokens generated after a {len(trace.prompt_token_ids)}-token "
-               f"prompt; stopped because {reason}. Model: {plain(trace.model.name)} on "
-               f"{plain(trace.device)}" + decoded_by(trace) + ".")
+    reason = (_("{limit} was reached").format(limit=limit_text())
+              if trace.stop_reason == "limit" else _(STOP_REASONS[trace.stop_reason]))
+    st.caption(_("{tokens} tokens generated after a {prompt}-token prompt; stopped because "
+                 "{reason}. Model: {model} on {device}{decoder}.").format(
+                     tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,
+                     model=plain(trace.model.name), device=plain(trace.device),
+                     decoder=decoded_by(trace)))
 
 
 def decoded_by(trace: Trace) -> str:
@@ -283,24 +299,25 @@ def decoded_by(trace: Trace) -> str:
     d = trace.decoder
     if d is None:
         return ""
-    return (f", weights {plain(d.weights)} ({d.weight_bytes / 1e6:,.1f} MB), decode steps by the "
-            f"{plain(d.label)}")
+    return _(", weights {weights} ({mb} MB), decode steps by the {decoder}").format(
+        weights=plain(d.weights), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
 
 
 def why_this_token(trace: Trace) -> None:
-    st.subheader("Why this token?")
+    st.subheader(_("Why this token?"))
     options = list(range(len(trace.steps)))
     pick = st.select_slider(
-        "Generated token", options, value=options[-1] if len(options) == 1 else 0,
+        _("Generated token"), options, value=options[-1] if len(options) == 1 else 0,
         format_func=lambda i: plain(f"{i}: {piece_text(trace.steps[i].piece)!r}"), key=STEP)
     step = trace.steps[pick]
     show_chart(topk_chart(step), name="next-token candidates")
     if step.chosen_rank > 0:
-        st.warning(f"Sampling drew the #{step.chosen_rank + 1} candidate "
-                   f"(p = {step.chosen_prob:.3f}), not the most probable token.")
-    if st.button("What if it had chosen another token here?", icon=":material/call_split:",
-                 help="Opens the What if page on this token: put another candidate there and "
-                      "the model goes on from it, on the cached prefix."):
+        st.warning(_("Sampling drew the #{rank} candidate (p = {p}), not the most probable "
+                     "token.").format(rank=step.chosen_rank + 1, p=f"{step.chosen_prob:.3f}"))
+    if st.button(_("What if it had chosen another token here?"), icon=":material/call_split:",
+                 key="generate_whatif",
+                 help=_("Opens the What if page on this token: put another candidate there and "
+                        "the model goes on from it, on the cached prefix.")):
         app_state().page.whatif_at = pick
         st.switch_page("pages/whatif.py")
     logit_lens_section(trace, step)
@@ -308,36 +325,40 @@ def why_this_token(trace: Trace) -> None:
 
 def download(trace: Trace) -> None:
     row = st.container(horizontal=True)
-    row.download_button("Download trace", data=trace_file_bytes(trace), on_click="ignore",
+    row.download_button(_("Download trace"), data=trace_file_bytes(trace), on_click="ignore",
                         file_name="inference-explorer.trace.npz", mime="application/octet-stream",
-                        help="The whole run (tokens, timings, attention, KV sizes) as one file, "
-                             "with the experiment results computed on it: opened again, every "
-                             "page shows them without rerunning anything.")
-    row.download_button("Download report (HTML)", data=report_file_bytes(trace),
+                        key="download_trace",
+                        help=_("The whole run (tokens, timings, attention, KV sizes) as one file, "
+                               "with the experiment results computed on it: opened again, every "
+                               "page shows them without rerunning anything."))
+    row.download_button(_("Download report (HTML)"), data=report_file_bytes(trace),
                         on_click="ignore", file_name="inference-explorer-report.html",
-                        mime="text/html",
-                        help="One self-contained page for handouts: settings, numbers, token "
-                             "chips and interactive charts; opens offline in any browser.")
+                        mime="text/html", key="download_report",
+                        help=_("One self-contained page for handouts: settings, numbers, token "
+                               "chips and interactive charts; opens offline in any browser."))
 
 
 def replay_section(trace: Trace | None) -> None:
     """Replay the current trace, or a trace file, at a chosen speed (no model needed)."""
     row = st.container(horizontal=True, vertical_alignment="bottom")
-    row.segmented_control("Replay speed", list(REPLAY_SPEEDS), default="1×", required=True,
+    row.segmented_control(_("Replay speed"), list(REPLAY_SPEEDS), default="1×", required=True,
                           key=REPLAY_SPEED,
-                          help="Relative to the recorded pace, for the current trace and for an "
-                               f"uploaded file; a replay lasts at most {REPLAY_MAX_S:.0f} s "
-                               "whatever the file says.")
-    if trace is not None and trace.steps and row.button("Replay current trace",
-                                                        icon=":material/replay:"):
+                          format_func=lambda speed: (_(REPLAY_SPEED_NAMES[speed])
+                                                     if speed in REPLAY_SPEED_NAMES else speed),
+                          help=_("Relative to the recorded pace, for the current trace and for an "
+                                 "uploaded file; a replay lasts at most {max_s} s whatever the "
+                                 "file says.").format(max_s=f"{REPLAY_MAX_S:.0f}"))
+    if trace is not None and trace.steps and row.button(_("Replay current trace"),
+                                                        icon=":material/replay:",
+                                                        key="replay_current"):
         ask_replay("trace")
         st.rerun()
     error = app_state().page.upload_error
-    with st.expander("Replay a trace file", expanded=trace is None or error is not None):
-        st.file_uploader("Trace file (.npz)", type=["npz"], key=UPLOAD, on_change=load_upload,
+    with st.expander(_("Replay a trace file"), expanded=trace is None or error is not None):
+        st.file_uploader(_("Trace file (.npz)"), type=["npz"], key=UPLOAD, on_change=load_upload,
                          max_upload_size=config().limits.upload_mb,
-                         help="A file from “Download trace”: it replays at the speed above, "
-                              "no model needed.")
+                         help=_("A file from “Download trace”: it replays at the speed above, "
+                                "no model needed."))
         if error is not None:
             st.error(message(error))
 
@@ -359,7 +380,7 @@ DOWNLOADS = None  # the download row's place: filled last, its files take a mome
 with AFTER.container() if GENERATE or REPLAY else AFTER:
     if TRACE is None:
         show_empty(SLOTS)
-        st.info("Generate a trace above, open an example run or upload a trace file below.")
+        st.info(_("Generate a trace above, open an example run or upload a trace file below."))
     else:
         show(TRACE, SLOTS, "final")
         summary(TRACE)

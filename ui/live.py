@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import InputError
+from i18n import _
 from ui.config import config
 from ui.footprint import footprint
 from ui.state import AppState, live_states
@@ -36,6 +37,8 @@ def make_room(value: Any, what: str) -> None:
     budget = config().session_mb << 20
     held, size = live_bytes(), footprint(value)
     if held + size > budget:
-        raise InputError(f"{what} needs {size / 2**20:,.0f} MB and this server's memory for "
-                         f"visitors' runs is full ({held / 2**20:,.0f} of {budget >> 20:,} MB held "
-                         "by open sessions); try again in a few minutes")
+        raise InputError(_("{what} needs {size} MB and this server's memory for visitors' runs "
+                           "is full ({held} of {budget} MB held by open sessions); try again in a "
+                           "few minutes").format(what=what, size=f"{size / 2**20:,.0f}",
+                                                 held=f"{held / 2**20:,.0f}",
+                                                 budget=f"{budget >> 20:,}"))
