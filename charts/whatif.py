@@ -70,7 +70,8 @@ def tree_dot(tree: Sequence[Trace], parents: Sequence[int], selected: Sequence[i
         lines.append(f'n{i} [label="{_dot(text)}"{extra}];')
     for i, parent in enumerate(parents):
         if parent >= 0:
-            lines.append(f'n{parent} -> n{i} [label="{_dot(_("token {at}").format(at=tree[i].branch.at))}"];')
+            edge = _dot(_("token {at}").format(at=tree[i].branch.at))
+            lines.append(f'n{parent} -> n{i} [label="{edge}"];')
     lines.append("}")
     return "\n".join(lines)
 
