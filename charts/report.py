@@ -38,6 +38,7 @@ from engine.records.trace import Trace
 from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
 from engine.timing.disturbance import RULE, assess
 from engine.timing.metrics import summarize
+from i18n import N_, _, language
 
 from .attention import downsample, heatmap, sequence_labels
 from .formatting import count, duration, rate, size
@@ -50,11 +51,13 @@ from .tokens import token_chips_html
 HEATMAP_LIMIT = 96  # cells per side before blocks are averaged, as on the Attention page
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 # key → (title, x axis, y axis, plot tokens/s): as the Prefill vs decode page labels its sweeps
+# (the titles marked for translation, translated where they are drawn)
 SWEEP_TITLES = {
-    "prompt_length": ("Prompt length → TTFT", "prompt tokens", "prefill time (ms)", False),
-    "context": ("Context → ITL", "tokens already in the KV cache", "decode step (ms)", False),
-    "batch": ("Batch → throughput", "sequences decoded together (batch)",
-              "decode tokens/s (all sequences)", True),
+    "prompt_length": (N_("Prompt length → TTFT"), N_("prompt tokens"), N_("prefill time (ms)"), False),
+    "context": (N_("Context → ITL"), N_("tokens already in the KV cache"), N_("decode step (ms)"),
+                False),
+    "batch": (N_("Batch → throughput"), N_("sequences decoded together (batch)"),
+              N_("decode tokens/s (all sequences)"), True),
 }
 # The report's own layout (assets/report.css) and print step (assets/report.js: charts redrawn at
 # the A4 page's width); the token chips are styled by the app's own assets/style.css. All three
@@ -98,41 +101,45 @@ def numbers(trace: Trace) -> list[Number]:
     prefill_ms = trace.prefill.latency_ms if trace.prefill is not None else None
     decode_ms = sum(trace.itl_ms) if trace.itl_ms else None
     context = trace.steps[-1].context_len if trace.steps else 0
-    formula = (f"2 · {m.layers} layers · {m.kv_heads} KV heads · {m.head_dim} head_dim · "
-               f"{m.dtype_bytes} B · {context} tokens = {m.kv_bytes(context):,} B")
-    kv_how = (f"Measured from the cache tensors (keys + values, every layer): {trace.kv_bytes:,} B."
-              f" Formula: {formula}." if trace.settings.kv_cache else
-              f"Cache off: nothing is kept (with it: {formula}).")
+    formula = _("2 · {layers} layers · {kv_heads} KV heads · {head_dim} head_dim · "
+                "{dtype_bytes} B · {context} tokens = {bytes} B").format(
+        layers=m.layers, kv_heads=m.kv_heads, head_dim=m.head_dim, dtype_bytes=m.dtype_bytes,
+        context=context, bytes=f"{m.kv_bytes(context):,}")
+    kv_how = (_("Measured from the cache tensors (keys + values, every layer): {bytes} B. "
+                "Formula: {formula}.").format(bytes=f"{trace.kv_bytes:,}", formula=formula)
+              if trace.settings.kv_cache else
+              _("Cache off: nothing is kept (with it: {formula}).").format(formula=formula))
     return [
         Number("ttft_ms", "TTFT", s.ttft_ms, duration(s.ttft_ms),
-               "Time to first token: tokenization + prefill of the whole prompt."),
-        Number("itl_p50_ms", "ITL median (p50)", s.itl_p50_ms, duration(s.itl_p50_ms),
-               "Inter-token latency: the gap between two consecutive output tokens, one per "
-               "decode step; the median of them."),
-        Number("itl_mean_ms", "ITL mean", s.itl_mean_ms, duration(s.itl_mean_ms),
-               "The mean of the decode steps' ITL."),
+               _("Time to first token: tokenization + prefill of the whole prompt.")),
+        Number("itl_p50_ms", _("ITL median (p50)"), s.itl_p50_ms, duration(s.itl_p50_ms),
+               _("Inter-token latency: the gap between two consecutive output tokens, one per "
+                 "decode step; the median of them.")),
+        Number("itl_mean_ms", _("ITL mean"), s.itl_mean_ms, duration(s.itl_mean_ms),
+               _("The mean of the decode steps' ITL.")),
         Number("itl_p90_ms", "ITL p90", s.itl_p90_ms, duration(s.itl_p90_ms),
-               "90th percentile (linear interpolation, as vLLM reports)."),
-        Number("itl_p99_ms", "ITL p99", s.itl_p99_ms, duration(s.itl_p99_ms), "99th percentile."),
+               _("90th percentile (linear interpolation, as vLLM reports).")),
+        Number("itl_p99_ms", "ITL p99", s.itl_p99_ms, duration(s.itl_p99_ms),
+               _("99th percentile.")),
         Number("tpot_ms", "TPOT", s.tpot_ms, duration(s.tpot_ms),
-               "(end-to-end − TTFT) / (output tokens − 1)."),
-        Number("decode_tokens_per_s", "Decode rate", s.decode_tokens_per_s,
-               rate(s.decode_tokens_per_s), "Decode steps ÷ their total time."),
-        Number("prefill_tokens_per_s", "Prefill rate", s.prefill_tokens_per_s,
-               rate(s.prefill_tokens_per_s), "Prompt tokens ÷ the prefill step's time."),
-        Number("tokenize_ms", "Tokenize", trace.tokenize_ms, duration(trace.tokenize_ms),
-               "Turning the prompt (and chat template) into token ids."),
-        Number("prefill_ms", "Prefill time", prefill_ms, duration(prefill_ms),
-               "The prefill step: the whole prompt in one forward pass, and the first token."),
-        Number("decode_ms", "Decode time", decode_ms, duration(decode_ms),
-               "All decode steps together: one token per step, reusing the KV cache."),
-        Number("e2e_ms", "End to end", s.e2e_ms, duration(s.e2e_ms),
-               "Request to last token: tokenize + prefill + every decode step."),
-        Number("prompt_tokens", "Prompt tokens", s.prompt_tokens, count(s.prompt_tokens),
-               "After the chat template, special tokens included."),
-        Number("output_tokens", "Generated tokens", s.output_tokens, count(s.output_tokens),
-               f"Stopped because: {trace.stop_reason}."),
-        Number("kv_bytes", "KV cache at the end", trace.kv_bytes, size(trace.kv_bytes), kv_how),
+               _("(end-to-end − TTFT) / (output tokens − 1).")),
+        Number("decode_tokens_per_s", _("Decode rate"), s.decode_tokens_per_s,
+               rate(s.decode_tokens_per_s), _("Decode steps ÷ their total time.")),
+        Number("prefill_tokens_per_s", _("Prefill rate"), s.prefill_tokens_per_s,
+               rate(s.prefill_tokens_per_s), _("Prompt tokens ÷ the prefill step's time.")),
+        Number("tokenize_ms", _("Tokenize"), trace.tokenize_ms, duration(trace.tokenize_ms),
+               _("Turning the prompt (and chat template) into token ids.")),
+        Number("prefill_ms", _("Prefill time"), prefill_ms, duration(prefill_ms),
+               _("The prefill step: the whole prompt in one forward pass, and the first token.")),
+        Number("decode_ms", _("Decode time"), decode_ms, duration(decode_ms),
+               _("All decode steps together: one token per step, reusing the KV cache.")),
+        Number("e2e_ms", _("End to end"), s.e2e_ms, duration(s.e2e_ms),
+               _("Request to last token: tokenize + prefill + every decode step.")),
+        Number("prompt_tokens", _("Prompt tokens"), s.prompt_tokens, count(s.prompt_tokens),
+               _("After the chat template, special tokens included.")),
+        Number("output_tokens", _("Generated tokens"), s.output_tokens, count(s.output_tokens),
+               _("Stopped because: {reason}.").format(reason=trace.stop_reason)),
+        Number("kv_bytes", _("KV cache at the end"), trace.kv_bytes, size(trace.kv_bytes), kv_how),
     ]
 
 
@@ -156,36 +163,40 @@ def _decoder_row(trace: Trace) -> list[tuple[str, object]]:
     d = trace.decoder
     if d is None:
         return []
-    return [("Decode steps", f"{d.label}; {d.weights} weights, {size(d.weight_bytes)} read "
-                             f"({d.weight_bytes:,} B)")]
+    return [(_("Decode steps"), _("{decoder}; {weights} weights, {size} read ({bytes} B)").format(
+        decoder=d.label, weights=d.weights, size=size(d.weight_bytes), bytes=f"{d.weight_bytes:,}"))]
 
 
 def _model(trace: Trace) -> str:
     m = trace.model
     return _table([
-        ("Model", m.name), ("Architecture", m.model_type),
-        ("Parameters", f"{count(m.param_count)} ({m.param_count:,})"),
-        ("Weights", f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"),
+        (_("Model"), m.name), (_("Architecture"), m.model_type),
+        (_("Parameters"), f"{count(m.param_count)} ({m.param_count:,})"),
+        (_("Weights"), f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"),
         *_decoder_row(trace),
-        ("Device", trace.device),
-        ("Layers · heads · KV heads · head_dim", f"{m.layers} · {m.heads} · {m.kv_heads} · "
-                                                f"{m.head_dim}"),
-        ("Hidden size · vocabulary", f"{m.hidden_size:,} · {m.vocab_size:,}")])
+        (_("Device"), trace.device),
+        (_("Layers · heads · KV heads · head_dim"), f"{m.layers} · {m.heads} · {m.kv_heads} · "
+                                                   f"{m.head_dim}"),
+        (_("Hidden size · vocabulary"), f"{m.hidden_size:,} · {m.vocab_size:,}")])
 
 
 def _settings(trace: Trace) -> str:
     g = trace.settings
-    layers = (f"all {trace.model.layers} layers" if len(trace.attention_layers) == trace.model.layers
-              else "layers " + ", ".join(map(str, trace.attention_layers)))
+    on, off = _("on"), _("off")
+    layers = (_("all {n} layers").format(n=trace.model.layers)
+              if len(trace.attention_layers) == trace.model.layers
+              else _("layers {list}").format(list=", ".join(map(str, trace.attention_layers))))
+    temperature = (_("{temperature} (greedy)") if g.greedy else "{temperature}").format(
+        temperature=f"{g.temperature:g}")
     return _table([
-        ("Max new tokens", g.max_new_tokens),
-        ("Temperature", f"{g.temperature:g}" + (" (greedy)" if g.greedy else "")),
-        ("Top-k", g.top_k or "off"), ("Top-p", "off" if g.top_p >= 1 else f"{g.top_p:g}"),
-        ("Seed", "none" if g.seed is None else g.seed),
-        ("Chat template", "on" if g.chat_template else "off"),
-        ("KV cache", "on" if g.kv_cache else "off (recompute everything each step)"),
-        ("Attention recorded", layers if trace.attention_layers else "no"),
-        ("Stop reason", trace.stop_reason)])
+        (_("Max new tokens"), g.max_new_tokens),
+        (_("Temperature"), temperature),
+        ("Top-k", g.top_k or off), ("Top-p", off if g.top_p >= 1 else f"{g.top_p:g}"),
+        (_("Seed"), _("none") if g.seed is None else g.seed),
+        (_("Chat template"), on if g.chat_template else off),
+        ("KV cache", on if g.kv_cache else _("off (recompute everything each step)")),
+        (_("Attention recorded"), layers if trace.attention_layers else _("no")),
+        (_("Stop reason"), trace.stop_reason)])
 
 
 def _machine(trace: Trace) -> str:
@@ -194,24 +205,28 @@ def _machine(trace: Trace) -> str:
     machine = trace.machine
     rows = []
     if machine is not None:
-        load = ("not recorded" if machine.load_before is None or machine.load_after is None
-                else f"{machine.load_before:.2f} before, {machine.load_after:.2f} after")
-        others = ("not recorded" if machine.others_share is None
-                  else f"{machine.others_share:.1%} of all CPUs' time")
-        rows = [("Threads · cores", f"{machine.threads} · {machine.cores}"),
-                ("Load average (1 min)", load), ("Other programs during the run", others)]
-    table = _table(rows) if rows else '<p class="note">This trace does not record the machine.</p>'
+        load = (_("not recorded") if machine.load_before is None or machine.load_after is None
+                else _("{before} before, {after} after").format(
+                    before=f"{machine.load_before:.2f}", after=f"{machine.load_after:.2f}"))
+        others = (_("not recorded") if machine.others_share is None
+                  else _("{share} of all CPUs' time").format(share=f"{machine.others_share:.1%}"))
+        rows = [(_("Threads · cores"), f"{machine.threads} · {machine.cores}"),
+                (_("Load average (1 min)"), load), (_("Other programs during the run"), others)]
+    table = (_table(rows) if rows else
+             '<p class="note">{}</p>'.format(esc(_("This trace does not record the machine."))))
     warning = found.warning()
     if warning is not None:
         delayed = ", ".join(map(str, found.delayed_steps))
-        verdict = (f'<div class="warn" id="disturbance">{esc(warning)} Delayed steps: '
-                   f"{esc(delayed)}.</div>")
+        delayed = _("Delayed steps: {steps}.").format(steps=delayed)
+        verdict = f'<div class="warn" id="disturbance">{esc(warning)} {esc(delayed)}</div>'
     elif found.measured:
-        verdict = (f'<p id="disturbance">No step was delayed by other work on this machine '
-                   f"({found.steps} steps checked).</p>")
+        verdict = '<p id="disturbance">{}</p>'.format(esc(_(
+            "No step was delayed by other work on this machine ({n} steps checked).").format(
+                n=found.steps)))
     else:
-        verdict = ('<p id="disturbance">This trace does not record CPU time per step (an older '
-                   "file), so the rule below cannot say whether other work delayed it.</p>")
+        verdict = '<p id="disturbance">{}</p>'.format(esc(_(
+            "This trace does not record CPU time per step (an older file), so the rule below "
+            "cannot say whether other work delayed it.")))
     return f'{table}{verdict}<p class="note">{_emphasis(RULE)}</p>'
 
 
@@ -252,19 +267,27 @@ def attention_focus(trace: Trace) -> tuple[int, int, float] | None:
 def _attention(trace: Trace, figure: _Figures) -> str:
     focus = attention_focus(trace)
     if focus is None:
-        return '<p class="note">This run was recorded without attention.</p>'
+        return '<p class="note">{}</p>'.format(esc(_("This run was recorded without attention.")))
     layer, head, previous = focus
     t = len(trace.prompt_token_ids)
     weights = full_attention(trace, layer)[head, :t, :t]  # (T, T): the prompt's rows (prefill)
     matrix, names, block = downsample(weights, sequence_labels(trace)[:t], HEATMAP_LIMIT)
-    blocks = (f" {t} tokens shown as {block}×{block}-token blocks (mean weight per block)."
-              if block > 1 else "")
-    return figure(heatmap(matrix, names, f"layer {layer}, head {head}"),
-                  f"Layer {layer}, head {head}: of the recorded heads, the one that puts the most "
-                  f"weight on the previous token ({previous:.0%} on average over the prompt's "
-                  "rows). Each row is one query token's attention over the keys up to itself "
-                  "(it sums to 1); grey cells are future tokens, masked out by causal attention."
-                  f"{blocks} Every layer and head is on the app's Attention page.")
+    if block > 1:
+        caption = _("Layer {layer}, head {head}: of the recorded heads, the one that puts the most "
+                    "weight on the previous token ({share} on average over the prompt's "
+                    "rows). Each row is one query token's attention over the keys up to itself "
+                    "(it sums to 1); grey cells are future tokens, masked out by causal attention. "
+                    "{t} tokens shown as {block}×{block}-token blocks (mean weight per block). "
+                    "Every layer and head is on the app's Attention page.")
+    else:
+        caption = _("Layer {layer}, head {head}: of the recorded heads, the one that puts the most "
+                    "weight on the previous token ({share} on average over the prompt's "
+                    "rows). Each row is one query token's attention over the keys up to itself "
+                    "(it sums to 1); grey cells are future tokens, masked out by causal attention. "
+                    "Every layer and head is on the app's Attention page.")
+    title = _("layer {layer}, head {head}").format(layer=layer, head=head)
+    return figure(heatmap(matrix, names, title), caption.format(
+        layer=layer, head=head, share=f"{previous:.0%}", t=t, block=block))
 
 
 def _experiments(found: Experiments, figure: _Figures) -> str:
@@ -272,39 +295,50 @@ def _experiments(found: Experiments, figure: _Figures) -> str:
     parts = []
     for key, points in found.sweeps.items():
         title, x_title, y_title, as_rate = SWEEP_TITLES[key]
-        parts.append(f"<h3>{esc(title)}</h3>" + figure(
-            sweep_chart(points, x_title, y_title, as_rate),
-            "Each point is the median of its repeats, measured round-robin over the sizes; "
-            "the bars span the fastest and slowest repeat."))
+        parts.append(f"<h3>{esc(_(title))}</h3>" + figure(
+            sweep_chart(points, _(x_title), _(y_title), as_rate),
+            _("Each point is the median of its repeats, measured round-robin over the sizes; "
+              "the bars span the fastest and slowest repeat.")))
     if found.cache_on_off:
-        rows = [(f"{r.new_tokens} new tokens", f"cache on {r.on_ms.sum():,.0f} ms, off "
-                 f"{r.off_ms.sum():,.0f} ms: {r.speedup:.2f}× faster with it; tokens "
-                 + ("identical" if r.same_tokens else "differ")) for r in found.cache_on_off]
+        same, differ = (_("cache on {on} ms, off {off} ms: {speedup}× faster with it; tokens "
+                          "identical"),
+                        _("cache on {on} ms, off {off} ms: {speedup}× faster with it; tokens differ"))
+        rows = [(_("{n} new tokens").format(n=r.new_tokens), (same if r.same_tokens else differ).format(
+            on=f"{r.on_ms.sum():,.0f}", off=f"{r.off_ms.sum():,.0f}", speedup=f"{r.speedup:.2f}"))
+            for r in found.cache_on_off]
         last = found.cache_on_off[-1]
-        parts.append("<h3>KV cache on vs off</h3>" + _table(rows) + figure(
+        heading = esc(_("KV cache on vs off"))
+        parts.append(f"<h3>{heading}</h3>" + _table(rows) + figure(
             on_off_chart(last.on_ms, last.off_ms),
-            f"Per-step time for {last.new_tokens} new tokens: without the cache each step is a "
-            "prefill of the whole sequence."))
+            _("Per-step time for {n} new tokens: without the cache each step is a "
+              "prefill of the whole sequence.").format(n=last.new_tokens)))
     if found.cache_variants:
         runs = found.cache_variants
-        rows = [(r.config.label, f"{size(int(r.kv_bytes[-1]))} at the end, top-1 agreement "
-                 f"with the full cache {r.agreement:.0%}") for r in runs]
-        parts.append("<h3>Shrinking the KV cache</h3>" + _table(rows) + figure(
-            variant_chart(runs, "kv_bytes", "KV cache (KiB)", 1024),
-            "Measured memory held by each cache variant after each generated token."))
+        rows = [(r.config.label, _("{size} at the end, top-1 agreement with the full cache "
+                                   "{agreement}").format(size=size(int(r.kv_bytes[-1])),
+                                                         agreement=f"{r.agreement:.0%}"))
+                for r in runs]
+        heading = esc(_("Shrinking the KV cache"))
+        parts.append(f"<h3>{heading}</h3>" + _table(rows) + figure(
+            variant_chart(runs, "kv_bytes", _("KV cache (KiB)"), 1024),
+            _("Measured memory held by each cache variant after each generated token.")))
     if found.dtype_comparison is not None:
         result = found.dtype_comparison
-        parts.append("<h3>Weights dtype</h3>" + figure(
+        heading = esc(_("Weights dtype"))
+        parts.append(f"<h3>{heading}</h3>" + figure(
             dtype_chart(result),
-            f"The same greedy continuation ({result.new_tokens} tokens after a "
-            f"{result.prompt_tokens}-token prompt) with each dtype's weights, "
-            f"{result.rounds} paired rounds."))
+            _("The same greedy continuation ({n} tokens after a {prompt}-token prompt) with each "
+              "dtype's weights, {rounds} paired rounds.").format(
+                n=result.new_tokens, prompt=result.prompt_tokens, rounds=result.rounds)))
     if found.decode_comparison is not None:
         result = found.decode_comparison
-        rows = [(name, f"{duration(ms)} per token ({result.speedup(name):.2f}× eager)")
+        rows = [(name, _("{duration} per token ({speedup}× eager)").format(
+            duration=duration(ms), speedup=f"{result.speedup(name):.2f}"))
                 for name, ms in result.steps.items()]
-        parts.append("<h3>Decode kernels</h3>" + _table(rows) + '<p class="note">Greedy tokens '
-                     + ("identical in every round." if result.same_tokens else "differ.") + "</p>")
+        heading = esc(_("Decode kernels"))
+        tokens = esc(_("Greedy tokens identical in every round.") if result.same_tokens
+                     else _("Greedy tokens differ."))
+        parts.append(f"<h3>{heading}</h3>" + _table(rows) + f'<p class="note">{tokens}</p>')
     return "".join(parts)
 
 
@@ -314,23 +348,48 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
     made_at = made_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
     figure = _Figures()
     m = trace.model
+    no_answer = esc(_("No answer: the run ended before its first token."))
     answer = (f'<pre class="text" id="answer">{esc(trace.output_text)}</pre>' if trace.output_text
-              else '<p class="note" id="answer">No answer: the run ended before its first token.</p>')
+              else f'<p class="note" id="answer">{no_answer}</p>')
     charts = ""
     if trace.steps:
         charts = (
-            figure(step_chart(trace), "Every step's latency (prefill red, decode blue; hatched: "
-                   "delayed by other work on the machine) and the KV cache after it (green).")
-            + figure(timeline_chart(trace), "The run on a time axis: tokenize, the prefill (it "
-                     "sets the TTFT), then one decode step per token (each one ITL).")
-            + figure(live_memory_chart(trace), "KV cache bytes after each step, measured from "
+            figure(step_chart(trace), _("Every step's latency (prefill red, decode blue; hatched: "
+                   "delayed by other work on the machine) and the KV cache after it (green)."))
+            + figure(timeline_chart(trace), _("The run on a time axis: tokenize, the prefill (it "
+                     "sets the TTFT), then one decode step per token (each one ITL)."))
+            + figure(live_memory_chart(trace), _("KV cache bytes after each step, measured from "
                      "the tensors, against the formula 2 · layers · KV heads · head_dim · bytes · "
-                     "tokens."))
+                     "tokens.")))
     extra = _experiments(experiments, figure) if experiments is not None and not experiments.empty \
         else ""
-    title = f"Inference Explorer report — {m.name}"
+    title = _("Inference Explorer report — {model}").format(model=m.name)
+    # The page's words, translated here (outside the f-string below, where no extractor sees them);
+    # a message holding markup gets its values escaped, the others are escaped whole.
+    h = {key: esc(text) for key, text in {
+        "report": _("Inference Explorer report"), "model": _("Model"), "settings": _("Settings"),
+        "prompt": _("Prompt"), "answer": _("Answer"), "numbers": _("Numbers"),
+        "machine": _("Machine load"), "tokens": _("Tokens"), "figures": _("Figures"),
+        "attention": _("Attention"), "experiments": _("Experiments")}.items()}
+    meta = _("Run recorded {created} by engine {engine} ·\nreport made {made} by engine {version} "
+             "from trace format\n<span class=\"nowrap\">{format} version {format_version}</span>"
+             ).format(created=esc(trace.created_at), engine=esc(trace.engine_version),
+                      made=esc(made_at), version=esc(ENGINE_VERSION), format=esc(FORMAT_NAME),
+                      format_version=FORMAT_VERSION)
+    model_line = _("{model} · {params} parameters ·\n{dtype} · {device}").format(
+        model=esc(m.name), params=esc(count(m.param_count)), dtype=esc(m.dtype),
+        device=esc(trace.device))
+    tokens_note = _('The prompt as the model saw it (<span class="ie-chip ie-prompt">prompt</span>\n'
+                    '<span class="ie-chip ie-special">special</span>), then every generated token\n'
+                    '(<span class="ie-chip ie-gen">generated</span>). Hover a chip: id, step, '
+                    'latency, probability.\nWhitespace is made visible: · space, ↵ newline.')
+    figures_note = _("Interactive: hover for values, drag to zoom, double-click to reset; the "
+                     "camera\nicon saves a PNG.")
+    made_by = _("Made by Inference Explorer: every number above was measured on this run or\n"
+                "computed by the formula shown next to it.")
+    experiments_part = f"<h2>{h['experiments']}</h2>{extra}" if extra else ""
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
+<html lang="{language()}"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="generator" content="Inference Explorer {esc(ENGINE_VERSION)}">
 <title>{esc(title)}</title>
@@ -339,32 +398,24 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
 <script type="text/javascript">{get_plotlyjs()}</script>
 <script type="text/javascript">{PRINT_SCRIPT.read_text()}</script>
 </head><body><main>
-<h1>Inference Explorer report</h1>
-<p class="meta">Run recorded {esc(trace.created_at)} by engine {esc(trace.engine_version)} ·
-report made {esc(made_at)} by engine {esc(ENGINE_VERSION)} from trace format
-<span class="nowrap">{esc(FORMAT_NAME)} version {FORMAT_VERSION}</span></p>
-<p class="meta" id="model-line">{esc(m.name)} · {esc(count(m.param_count))} parameters ·
-{esc(m.dtype)} · {esc(trace.device)}</p>
-<div class="grid"><section><h2>Model</h2>{_model(trace)}</section>
-<section><h2>Settings</h2>{_settings(trace)}</section></div>
-<h2>Prompt</h2><pre class="text" id="prompt">{esc(trace.prompt)}</pre>
-<h2>Answer</h2>{answer}
-<h2>Numbers</h2>{_number_rows(numbers(trace))}
-<h2>Machine load</h2>{_machine(trace)}
-<h2>Tokens</h2>
-<p class="note">The prompt as the model saw it (<span class="ie-chip ie-prompt">prompt</span>
-<span class="ie-chip ie-special">special</span>), then every generated token
-(<span class="ie-chip ie-gen">generated</span>). Hover a chip: id, step, latency, probability.
-Whitespace is made visible: · space, ↵ newline.</p>
+<h1>{h["report"]}</h1>
+<p class="meta">{meta}</p>
+<p class="meta" id="model-line">{model_line}</p>
+<div class="grid"><section><h2>{h["model"]}</h2>{_model(trace)}</section>
+<section><h2>{h["settings"]}</h2>{_settings(trace)}</section></div>
+<h2>{h["prompt"]}</h2><pre class="text" id="prompt">{esc(trace.prompt)}</pre>
+<h2>{h["answer"]}</h2>{answer}
+<h2>{h["numbers"]}</h2>{_number_rows(numbers(trace))}
+<h2>{h["machine"]}</h2>{_machine(trace)}
+<h2>{h["tokens"]}</h2>
+<p class="note">{tokens_note}</p>
 {token_chips_html(trace)}
-<h2>Figures</h2>
-<p class="note">Interactive: hover for values, drag to zoom, double-click to reset; the camera
-icon saves a PNG.</p>
+<h2>{h["figures"]}</h2>
+<p class="note">{figures_note}</p>
 {charts}
-<h2>Attention</h2>{_attention(trace, figure) if trace.steps else ""}
-{f"<h2>Experiments</h2>{extra}" if extra else ""}
-<p class="note">Made by Inference Explorer: every number above was measured on this run or
-computed by the formula shown next to it.</p>
+<h2>{h["attention"]}</h2>{_attention(trace, figure) if trace.steps else ""}
+{experiments_part}
+<p class="note">{made_by}</p>
 </main></body></html>
 """
 

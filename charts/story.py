@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from engine.records.trace import Step
+from i18n import _
 
 from .formatting import size
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR, topk_chart
@@ -32,7 +33,7 @@ def next_token_chart(step: Step) -> go.Figure:
     bar.x = (*bar.x, step.chosen_prob)
     bar.y = (*bar.y, label)
     bar.marker.color = (*bar.marker.color, PREFILL_COLOR)
-    bar.text = (*bar.text, f"chosen · {step.chosen_prob:.2g}")
+    bar.text = (*bar.text, _("chosen · {probability}").format(probability=f"{step.chosen_prob:.2g}"))
     fig.update_layout(height=60 + 28 * len(bar.y))
     return fig
 
@@ -42,17 +43,17 @@ def layer_split_chart(attention_params: float, ffn_params: float) -> go.Figure:
     (with the layer's norms), in millions, each part labelled with its share."""
     total = attention_params + ffn_params
     fig = go.Figure()
-    for name, value, color in (("attention: q, k, v, o projections", attention_params, ATTENTION_COLOR),
-                               ("feed-forward network (and the two norms)", ffn_params, FFN_COLOR)):
+    for name, value, color in ((_("attention: q, k, v, o projections"), attention_params, ATTENTION_COLOR),
+                               (_("feed-forward network (and the two norms)"), ffn_params, FFN_COLOR)):
         fig.add_trace(go.Bar(  # the names in the legend: inside a quarter of the bar they would not fit
-            x=[value / 1e6], y=["one layer"], orientation="h", name=name, marker_color=color,
+            x=[value / 1e6], y=[_("one layer")], orientation="h", name=name, marker_color=color,
             text=[f"{value / 1e6:.2f} M ({value / total:.0%})"], textposition="inside",
             insidetextanchor="middle", textfont={"color": "white"},
-            hovertemplate=f"{name}<br>%{{x:.3f}} M parameters<extra></extra>"))
+            hovertemplate=name + "<br>" + _("%{x:.3f} M parameters") + "<extra></extra>"))
     fig.update_layout(barmode="stack", height=200, legend={"orientation": "h", "y": 1.02,
                                                            "yanchor": "bottom", "x": 0},
                       margin={"l": 10, "r": 10, "t": 10, "b": 10})
-    fig.update_xaxes(title_text="parameters in one layer (millions)", range=[0, total / 1e6])
+    fig.update_xaxes(title_text=_("parameters in one layer (millions)"), range=[0, total / 1e6])
     fig.update_yaxes(showticklabels=False)
     return fig
 
@@ -60,13 +61,13 @@ def layer_split_chart(attention_params: float, ffn_params: float) -> go.Figure:
 def residual_norm_chart(norms: Sequence[float]) -> go.Figure:
     """‖x‖ of the residual stream at one position: after the embedding, then after each layer,
     the last included (engine.lens.notice.residual_norms)."""
-    labels = ["embedding"] + [f"layer {i}" for i in range(len(norms) - 1)]
+    labels = [_("embedding")] + [_("layer {i}").format(i=i) for i in range(len(norms) - 1)]
     fig = go.Figure(go.Scatter(
         x=labels, y=list(norms), mode="lines+markers", line={"color": FFN_COLOR},
-        hovertemplate="after %{x}<br>‖x‖ = %{y:.2f}<extra></extra>"))
+        hovertemplate=_("after %{x}<br>‖x‖ = %{y:.2f}<extra></extra>")))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
-    fig.update_xaxes(title_text="residual stream after … (the prompt's last position)")
-    fig.update_yaxes(title_text="‖x‖ (L2 norm)", rangemode="tozero")  # fits 320 px at 22 px
+    fig.update_xaxes(title_text=_("residual stream after … (the prompt's last position)"))
+    fig.update_yaxes(title_text=_("‖x‖ (L2 norm)"), rangemode="tozero")  # fits 320 px at 22 px
     return fig
 
 
@@ -79,16 +80,20 @@ def weights_step_chart(labels: Sequence[str], step_bytes: Sequence[float], run: 
     as 0 (a name the calculator does not know) are left out. MiB, or GiB past 1 GiB a step."""
     unit, factor = ("GiB", 2**30) if max(step_bytes) >= 2**30 else ("MiB", 2**20)
     kept = [i for i, b in enumerate(step_bytes) if b > 0]
-    names = [labels[i] + (" — this run" if i == run else "") for i in kept]
-    text = [size(step_bytes[i]) + (f"<br>measured: {size(measured)}" if i == run and measured
-                                   else "") for i in kept]
+    names = [_("{format} — this run").format(format=labels[i]) if i == run else labels[i]
+             for i in kept]
+    text = [size(step_bytes[i]) + ("<br>" + _("measured: {size}").format(size=size(measured))
+                                   if i == run and measured else "") for i in kept]
+    per_step = (_("%{y:.1f} GiB per decode step (formula)") if unit == "GiB"
+                else _("%{y:.1f} MiB per decode step (formula)"))
     fig = go.Figure(go.Bar(
         x=names, y=[step_bytes[i] / factor for i in kept], text=text, textposition="outside",
         cliponaxis=False,
         marker_color=[RUN_COLOR if i == run else OTHER_FORMAT_COLOR for i in kept],
-        hovertemplate=f"%{{x}}<br>%{{y:.1f}} {unit} per decode step (formula)<extra></extra>"))
+        hovertemplate="%{x}<br>" + per_step + "<extra></extra>"))
     fig.update_layout(height=340, showlegend=False, bargap=0.35,
                       margin={"l": 10, "r": 10, "t": 30, "b": 10})
-    fig.update_xaxes(title_text="weights stored as … (bits per weight, with scales)")  # fits a phone
-    fig.update_yaxes(title_text=f"weights read per step ({unit})", range=[0, max(step_bytes) / factor * 1.2])
+    fig.update_xaxes(title_text=_("weights stored as … (bits per weight, with scales)"))  # fits a phone
+    fig.update_yaxes(title_text=_("weights read per step ({unit})").format(unit=unit),
+                     range=[0, max(step_bytes) / factor * 1.2])
     return fig

@@ -34,6 +34,7 @@ from engine import Trace
 from engine.lens import cost_notice, notice, weights_notice, wording
 from engine.lens.attention_stats import full_attention
 from engine.lens.rope import angles
+from i18n import N_, _, language
 from ui.common import require_trace, show_chart
 from ui.keys import STORY_FIGURE, STORY_NEXT, STORY_PREVIOUS, STORY_STAGE
 from ui.memo import memo
@@ -44,7 +45,7 @@ LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Atten
 
 
 def what_to_notice(text: str) -> None:
-    st.info(f"**What to notice.** {plain(text)}", icon=":material/visibility:")
+    st.info(_("**What to notice.** {text}").format(text=plain(text)), icon=":material/visibility:")
 
 
 # Each stage: a paragraph (general, with this model's numbers), its "what to notice" line
@@ -52,26 +53,27 @@ def what_to_notice(text: str) -> None:
 # screen at 1440×900 whatever the figure's height.
 
 def tokens_intro(trace: Trace) -> str:
-    return ("A model reads numbers, not letters. The tokenizer cuts the text into pieces from its "
-            f"vocabulary of {trace.model.vocab_size:,} — byte-pair encoding (BPE): start from "
-            "single bytes and keep merging the most frequent neighbouring pairs — and each piece "
-            "becomes an integer id. Common words are one piece; rare words and scripts the "
-            "tokenizer saw little of are cut into several.")
+    return _("A model reads numbers, not letters. The tokenizer cuts the text into pieces from its "
+             "vocabulary of {vocab} — byte-pair encoding (BPE): start from "
+             "single bytes and keep merging the most frequent neighbouring pairs — and each piece "
+             "becomes an integer id. Common words are one piece; rare words and scripts the "
+             "tokenizer saw little of are cut into several.").format(
+        vocab=f"{trace.model.vocab_size:,}")
 
 
 def tokens_figure(trace: Trace, fact: Any) -> None:
     st.markdown(token_chips_html(trace), unsafe_allow_html=True)
-    st.caption("Your run: prompt tokens (special tokens of the chat template in purple), then "
-               "the generated ones (orange). Hover a chip for its id.")
+    st.caption(_("Your run: prompt tokens (special tokens of the chat template in purple), then "
+                 "the generated ones (orange). Hover a chip for its id."))
 
 
 def embeddings_intro(trace: Trace) -> str:
-    return (f"Each id selects one row of the embedding table: a vector of "
-            f"{trace.model.hidden_size} numbers that training placed so that tokens used alike sit "
-            "close together. Attention by itself does not know which token came first, so "
-            "position is added with rotary embeddings (RoPE): every pair of dimensions of a "
-            "head's query and key is turned by an angle that grows with the token's position — "
-            "fast for the first pairs, slowly for the last.")
+    return _("Each id selects one row of the embedding table: a vector of "
+             "{hidden} numbers that training placed so that tokens used alike sit "
+             "close together. Attention by itself does not know which token came first, so "
+             "position is added with rotary embeddings (RoPE): every pair of dimensions of a "
+             "head's query and key is turned by an angle that grows with the token's position — "
+             "fast for the first pairs, slowly for the last.").format(hidden=trace.model.hidden_size)
 
 
 def embeddings_figure(trace: Trace, fact: Any) -> None:
@@ -79,17 +81,19 @@ def embeddings_figure(trace: Trace, fact: Any) -> None:
     positions = np.arange(fact.last_position + 1)
     show_chart(rope_angle_chart(angles(fact.theta, spec.head_dim, positions), positions),
                name="story-rope-angles")
-    st.caption(f"The rotation angle of each of the {spec.head_dim // 2} dimension pairs at every "
-               f"position of your run (0 … {fact.last_position}), modulo one turn.")
+    st.caption(_("The rotation angle of each of the {pairs} dimension pairs at every "
+                 "position of your run (0 … {last}), modulo one turn.").format(
+        pairs=spec.head_dim // 2, last=fact.last_position))
 
 
 def attention_intro(trace: Trace) -> str:
     spec = trace.model
-    return (f"In every layer each token makes a query q, a key k and a value v. A token's query "
-            f"is compared with the keys of itself and every earlier token (q·kᵀ), scaled by "
-            f"1/√{spec.head_dim} (√head_dim) to keep softmax stable, and softmax turns the scores "
-            f"into weights that add up to 1; the output is the weighted sum of the values. "
-            f"{spec.heads} heads per layer do this side by side, each with its own pattern.")
+    return _("In every layer each token makes a query q, a key k and a value v. A token's query "
+             "is compared with the keys of itself and every earlier token (q·kᵀ), scaled by "
+             "1/√{head_dim} (√head_dim) to keep softmax stable, and softmax turns the scores "
+             "into weights that add up to 1; the output is the weighted sum of the values. "
+             "{heads} heads per layer do this side by side, each with its own pattern.").format(
+        head_dim=spec.head_dim, heads=spec.heads)
 
 
 def attention_figure(trace: Trace, fact: Any) -> None:
@@ -98,18 +102,22 @@ def attention_figure(trace: Trace, fact: Any) -> None:
     t = len(trace.prompt_token_ids)
     weights = full_attention(trace, fact.layer)[fact.head, :t, :t]  # (T, T) prefill rows
     matrix, names, block = downsample(weights, sequence_labels(trace)[:t], LIMIT)
-    show_chart(heatmap(matrix, names, f"layer {fact.layer}, head {fact.head} (prefill)"),
-               name=f"story-attention-L{fact.layer}-H{fact.head}")
-    st.caption("Each row is one query token's weights over the keys; grey cells are future "
-               "tokens, masked out." + (f" {t} tokens shown as {block}×{block} blocks (mean "
-                                        "weight)." if block > 1 else ""))
+    title = _("layer {layer}, head {head} (prefill)").format(layer=fact.layer, head=fact.head)
+    show_chart(heatmap(matrix, names, title), name=f"story-attention-L{fact.layer}-H{fact.head}")
+    if block > 1:
+        st.caption(_("Each row is one query token's weights over the keys; grey cells are future "
+                     "tokens, masked out. {t} tokens shown as {block}×{block} blocks (mean "
+                     "weight).").format(t=t, block=block))
+    else:
+        st.caption(_("Each row is one query token's weights over the keys; grey cells are future "
+                     "tokens, masked out."))
 
 
 def ffn_intro(trace: Trace) -> str:
-    return ("After attention, each token's vector goes through a small two-layer feed-forward "
-            "network (FFN) on its own. Neither replaces the vector: each adds its output to it — "
-            "the residual stream — so every layer refines what the previous ones wrote. "
-            "Attention moves information between tokens; the FFN processes it.")
+    return _("After attention, each token's vector goes through a small two-layer feed-forward "
+             "network (FFN) on its own. Neither replaces the vector: each adds its output to it — "
+             "the residual stream — so every layer refines what the previous ones wrote. "
+             "Attention moves information between tokens; the FFN processes it.")
 
 
 def ffn_figure(trace: Trace, fact: Any) -> None:
@@ -118,19 +126,21 @@ def ffn_figure(trace: Trace, fact: Any) -> None:
         show_chart(residual_norm_chart(fact.norms), name="story-residual-stream")
     else:
         show_chart(layer_split_chart(fact.attention_params, fact.ffn_params), name="story-layer-split")
-    st.caption(f"Attention per layer = hidden · (heads + 2 · KV heads) · head_dim + heads · "
-               f"head_dim · hidden = {spec.hidden_size} · ({spec.heads} + 2 · {spec.kv_heads}) · "
-               f"{spec.head_dim} + {spec.heads} · {spec.head_dim} · {spec.hidden_size} = "
-               f"{fact.attention_params:,}; a layer = (parameters − embedding tables − final norm) "
-               f"÷ {spec.layers} layers = {fact.layer_params:,.0f}; the FFN (and norms) the rest.")
+    st.caption(_("Attention per layer = hidden · (heads + 2 · KV heads) · head_dim + heads · "
+                 "head_dim · hidden = {hidden} · ({heads} + 2 · {kv_heads}) · "
+                 "{head_dim} + {heads} · {head_dim} · {hidden} = "
+                 "{attention}; a layer = (parameters − embedding tables − final norm) "
+                 "÷ {layers} layers = {layer}; the FFN (and norms) the rest.").format(
+        hidden=spec.hidden_size, heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+        attention=f"{fact.attention_params:,}", layers=spec.layers, layer=f"{fact.layer_params:,.0f}"))
 
 
 def next_token_intro(trace: Trace) -> str:
-    return ("After the last layer, the vector at the last position is projected onto the whole "
-            f"vocabulary ({trace.model.vocab_size:,} scores, the logits) and softmax turns them "
-            "into probabilities. Greedy decoding takes the most probable token; sampling draws "
-            "one — temperature flattens or sharpens the distribution first, top-k and top-p cut "
-            "its tail.")
+    return _("After the last layer, the vector at the last position is projected onto the whole "
+             "vocabulary ({vocab} scores, the logits) and softmax turns them "
+             "into probabilities. Greedy decoding takes the most probable token; sampling draws "
+             "one — temperature flattens or sharpens the distribution first, top-k and top-p cut "
+             "its tail.").format(vocab=f"{trace.model.vocab_size:,}")
 
 
 def next_token_figure(trace: Trace, fact: Any) -> None:
@@ -139,17 +149,21 @@ def next_token_figure(trace: Trace, fact: Any) -> None:
         return
     show_chart(next_token_chart(step), name=f"story-next-token-step{step.index}")
     outside = all(int(i) != step.token_id for i in step.top_ids)
-    st.caption(f"Step {step.index}: the model's top {len(step.top_ids)} candidates (probabilities "
-               "at temperature 1), the chosen token in red"
-               + (" — below them: sampling took one outside the top." if outside else "."))
+    if outside:
+        caption = _("Step {step}: the model's top {k} candidates (probabilities at temperature 1), "
+                    "the chosen token in red — below them: sampling took one outside the top.")
+    else:
+        caption = _("Step {step}: the model's top {k} candidates (probabilities at temperature 1), "
+                    "the chosen token in red.")
+    st.caption(caption.format(step=step.index, k=len(step.top_ids)))
 
 
 def phases_intro(trace: Trace) -> str:
-    return ("Generation is two different jobs. Prefill runs the whole prompt through the model in "
-            "one pass — many tokens per weight read, so it is limited by arithmetic; it sets the "
-            "time to first token (TTFT). Decode then produces one token per step: every step "
-            "reads all the weights (and the KV cache) to compute a single token, so it waits on "
-            "memory; its step time is the inter-token latency (ITL).")
+    return _("Generation is two different jobs. Prefill runs the whole prompt through the model in "
+             "one pass — many tokens per weight read, so it is limited by arithmetic; it sets the "
+             "time to first token (TTFT). Decode then produces one token per step: every step "
+             "reads all the weights (and the KV cache) to compute a single token, so it waits on "
+             "memory; its step time is the inter-token latency (ITL).")
 
 
 def phases_figure(trace: Trace, fact: Any) -> None:
@@ -157,10 +171,10 @@ def phases_figure(trace: Trace, fact: Any) -> None:
 
 
 def kv_intro(trace: Trace) -> str:
-    return ("A token's keys and values never change once computed, so decode keeps them: the KV "
-            "cache. Each step computes q, k, v for the new token only, appends k and v to every "
-            "layer's cache and attends over all of it — no recomputation, but memory that grows "
-            "with every token.")
+    return _("A token's keys and values never change once computed, so decode keeps them: the KV "
+             "cache. Each step computes q, k, v for the new token only, appends k and v to every "
+             "layer's cache and attends over all of it — no recomputation, but memory that grows "
+             "with every token.")
 
 
 def kv_figure(trace: Trace, fact: Any) -> None:
@@ -168,22 +182,27 @@ def kv_figure(trace: Trace, fact: Any) -> None:
 
 
 def weights_intro(trace: Trace) -> str:
-    return ("Decode is memory-bound: every decode step reads every weight once — all "
-            f"{trace.model.param_count:,} of this model's — to compute a single token, and waits "
-            "on memory far longer than on arithmetic. Store each weight in fewer bits (16 instead "
-            "of 32, or 8, or 4 with a scale per small group) and each step reads fewer bytes, so "
-            "decode gets faster — at some cost in quality, since the weights are rounded. The "
-            "Quantization page measures both on the loaded model.")
+    return _("Decode is memory-bound: every decode step reads every weight once — all "
+             "{params} of this model's — to compute a single token, and waits "
+             "on memory far longer than on arithmetic. Store each weight in fewer bits (16 instead "
+             "of 32, or 8, or 4 with a scale per small group) and each step reads fewer bytes, so "
+             "decode gets faster — at some cost in quality, since the weights are rounded. The "
+             "Quantization page measures both on the loaded model.").format(
+        params=f"{trace.model.param_count:,}")
 
 
 def weights_figure(trace: Trace, fact: Any) -> None:
     labels = [weights_notice.bits_label(trace.model, f) for f in fact.formats]
     show_chart(weights_step_chart(labels, fact.formula_bytes, fact.formats.index(fact.weights),
                                   fact.measured_bytes), name="story-weights-per-step")
-    untied = ("" if trace.model.tie_word_embeddings else " An untied input embedding is only "
-              "looked up, one row per token, so its other rows are left out.")
-    st.caption("Weight bytes = params × bits / 8, each format's scales included: "
-               f"{plain(weights_notice.formula(trace.model))}.{untied} Blue: this run's weights.")
+    formula = plain(weights_notice.formula(trace.model))
+    if trace.model.tie_word_embeddings:
+        st.caption(_("Weight bytes = params × bits / 8, each format's scales included: "
+                     "{formula}. Blue: this run's weights.").format(formula=formula))
+    else:
+        st.caption(_("Weight bytes = params × bits / 8, each format's scales included: "
+                     "{formula}. An untied input embedding is only looked up, one row per token, "
+                     "so its other rows are left out. Blue: this run's weights.").format(formula=formula))
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,25 +216,25 @@ class Stage:
 
 
 STAGES = (
-    Stage("Text → tokens (BPE)", tokens_intro, notice.tokens_notice, tokens_figure,
-          "pages/tokens.py", "Tokens: any text as chips, BPE merges step by step, 15 languages"),
-    Stage("Tokens → vectors: embeddings and RoPE", embeddings_intro, notice.embeddings_notice,
-          embeddings_figure, "pages/embeddings.py", "Embeddings: nearest tokens, a 2-D map, RoPE"),
-    Stage("Attention: Q·Kᵀ/√d, softmax, ·V", attention_intro, notice.attention_notice,
+    Stage(N_("Text → tokens (BPE)"), tokens_intro, notice.tokens_notice, tokens_figure,
+          "pages/tokens.py", N_("Tokens: any text as chips, BPE merges step by step, 15 languages")),
+    Stage(N_("Tokens → vectors: embeddings and RoPE"), embeddings_intro, notice.embeddings_notice,
+          embeddings_figure, "pages/embeddings.py", N_("Embeddings: nearest tokens, a 2-D map, RoPE")),
+    Stage(N_("Attention: Q·Kᵀ/√d, softmax, ·V"), attention_intro, notice.attention_notice,
           attention_figure, "pages/attention.py",
-          "Attention: every layer and head, decode steps, one head step by step"),
-    Stage("Feed-forward network and the residual stream", ffn_intro, notice.ffn_notice,
+          N_("Attention: every layer and head, decode steps, one head step by step")),
+    Stage(N_("Feed-forward network and the residual stream"), ffn_intro, notice.ffn_notice,
           ffn_figure, "pages/generate.py",
-          "Generate: the logit lens — what each layer's residual stream would predict"),
-    Stage("The next token: a distribution, then a choice", next_token_intro,
+          N_("Generate: the logit lens — what each layer's residual stream would predict")),
+    Stage(N_("The next token: a distribution, then a choice"), next_token_intro,
           notice.sampling_notice, next_token_figure, "pages/generate.py",
-          "Generate: any step's top-10 candidates"),
-    Stage("Prefill vs decode", phases_intro, cost_notice.phase_notice, phases_figure, "pages/timing.py",
-          "Prefill vs decode: TTFT, ITL, FLOPs, bytes and the roofline"),
-    Stage("The KV cache", kv_intro, cost_notice.kv_notice, kv_figure, "pages/kvcache.py",
-          "KV cache: live memory, cache on vs off, calculator, shrinking it"),
-    Stage("Weights in fewer bits", weights_intro, weights_notice.weights_notice, weights_figure,
-          "pages/quantization.py", "Quantization: bytes, speed and quality of every variant, measured"),
+          N_("Generate: any step's top-10 candidates")),
+    Stage(N_("Prefill vs decode"), phases_intro, cost_notice.phase_notice, phases_figure, "pages/timing.py",
+          N_("Prefill vs decode: TTFT, ITL, FLOPs, bytes and the roofline")),
+    Stage(N_("The KV cache"), kv_intro, cost_notice.kv_notice, kv_figure, "pages/kvcache.py",
+          N_("KV cache: live memory, cache on vs off, calculator, shrinking it")),
+    Stage(N_("Weights in fewer bits"), weights_intro, weights_notice.weights_notice, weights_figure,
+          "pages/quantization.py", N_("Quantization: bytes, speed and quality of every variant, measured")),
 )
 
 
@@ -235,13 +254,17 @@ def navigation() -> int:
     at = min(max(int(app_state().page.story_at), 0), len(STAGES) - 1)
     st.session_state[STORY_STAGE] = at  # the picker follows the buttons and the keys
     back, jump, forward = st.columns([1.3, 5.4, 1.3], vertical_alignment="bottom")
-    back.button("← Previous", key=STORY_PREVIOUS, on_click=go, args=(-1,), disabled=at == 0,
-                width="stretch", help="Or ← / PageUp")
-    forward.button("Next →", key=STORY_NEXT, on_click=go, args=(1,), disabled=at == len(STAGES) - 1,
-                   width="stretch", type="primary", help="Or → / PageDown")
-    jump.selectbox("Jump to a stage", range(len(STAGES)), key=STORY_STAGE, on_change=jumped,
-                   format_func=lambda i: f"{i + 1}. {STAGES[i].title}", label_visibility="collapsed")
-    st.progress((at + 1) / len(STAGES), text=f"Stage {at + 1} of {len(STAGES)}")
+    back.button(_("← Previous"), key=STORY_PREVIOUS, on_click=go, args=(-1,), disabled=at == 0,
+                width="stretch", help=_("Or ← / PageUp"))
+    forward.button(_("Next →"), key=STORY_NEXT, on_click=go, args=(1,),
+                   disabled=at == len(STAGES) - 1, width="stretch", type="primary",
+                   help=_("Or → / PageDown"))
+    jump.selectbox(_("Jump to a stage"), range(len(STAGES)), key=STORY_STAGE, on_change=jumped,
+                   format_func=lambda i: f"{i + 1}. {_(STAGES[i].title)}",
+                   label_visibility="collapsed")
+    # the stage's number comes first in every language: KEYS reads it
+    st.progress((at + 1) / len(STAGES),
+                text=_("Stage {n} of {total}").format(n=at + 1, total=len(STAGES)))
     return at
 
 
@@ -257,8 +280,8 @@ if (!window.__storyKeys) {
   window.__storyKeys = true;
   const stageNow = () => {
     const progress = document.querySelector('[data-testid="stProgress"]');
-    const found = /Stage (\\d+) of/.exec(progress ? progress.textContent : "");
-    return found ? Number(found[1]) : null;
+    const found = /\\d+/.exec(progress ? progress.textContent : "");  // the stage: the first number
+    return found ? Number(found[0]) : null;
   };
   const showFigure = (target) => {
     const until = Date.now() + 30000;
@@ -298,22 +321,23 @@ def keyboard() -> None:
 
 
 def page() -> None:
-    st.title("Inference, step by step")
+    st.title(_("Inference, step by step"))
     trace = require_trace()
     prompt = " ".join(trace.prompt.split())
     shown = wording.isolated(plain(prompt[:80]) + ("…" if len(prompt) > 80 else ""))
-    st.caption(f"Your run: “{shown}” — "
-               f"{len(trace.prompt_token_ids)} prompt tokens, {len(trace.steps)} generated. "
-               "Every figure and number below comes from it.")
+    st.caption(_("Your run: “{prompt}” — {prompt_tokens} prompt tokens, {generated} generated. "
+                 "Every figure and number below comes from it.").format(
+        prompt=shown, prompt_tokens=len(trace.prompt_token_ids), generated=len(trace.steps)))
     at = navigation()
     stage = STAGES[at]
-    st.header(stage.title)
+    st.header(_(stage.title))
     st.markdown(stage.intro(trace))
-    fact = memo("story_notice", (trace, at), lambda: stage.notice(trace))  # once per trace and stage
+    fact = memo("story_notice", (trace, at, language()),  # once per trace, stage and language
+                lambda: stage.notice(trace))
     with st.container(key=STORY_FIGURE):  # what a clicker's key scrolls to (KEYS)
         what_to_notice(fact.text)
         stage.figure(trace, fact)
-    st.page_link(stage.page, label=stage.link, icon=":material/open_in_new:")
+    st.page_link(stage.page, label=_(stage.link), icon=":material/open_in_new:")
     keyboard()
 
 

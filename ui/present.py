@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import streamlit as st
 
+from i18n import _
 from ui.keys import CHART_FORMAT, PRESENT
 from ui.state import app_state
 
@@ -93,23 +94,24 @@ def present_navigation(pages: list[Any]) -> None:
     with st.container(horizontal=True, key="present_nav", vertical_alignment="center"):
         for entry in pages:
             st.page_link(entry, label=entry.title, icon=entry.icon)
-        st.button("Exit presentation", key="present_exit", icon=":material/close_fullscreen:",
-                  on_click=_exit, help="Back to the normal view, with the sidebar (also: remove "
-                  "?present=1 from the address and reload).")
+        st.button(_("Exit presentation"), key="present_exit", icon=":material/close_fullscreen:",
+                  on_click=_exit, help=_("Back to the normal view, with the sidebar (also: remove "
+                                         "?present=1 from the address and reload)."))
 
 
 def sidebar_presentation() -> None:
     """The sidebar's View section; keeps ?present=1 in the URL in step with the toggle (other
     query parameters, like the session token `s`, are left as they are)."""
     side = st.sidebar
-    side.header("View")
-    side.toggle("Presentation mode", key=PRESENT, help="For a projector: hides this sidebar and "
-                "Streamlit's menus, enlarges the text and the charts' fonts, thickens lines and "
-                "darkens colours. A link from “Share this view” opens in this mode (the address "
-                "bar's own link carries your session: share that one only with yourself).")
-    side.radio("Chart downloads", FORMATS, key=CHART_FORMAT, horizontal=True,
-               help="What the camera icon in every chart's toolbar saves: png (at twice the size "
-                    "on screen) or svg (vector, for slides).")
+    side.header(_("View"))
+    side.toggle(_("Presentation mode"), key=PRESENT, help=_(
+        "For a projector: hides this sidebar and "
+        "Streamlit's menus, enlarges the text and the charts' fonts, thickens lines and "
+        "darkens colours. A link from “Share this view” opens in this mode (the address "
+        "bar's own link carries your session: share that one only with yourself)."))
+    side.radio(_("Chart downloads"), FORMATS, key=CHART_FORMAT, horizontal=True,
+               help=_("What the camera icon in every chart's toolbar saves: png (at twice the size "
+                      "on screen) or svg (vector, for slides)."))
     if presenting():
         if st.query_params.get(PRESENT) != "1":
             st.query_params[PRESENT] = "1"
