@@ -12,6 +12,7 @@ package import name` counts as an import of the submodule when `name` is one. Th
 - a subsystem never imports the modules above the subsystems (the experiments bundle, the file
   readers, the CLI, the model store);
 - charts draws figures: it imports neither streamlit nor pages, ui or app;
+- i18n (the catalogs' words) is a leaf: it imports no project module and no streamlit;
 - pages and ui never import torch or transformers (the engine does the model work).
 
 Each rule is also fed a small graph that breaks it, so a checker that cannot fail would be seen.
@@ -26,7 +27,7 @@ from typing import Callable
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("engine", "charts", "pages", "ui", "bench", "scripts", "tests")
+PACKAGES = ("engine", "charts", "i18n", "pages", "ui", "bench", "scripts", "tests")
 SKIP = {".venv", "build", "out", "__pycache__"}
 
 ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader",
@@ -162,6 +163,8 @@ RULES: tuple[tuple[Layer, Layer, str], ...] = (
      "charts draws figures, not the app"),
     (within("pages", "ui"), within("torch", "transformers"),
      "the app's pages leave the model to the engine"),
+    (within("i18n"), within("streamlit", "engine", "charts", "pages", "ui", "app"),
+     "i18n is a leaf: the words, for every layer that draws"),
 )
 
 
@@ -219,6 +222,8 @@ def test_a_cycle_is_found_and_named():
     ("charts.live", "ui.session"),
     ("pages.generate", "torch"),
     ("ui.replay", "transformers"),
+    ("i18n", "streamlit"),
+    ("i18n", "ui.state"),
 ])
 def test_each_rule_break_is_caught(module, target):
     broken = broken_rules({module: {target}, target: set()})
