@@ -3,9 +3,10 @@
 FROM python:3.11-slim
 
 # gcc and libgomp: the native C decode step is compiled with -march=native, so it is built on first
-# use on the CPU that serves (then cached), not here on the build machine's CPU.
+# use on the CPU that serves (then cached), not here on the build machine's CPU. fonts-noto-cjk:
+# the Chinese pages' and the report's font stacks name Noto CJK (anything drawn on the server too).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 \
+ && apt-get install -y --no-install-recommends gcc libc6-dev libgomp1 fonts-noto-cjk \
  && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 1000 user

@@ -42,12 +42,13 @@ space:
 	cp deploy/README.md $(SPACE_DIR)/README.md
 	@echo "Space folder: $(SPACE_DIR) (git init there, add the Space as a remote, push)"
 
-# The browser tests drive Debian's Chromium (never a downloaded one); install it if missing.
+# The browser tests drive Debian's Chromium (never a downloaded one) and need a CJK font for the
+# Chinese pages (Debian's fonts-noto-cjk); install what is missing.
 browser:
-	@test -x $(CHROMIUM) || { command -v apt-get >/dev/null && \
+	@{ test -x $(CHROMIUM) && fc-list | grep -q "Noto Sans CJK"; } || { command -v apt-get >/dev/null && \
 	  { [ "$$(id -u)" = 0 ] && S= || S=sudo; $$S apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium; }; } || \
-	  echo "Chromium not found at $(CHROMIUM): install it or set CHROMIUM=/path (browser tests need it)"
+	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium fonts-noto-cjk; }; } || \
+	  echo "Chromium or fonts-noto-cjk not found: install them or set CHROMIUM=/path (browser tests need them)"
 
 # The fast tier first (-x: a break fails within the first minute), then the rest: the browser,
 # the real model, torch.compile and vLLM, whose server starts in the background meanwhile. Both
