@@ -18,19 +18,21 @@ from plotly.subplots import make_subplots
 from engine.remote.loadtest import arrival_times_s
 from engine.remote.record import LoadRun, MetricsSample, RemoteRequest
 from engine.remote.summary import tokens_per_second_window
+from i18n import N_, _
 
 from .gantt import Bars, Marks, gantt_figure, top_legend
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
 from .serving import QUEUE_COLOR
 from .text import as_text
 
-TIME_AXIS = "time since the load started (s)"
+TIME_AXIS = N_("time since the load started (s)")
 RUNNING_COLOR = DECODE_COLOR  # requests the server is decoding
 WAITING_COLOR = "#ff7f0e"  # requests queued inside the server
 SERVER_RATE_COLOR = "#9467bd"  # the server's own generation-token counter
 MEAN_COLOR = "#7f7f7f"
 DONE, ERROR, STOPPED = "#000000", "#d62728", "#7f7f7f"
 MAX_PROMPT_HOVER = 60
+END_MARKS = {"done": N_("done"), "error": N_("error"), "stopped": N_("stopped")}  # legend names
 
 
 def now_ms(run: LoadRun) -> float:
@@ -81,17 +83,18 @@ def gantt_chart(run: LoadRun) -> go.Figure:
     TTFT), decode (blue), and a mark where it ended: done (|), error (×) or stopped (○)."""
     now = now_ms(run)
     arrivals = [1000.0 * a for a in arrival_times_s(run.config)]
-    rows = [f"request {r.id}" for r in run.requests]
-    bars = {"waiting": Bars("waiting to be sent", QUEUE_COLOR),
-            "ttft": Bars("sent → first token (TTFT)", PREFILL_COLOR),
-            "decode": Bars("decode", DECODE_COLOR)}
+    rows = [_("request {id}").format(id=r.id) for r in run.requests]
+    bars = {"waiting": Bars(_("waiting to be sent"), QUEUE_COLOR),
+            "ttft": Bars(_("sent → first token (TTFT)"), PREFILL_COLOR),
+            "decode": Bars(_("decode"), DECODE_COLOR)}
     for r, row, arrival in zip(run.requests, rows, arrivals):
-        head = f"request {r.id} · “{_short(r.prompt)}”"
-        notes = {"waiting": "not yet sent (concurrency limit or arrival time)",
-                 "ttft": "sent → first token (TTFT, client)"
-                         + (f" · {r.prompt_tokens} prompt tokens" if r.prompt_tokens else ""),
-                 "decode": f"{r.output_tokens} tokens in {len(r.chunk_ms)} chunks · finish: "
-                           f"{as_text(r.finish)}"}
+        head = _("request {id} · “{prompt}”").format(id=r.id, prompt=_short(r.prompt))
+        ttft = (_("sent → first token (TTFT, client) · {n} prompt tokens").format(
+            n=r.prompt_tokens) if r.prompt_tokens else _("sent → first token (TTFT, client)"))
+        notes = {"waiting": _("not yet sent (concurrency limit or arrival time)"),
+                 "ttft": ttft,
+                 "decode": _("{tokens} tokens in {chunks} chunks · finish: {finish}").format(
+                     tokens=r.output_tokens, chunks=len(r.chunk_ms), finish=as_text(r.finish))}
         for name, span in request_spans(r, arrival, now).items():
             if span is not None:
                 bars[name].add(span[0] / 1000.0, (span[1] - span[0]) / 1000.0, row,
@@ -103,20 +106,20 @@ def gantt_chart(run: LoadRun) -> go.Figure:
         ended = [(r, row, mark[1]) for r, row in zip(run.requests, rows)
                  if (mark := end_mark(r, now)) is not None and mark[0] == kind]
         marks.append(Marks(
-            kind, [t / 1000.0 for _, _, t in ended] or [None], [row for _, row, _ in ended] or [None],
-            [_end_text(r, t) for r, _, t in ended],
+            _(END_MARKS[kind]), [t / 1000.0 for __, __, t in ended] or [None],
+            [row for __, row, __ in ended] or [None], [_end_text(r, t) for r, __, t in ended],
             {"symbol": symbol, "size": 14 if kind == "done" else 11, "color": color,
              "line": {"width": 2, "color": color}}, showlegend=bool(ended) or kind == "done"))
     return gantt_figure(rows, list(bars.values()), marks,
-                        title="Every request over time, as the client saw it",
+                        title=_("Every request over time, as the client saw it"),
                         height=min(150 + 24 * len(rows), 760), legend_entries=6,
-                        time_axis=TIME_AXIS)
+                        time_axis=_(TIME_AXIS))
 
 
 def _end_text(r: RemoteRequest, t_ms: float) -> str:
     ttft = "–" if r.ttft_ms is None else f"{r.ttft_ms:,.0f} ms"
-    text = (f"request {r.id} {as_text(r.finish)} at {t_ms / 1000:.2f} s: {r.output_tokens} tokens, "
-            f"TTFT {ttft}")
+    text = _("request {id} {finish} at {t:.2f} s: {tokens} tokens, TTFT {ttft}").format(
+        id=r.id, finish=as_text(r.finish), t=t_ms / 1000, tokens=r.output_tokens, ttft=ttft)
     return text + (f"<br>{_short(r.error, 120)}" if r.error else "")
 
 
@@ -140,29 +143,32 @@ def throughput_chart(run: LoadRun) -> go.Figure:
     fig = go.Figure()
     client = tokens_per_second_window(run)
     fig.add_trace(go.Scatter(
-        x=[t / 1000.0 for t, _ in client], y=[v for _, v in client], mode="lines",
-        name="client: tokens received in the last second", line={"color": DECODE_COLOR, "width": 3},
-        hovertemplate="%{y:.1f} tokens/s received in the second before %{x:.2f} s"
-                      "<extra></extra>"))
+        x=[t / 1000.0 for t, __ in client], y=[v for __, v in client], mode="lines",
+        name=_("client: tokens received in the last second"),
+        line={"color": DECODE_COLOR, "width": 3},
+        hovertemplate=_("%{y:.1f} tokens/s received in the second before %{x:.2f} s"
+                        "<extra></extra>")))
     server = server_rate(run.samples)
     fig.add_trace(go.Scatter(
-        x=[t / 1000.0 for t, _ in server], y=[v for _, v in server], mode="lines+markers",
-        name="server: its generation-token counter ÷ time between samples",
+        x=[t / 1000.0 for t, __ in server], y=[v for __, v in server], mode="lines+markers",
+        name=_("server: its generation-token counter ÷ time between samples"),
         line={"color": SERVER_RATE_COLOR, "width": 2, "dash": "dot", "shape": "vh"},
         marker={"size": 5},
-        hovertemplate="%{y:.1f} tokens/s counted by the server up to %{x:.2f} s<extra></extra>"))
+        hovertemplate=_("%{y:.1f} tokens/s counted by the server up to %{x:.2f} s"
+                        "<extra></extra>")))
     live = any(r.finish in ("running", "waiting") for r in run.requests)
     if run.throughput_tok_s > 0:
         fig.add_hline(y=run.throughput_tok_s, line={"color": MEAN_COLOR, "dash": "dash",
                                                      "width": 1},
-                      annotation_text=f"mean {'so far' if live else 'over the load'}: "
-                                      f"{run.throughput_tok_s:.1f} tokens/s",
+                      annotation_text=(_("mean so far: {rate:.1f} tokens/s") if live else
+                                       _("mean over the load: {rate:.1f} tokens/s")).format(
+                                           rate=run.throughput_tok_s),
                       annotation_position="top left")
     fig.update_layout(height=330, margin={"l": 10, "r": 10, "b": 10},
-                      title_text="Tokens per second", hovermode="closest")
+                      title_text=_("Tokens per second"), hovermode="closest")
     top_legend(fig, 2, per_row=2)
-    fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero")
-    fig.update_yaxes(title_text="output tokens/s", rangemode="tozero")
+    fig.update_xaxes(title_text=_(TIME_AXIS), rangemode="tozero")
+    fig.update_yaxes(title_text=_("output tokens/s"), rangemode="tozero")
     return fig
 
 
@@ -174,41 +180,45 @@ def server_chart(run: LoadRun) -> go.Figure:
                         row_heights=[0.55, 0.45])
     samples = run.samples
     xs = [s.t_ms / 1000.0 for s in samples]
-    for field, label, color in (("running", "running (in the server's batch)", RUNNING_COLOR),
-                                ("waiting", "waiting (queued in the server)", WAITING_COLOR)):
+    for field, label, hover, color in (
+            ("running", _("running (in the server's batch)"),
+             _("%{y:.0f} requests running at %{x:.2f} s<extra></extra>"), RUNNING_COLOR),
+            ("waiting", _("waiting (queued in the server)"),
+             _("%{y:.0f} requests waiting at %{x:.2f} s<extra></extra>"), WAITING_COLOR)):
         fig.add_trace(go.Scatter(
             x=xs, y=[getattr(s, field) for s in samples], mode="lines+markers", name=label,
             line={"color": color, "shape": "hv", "width": 2}, marker={"size": 4},
-            hovertemplate=f"%{{y:.0f}} requests {field} at %{{x:.2f}} s<extra></extra>"),
-            row=1, col=1)
+            hovertemplate=hover), row=1, col=1)
     rises = [(b.t_ms, b.preemptions - a.preemptions) for a, b in zip(samples, samples[1:])
              if a.preemptions is not None and b.preemptions is not None
              and b.preemptions > a.preemptions]
     if rises:
         fig.add_trace(go.Scatter(
-            x=[t / 1000.0 for t, _ in rises], y=[0] * len(rises), mode="markers",
-            name="preemption(s)", marker={"symbol": "x", "size": 11, "color": ERROR},
-            customdata=[n for _, n in rises],
-            hovertemplate="%{customdata:.0f} preemption(s) up to %{x:.2f} s<extra></extra>"),
+            x=[t / 1000.0 for t, __ in rises], y=[0] * len(rises), mode="markers",
+            name=_("preemption(s)"), marker={"symbol": "x", "size": 11, "color": ERROR},
+            customdata=[n for __, n in rises],
+            hovertemplate=_("%{customdata:.0f} preemption(s) up to %{x:.2f} s"
+                            "<extra></extra>")),
             row=1, col=1)
     usage = [None if s.kv_usage is None else 100.0 * s.kv_usage for s in samples]
     fig.add_trace(go.Scatter(
-        x=xs, y=usage, mode="lines+markers", name="KV-cache usage", fill="tozeroy",
+        x=xs, y=usage, mode="lines+markers", name=_("KV-cache usage"), fill="tozeroy",
         line={"color": KV_COLOR, "width": 2}, marker={"size": 4},
-        hovertemplate="%{y:.2f} % of the KV-cache blocks in use at %{x:.2f} s<extra></extra>"),
+        hovertemplate=_("%{y:.2f} % of the KV-cache blocks in use at %{x:.2f} s"
+                        "<extra></extra>")),
         row=2, col=1)
     top = max((v for v in usage if v is not None), default=0.0)
     counts = [v for s in samples for v in (s.running, s.waiting) if v is not None]
     fig.update_layout(height=420, margin={"l": 10, "r": 10, "b": 10}, hovermode="closest",
-                      title_text="The server's own gauges (/metrics, about every 0.5 s)")
+                      title_text=_("The server's own gauges (/metrics, about every 0.5 s)"))
     top_legend(fig, len(fig.data), per_row=4)
-    fig.update_xaxes(title_text=TIME_AXIS, rangemode="tozero", row=2, col=1)
-    fig.update_yaxes(title_text="requests", rangemode="tozero", row=1, col=1,
+    fig.update_xaxes(title_text=_(TIME_AXIS), rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text=_("requests"), rangemode="tozero", row=1, col=1,
                      range=[0, max(counts, default=1.0) * 1.15 + 0.5])
-    fig.update_yaxes(title_text="KV usage (% of blocks)", row=2, col=1,
+    fig.update_yaxes(title_text=_("KV usage (% of blocks)"), row=2, col=1,
                      range=[0, max(top * 1.25, 1.0)])
     if not samples:
-        fig.add_annotation(text="no /metrics samples from this server", showarrow=False,
+        fig.add_annotation(text=_("no /metrics samples from this server"), showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from engine.remote.client import RemoteError, normalize_base_url
+from i18n import N_, _
 from ui.config import config
 
 TRUST_ENV = "INFERENCE_EXPLORER_TRUST_NETWORK"  # 1: a non-loopback bind is still one user's
@@ -33,12 +34,15 @@ DIRS_ENV = "INFERENCE_EXPLORER_MODEL_DIRS"  # folders (os.pathsep-separated) mod
 # leading `/` or `.`.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 
-URL_REFUSED = ("This server is shared on the network, so it sends requests only to the vLLM "
-               "it started ({own}) and to the addresses its operator allows "
-               f"({URLS_ENV}); run the app on your own machine to reach any other server.")
-MODEL_REFUSED = ("This server is shared on the network, so it loads only the default model, "
-                 "models already in its Hugging Face cache and folders its operator allows "
-                 f"({DIRS_ENV}); run the app on your own machine to load any other.")
+# The refusals name the operator's variables (URLS_ENV, DIRS_ENV) in their text: shown translated.
+URL_REFUSED = N_("This server is shared on the network, so it sends requests only to the vLLM "
+                 "it started ({own}) and to the addresses its operator allows "
+                 "(INFERENCE_EXPLORER_ALLOWED_URLS); run the app on your own machine to reach "
+                 "any other server.")
+MODEL_REFUSED = N_("This server is shared on the network, so it loads only the default model, "
+                   "models already in its Hugging Face cache and folders its operator allows "
+                   "(INFERENCE_EXPLORER_MODEL_DIRS); run the app on your own machine to load "
+                   "any other.")
 
 
 def is_loopback(address: str | None) -> bool:
@@ -89,7 +93,7 @@ def url_refusal(url: str, own: Iterable[str]) -> str | None:
     key = _url_key(url)
     if key is not None and key in {_url_key(u) for u in allowed_urls(own)}:
         return None
-    return URL_REFUSED.format(own=", ".join(own) or "none")
+    return _(URL_REFUSED).format(own=", ".join(own) or _("none"))
 
 
 def model_dirs() -> list[Path]:
@@ -134,4 +138,4 @@ def model_refusal(source: str) -> str | None:
         return None
     if _inside(source, model_dirs()) or _cached_hub_id(source):
         return None
-    return MODEL_REFUSED
+    return _(MODEL_REFUSED)

@@ -21,6 +21,7 @@ from engine import EngineError
 from engine.remote import server as vllm
 from engine.remote.client import RemoteError, list_models, normalize_base_url
 from engine.remote.record import LoadRun
+from i18n import N_, _
 from ui.config import config
 from ui.files import RecordFiles, files_section
 from ui.guard import url_refusal
@@ -33,11 +34,11 @@ from ui.text import message, plain
 DEFAULT_URL = f"http://127.0.0.1:{vllm.DEFAULT_PORT}/v1"
 FILE_MB = 16  # a load-test file uploaded here (the format allows more; a page needs no more)
 START_TIMEOUT_S = 900.0
-YOUR_LOAD = "your load"
+YOUR_LOAD = N_("your load")  # a label kept with the load (compared, shown translated)
 # A real load recorded from vLLM 0.32 (CPU build, this app's default model) with
 # `python -m engine loadtest --out`: what a visitor with no server of their own can open.
 SAMPLE_LOAD = Path(__file__).resolve().parents[2] / "assets" / "examples" / "vllm-load.json"
-SAMPLE_LABEL = "the sample load (recorded from vLLM)"
+SAMPLE_LABEL = N_("the sample load (recorded from vLLM)")
 
 
 class LocalServer:
@@ -99,21 +100,30 @@ def probe(url: str, force: bool = False) -> Server:
             models = tuple(list_models(normalize_base_url(url), timeout=3.0))
         except RemoteError as err:
             return Server(url, (), str(err))
-        return Server(url, models) if models else Server(url, (), f"{url} serves no model")
+        return Server(url, models)  # no models: `problem` None, said where it is shown
 
     return memo("remote_probe", (url,), ask, fresh=force)
+
+
+def problem_text(found: Server) -> str:
+    """Why nothing usable answers at `found.url`, in the session's language (the memo keeps
+    no words of any language; the server's own error is shown as it came)."""
+    if found.problem is None:
+        return _("{url} serves no model").format(url=found.url)
+    return found.problem or _("no answer")
 
 
 def server_section() -> Server:
     """The base URL, its models, and when nothing answers at the default address: start the
     local vLLM (installed) or how to install it."""
-    st.subheader("The server")
+    st.subheader(_("The server"))
     url_col, list_col = st.columns([4, 1], vertical_alignment="bottom")
-    url = url_col.text_input("OpenAI-compatible base URL", DEFAULT_URL, key="remote_url",
-                             max_chars=300, help="vLLM, SGLang, TGI or llama.cpp's server: "
+    url = url_col.text_input(_("OpenAI-compatible base URL"), DEFAULT_URL, key="remote_url",
+                             max_chars=300, help=_("vLLM, SGLang, TGI or llama.cpp's server: "
                              "anything that serves /v1/completions with streaming; its "
-                             "Prometheus /metrics (at the server's root) is read when present.")
-    listed = list_col.button("List models", icon=":material/refresh:", width="stretch")
+                             "Prometheus /metrics (at the server's root) is read when present."))
+    listed = list_col.button(_("List models"), icon=":material/refresh:", width="stretch",
+                             key="remote_list_models")
     refusal = url_refusal(url.strip(), own_urls())
     if refusal is not None:  # before any request: a shared server's visitor picks no address
         st.error(message(refusal), icon=":material/block:")
@@ -123,12 +133,13 @@ def server_section() -> Server:
         listed = True
     found = probe(url.strip(), force=listed)
     if found.models:
-        st.success(f"{plain(found.url)} serves: " + ", ".join(plain(m) for m in found.models)
-                   + (" — started by this app (eager mode: no torch.compile)."
-                      if LOCAL.eager and found.url == DEFAULT_URL else ""),
+        models = ", ".join(plain(m) for m in found.models)
+        st.success((_("{url} serves: {models} — started by this app (eager mode: no "
+                      "torch.compile).") if LOCAL.eager and found.url == DEFAULT_URL else
+                    _("{url} serves: {models}")).format(url=plain(found.url), models=models),
                    icon=":material/dns:")
         return found
-    st.error(f"No usable server: {message(found.problem or 'no answer')}.",
+    st.error(_("No usable server: {problem}.").format(problem=message(problem_text(found))),
              icon=":material/cloud_off:")
     if found.url == DEFAULT_URL:
         offer_local_start()
@@ -144,31 +155,33 @@ def own_urls() -> tuple[str, ...]:
 
 def offer_local_start() -> None:
     if LOCAL.error:
-        st.error(f"The local vLLM did not start: {message(LOCAL.error)}")
+        st.error(_("The local vLLM did not start: {error}").format(error=message(LOCAL.error)))
     if not vllm.is_installed():
-        st.info("vLLM is not installed on this machine. Install its CPU build into a venv of its "
-                "own (a few minutes and about 3.5 GB the first time), then start it:\n\n"
-                "```\nmake vllm\nscripts/vllm_start.sh\n```\n\nThe script prints the base URL "
-                f"once the server answers ({DEFAULT_URL}); then press **List models**.",
-                icon=":material/download:")
+        st.info(_("vLLM is not installed on this machine. Install its CPU build into a venv of "
+                  "its own (a few minutes and about 3.5 GB the first time), then start it:\n\n"
+                  "```\nmake vllm\nscripts/vllm_start.sh\n```\n\nThe script prints the base "
+                  "URL once the server answers ({url}); then press **List models**.").format(
+                      url=DEFAULT_URL), icon=":material/download:")
         return
-    if st.button("Start local vLLM", icon=":material/play_circle:", type="primary",
-                 help="Starts vLLM's CPU build on port "
-                      f"{vllm.DEFAULT_PORT} in eager mode (no torch.compile): about a minute on "
-                      "two cores. It keeps running for every session until the app stops."):
+    if st.button(_("Start local vLLM"), icon=":material/play_circle:", type="primary",
+                 key="remote_start_vllm",
+                 help=_("Starts vLLM's CPU build on port {port} in eager mode (no torch.compile): "
+                        "about a minute on two cores. It keeps running for every session until "
+                        "the app stops.").format(port=vllm.DEFAULT_PORT)):
         LOCAL.start()
         st.rerun()
 
 
 def local_start_progress() -> None:
     """Wait for the local vLLM with a progress bar (its start takes about a minute here)."""
-    bar = st.progress(0.0, text="Starting vLLM…")
+    bar = st.progress(0.0, text=_("Starting vLLM…"))
     expected = 60.0
     while LOCAL.starting:
         waited = time.monotonic() - LOCAL.started_at
-        bar.progress(min(waited / expected, 0.99), text=f"Starting vLLM (eager mode): {waited:.0f} s "
-                     f"so far, usually {expected:.0f} s or less; its log: server-"
-                     f"{vllm.DEFAULT_PORT}.log in the vLLM folder")
+        bar.progress(min(waited / expected, 0.99), text=_(
+            "Starting vLLM (eager mode): {waited:.0f} s so far, usually {expected:.0f} s or less; "
+            "its log: {log} in the vLLM folder").format(
+                waited=waited, expected=expected, log=f"server-{vllm.DEFAULT_PORT}.log"))
         time.sleep(0.5)
     bar.empty()
 
@@ -201,9 +214,11 @@ def load_files() -> RecordFiles:
     from engine.remote.loadfile import load_to_bytes
 
     return RecordFiles(
-        "Load-test files", "load", "load", "Download this load", "inference-explorer.loadtest.json",
-        "Every request's chunk times, tokens and text, and every /metrics sample, as JSON (no "
-        "pickle): opened again here, it shows without a server.", "Open a load-test file (.json)",
+        _("Load-test files"), "load", _("load"), _("Download this load"),
+        "inference-explorer.loadtest.json",
+        _("Every request's chunk times, tokens and text, and every /metrics sample, as JSON (no "
+          "pickle): opened again here, it shows without a server."),
+        _("Open a load-test file (.json)"),
         "remote_upload", FILE_MB, load_to_bytes, partial(read_record, "load-test"))
 
 
@@ -222,7 +237,7 @@ def open_sample_load() -> None:
     try:
         run = read_record("load-test", SAMPLE_LOAD)
     except EngineError as err:
-        st.error(f"The sample load did not open: {message(err)}")
+        st.error(_("The sample load did not open: {error}").format(error=message(err)))
         return
     keep_remote(run=run, label=SAMPLE_LABEL)
     ask_replay("load")
@@ -231,10 +246,11 @@ def open_sample_load() -> None:
 def sample_load_button() -> None:
     """Offer the sample load (when it ships): a page to look at before any server of one's own."""
     if SAMPLE_LOAD.is_file():
-        st.button("Open a sample load recorded from vLLM", icon=":material/science:",
-                  on_click=open_sample_load, help="A real load-test file: 8 requests sent at "
-                  "once to vLLM (CPU build, this app's default model), with every streamed chunk "
-                  "and the server's /metrics, drawn exactly as recorded.")
+        st.button(_("Open a sample load recorded from vLLM"), icon=":material/science:",
+                  on_click=open_sample_load, key="remote_sample_load",
+                  help=_("A real load-test file: 8 requests sent at once to vLLM (CPU build, this "
+                         "app's default model), with every streamed chunk and the server's "
+                         "/metrics, drawn exactly as recorded."))
 
 
 def hosted() -> bool:
