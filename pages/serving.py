@@ -12,14 +12,18 @@ import streamlit as st
 from charts.formatting import duration, rate
 from charts.serving import (
     block_grid_chart,
+    finish_name,
     gantt_chart,
+    scheduler_name,
+    step_name,
     throughput_chart,
 )
 from engine import EngineError
 from engine.serving.metrics import passed_over, peak_step, run_prefix, summarize_stream
 from engine.serving.record import ServingConfig, ServingRun
+from i18n import N_, _, chinese
 from ui.common import show_chart
-from ui.experiment import Job, run_experiment
+from ui.experiment import Job, run_experiment, sentences
 from ui.keys import (
     SERVING_BATCH,
     SERVING_COUNT,
@@ -48,8 +52,14 @@ from ui.text import plain
 
 REDRAW_S = 1.0  # the live charts redraw at most this often (a redraw shares the cores with the model)
 VIEWS = ("gantt", "grid", "rate")  # the live slots, under the status line
-OWN = "My own prompts"
+OWN = N_("My own prompts")
 BLOCK_SIZES = (4, 8, 16, 32)
+ARRIVALS = (N_("all at once"), N_("Poisson"))  # the radio's values (English); `_` shows them
+SCHEDULERS = (N_("continuous"), N_("static"))
+
+
+class FormError(ValueError):
+    """What is wrong with the form, in one sentence to show."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,63 +88,65 @@ def use_stream() -> None:
 
 
 def header() -> None:
-    st.title("Serving")
-    st.caption("Many requests at once on the loaded model, measured: a scheduler batches them "
-               "step by step (continuous batching), their KV caches live in fixed-size blocks "
-               "that requests with the same prefix share (paged attention), and prompt-lookup "
-               "drafts let one forward emit several tokens (speculative decoding). Decoding is "
-               "greedy.")
+    st.title(_("Serving"))
+    st.caption(_("Many requests at once on the loaded model, measured: a scheduler batches them "
+                 "step by step (continuous batching), their KV caches live in fixed-size blocks "
+                 "that requests with the same prefix share (paged attention), and prompt-lookup "
+                 "drafts let one forward emit several tokens (speculative decoding). Decoding is "
+                 "greedy."))
 
 
 def stream_form() -> StreamForm | None:
     """The request stream and the engine's settings; None until submitted (or on bad input,
     with one sentence saying what is wrong)."""
     caps = serving_caps()
-    st.subheader("A stream of requests")
+    st.subheader(_("A stream of requests"))
     if SERVING_PROMPTS not in st.session_state:
         st.session_state[SERVING_STREAM] = next(iter(STREAMS))
         use_stream()
-    st.selectbox("Sample stream", [*STREAMS, OWN], key=SERVING_STREAM, on_change=use_stream,
-                 help="Fills the form below; edit anything before running.")
+    st.selectbox(_("Sample stream"), [*STREAMS, OWN], key=SERVING_STREAM, on_change=use_stream,
+                 format_func=_, help=_("Fills the form below; edit anything before running."))
     about = STREAMS.get(st.session_state.get(SERVING_STREAM), {}).get("about")
     if about:
-        st.caption(about)
+        st.caption(_(about))
     # outside the form: choosing the arrival pattern must rerun, so that Rate is enabled only
     # when it applies (a widget in a form changes nothing until the form is submitted)
     c3, c4 = st.columns(2)
-    arrival = c3.radio("Arrival", ["all at once", "Poisson"], horizontal=True,
-                       key="serving_arrival", help="All at once: every request arrives at 0 ms. "
-                       "Poisson: random gaps with the rate beside on average (seed 0, "
-                       "reproducible).")
-    rate_per_s = c4.number_input("Rate (requests/s)", 0.1, 100.0, 4.0, step=0.5,
+    arrival = c3.radio(_("Arrival"), list(ARRIVALS), horizontal=True, format_func=_,
+                       key="serving_arrival", help=_("All at once: every request arrives at 0 ms. "
+                                                     "Poisson: random gaps with the rate beside on "
+                                                     "average (seed 0, reproducible)."))
+    rate_per_s = c4.number_input(_("Rate (requests/s)"), 0.1, 100.0, 4.0, step=0.5,
                                  key="serving_rate", disabled=arrival != "Poisson",
-                                 help="For Poisson arrivals.")
+                                 help=_("For Poisson arrivals."))
     with st.form("serving_form", border=False, enter_to_submit=True):
-        prompts = st.text_area("Prompts, one per line", key=SERVING_PROMPTS, height=150,
-                               max_chars=20_000, help="Cycled when you ask for more requests "
-                                                      "than lines.")
-        prefix = st.text_area("Shared prefix (prepended to every prompt)", key=SERVING_PREFIX,
-                              height=80, max_chars=5_000, help="A system prompt every request "
-                              "starts with: what prefix sharing saves.")
+        prompts = st.text_area(_("Prompts, one per line"), key=SERVING_PROMPTS, height=150,
+                               max_chars=20_000, help=_("Cycled when you ask for more requests "
+                                                        "than lines."))
+        prefix = st.text_area(_("Shared prefix (prepended to every prompt)"), key=SERVING_PREFIX,
+                              height=80, max_chars=5_000, help=_("A system prompt every request "
+                                                                 "starts with: what prefix sharing "
+                                                                 "saves."))
         c1, c2 = st.columns(2)
-        count = c1.number_input("Requests", 1, caps.requests, key=SERVING_COUNT,
-                                help=f"At most {caps.requests} here.")
-        lengths = c2.text_input("Max new tokens per request", key=SERVING_LENGTHS,
-                                help=f"Comma-separated, cycled over the requests; each at most "
-                                     f"{caps.new_tokens}.")
+        count = c1.number_input(_("Requests"), 1, caps.requests, key=SERVING_COUNT,
+                                help=_("At most {n} here.").format(n=caps.requests))
+        lengths = c2.text_input(_("Max new tokens per request"), key=SERVING_LENGTHS,
+                                help=_("Comma-separated, cycled over the requests; each at most "
+                                       "{n}.").format(n=caps.new_tokens))
         c5, c6, c7 = st.columns(3)
-        max_batch = c5.number_input("Max batch", 1, 32, key=SERVING_BATCH,
-                                    help="Requests decoded together in one forward.")
-        block = c6.selectbox("Block size (tokens)", BLOCK_SIZES, index=2, key="serving_block")
-        pool = c7.number_input("Block pool (blocks)", 1, caps.pool_slots, 128,
-                               key="serving_pool", help=f"KV memory for all requests together: "
-                               f"at most {caps.pool_slots:,} token slots here. Too small a pool "
-                               "makes requests wait (or be preempted), never crash.")
+        max_batch = c5.number_input(_("Max batch"), 1, 32, key=SERVING_BATCH,
+                                    help=_("Requests decoded together in one forward."))
+        block = c6.selectbox(_("Block size (tokens)"), BLOCK_SIZES, index=2, key="serving_block")
+        pool = c7.number_input(_("Block pool (blocks)"), 1, caps.pool_slots, 128,
+                               key="serving_pool", help=_(
+                                   "KV memory for all requests together: at most {slots:,} token "
+                                   "slots here. Too small a pool makes requests wait (or be "
+                                   "preempted), never crash.").format(slots=caps.pool_slots))
         c8, c9 = st.columns(2)
-        scheduler = c8.radio("Scheduler", ["continuous", "static"], horizontal=True,
+        scheduler = c8.radio(_("Scheduler"), list(SCHEDULERS), horizontal=True, format_func=_,
                              key="serving_scheduler")
-        sharing = c9.toggle("Prefix sharing", True, key="serving_sharing")
-        submitted = st.form_submit_button("Run the stream", type="primary",
+        sharing = c9.toggle(_("Prefix sharing"), True, key="serving_sharing")
+        submitted = st.form_submit_button(_("Run the stream"), type="primary", key="serving_run",
                                           icon=":material/play_arrow:")
     st.caption(caps.describe())
     if not submitted:
@@ -142,22 +154,26 @@ def stream_form() -> StreamForm | None:
     try:
         lines = [line.strip() for line in prompts.splitlines() if line.strip()]
         if not lines:
-            raise ValueError("Write at least one prompt (one per line).")
+            raise FormError(_("Write at least one prompt (one per line)."))
         wanted = [int(x) for x in lengths.replace(" ", "").split(",") if x]
         if not wanted or any(not 1 <= n <= caps.new_tokens for n in wanted):
-            raise ValueError(f"Max new tokens must be whole numbers from 1 to {caps.new_tokens}, "
-                             "separated by commas.")
+            raise FormError(_("Max new tokens must be whole numbers from 1 to {n}, separated by "
+                              "commas.").format(n=caps.new_tokens))
         if int(block) * int(pool) > caps.pool_slots:
-            raise ValueError(f"The pool holds at most {caps.pool_slots:,} token slots here: "
-                             f"{int(pool)} blocks × {int(block)} tokens is more.")
+            raise FormError(_("The pool holds at most {slots:,} token slots here: {pool} blocks × "
+                              "{block} tokens is more.").format(slots=caps.pool_slots,
+                                                                pool=int(pool), block=int(block)))
         n = int(count)
         return StreamForm(tuple(prefix + lines[i % len(lines)] for i in range(n)),
                           tuple(wanted[i % len(wanted)] for i in range(n)),
                           "poisson" if arrival == "Poisson" else "all", float(rate_per_s),
                           ServingConfig(scheduler, int(max_batch), int(block), int(pool), sharing))
+    except FormError as err:
+        st.error(str(err))
+        return None
     except ValueError as err:
-        st.error(str(err) if str(err).endswith(".") else "Max new tokens must be whole numbers, "
-                 "separated by commas.")
+        st.error(str(err) if str(err).endswith(".") else _("Max new tokens must be whole numbers, "
+                                                           "separated by commas."))
         return None
 
 
@@ -181,8 +197,8 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
     page) keeps the partial run."""
     lm = loaded_model()
     if lm is None:
-        st.error("No model is loaded yet — see the sidebar (it may still be loading). A serving "
-                 "file can still be opened below.")
+        st.error(_("No model is loaded yet — see the sidebar (it may still be loading). A serving "
+                   "file can still be opened below."))
         return
     specs = run_experiment(lambda job: stream_specs(
         lm, form.prompts, form.lengths, form.arrival, form.rate_per_s,
@@ -190,12 +206,13 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
     if specs is None:  # the reason is shown
         return
     engine = run_experiment(lambda job: serve_stream(lm, specs, form, slots, job),
-                            progress="Starting…", where=slots.status,
+                            progress=_("Starting…"), where=slots.status,
                             errors=(EngineError, ValueError))
     refused = {} if engine is None else engine.refusals()
     if refused:
-        st.warning("Refused (they can never fit): " + "; ".join(
-            f"request {i}: {plain(why)}" for i, why in refused.items()) + ".")
+        each = [_("request {i}: {why}").format(i=i, why=plain(why)) for i, why in refused.items()]
+        st.warning(_("Refused (they can never fit): {requests}.").format(
+            requests=("；" if chinese() else "; ").join(each)))
 
 
 def serve_stream(lm, specs, form: StreamForm, slots: LiveSlots, job: Job):
@@ -206,8 +223,8 @@ def serve_stream(lm, specs, form: StreamForm, slots: LiveSlots, job: Job):
     engine, finished, others = None, False, None
 
     def idle(ms: float) -> None:  # a Streamlit call while the stream waits: Stop lands here
-        job.progress(done / total, f"{done} tokens so far; the next request arrives in "
-                                   f"{ms / 1000:.1f} s")
+        job.progress(done / total, _("{done} tokens so far; the next request arrives in {s:.1f} s")
+                     .format(done=done, s=ms / 1000))
 
     try:  # the engine packs weights and allocates its pool: in the turn
         engine = ServingEngine(lm, specs, form.config, stop_event=job.stop,
@@ -215,8 +232,10 @@ def serve_stream(lm, specs, form: StreamForm, slots: LiveSlots, job: Job):
         others, drawn = cpu_watch(lm.device), time.monotonic()
         for step in engine:  # the stream's clock pauses while this loop draws
             done += step.batch_size  # one token per request in the step
-            job.progress(done / total, f"step {step.index + 1}: {done} of at most {total} "
-                                       f"tokens, batch {step.batch_size}, {step.waiting} waiting")
+            job.progress(done / total, _("step {step}: {done} of at most {total} tokens, batch "
+                                         "{batch}, {waiting} waiting").format(
+                step=step.index + 1, done=done, total=total, batch=step.batch_size,
+                waiting=step.waiting))
             if step.index == 0 or time.monotonic() - drawn >= REDRAW_S:
                 partial = engine.record()  # detokenizes every answer: not every step
                 keep_serving(run=partial, label=YOUR_STREAM)  # what a Stop click keeps
@@ -250,104 +269,125 @@ def replay_run(run: ServingRun, slots: LiveSlots) -> None:
     frame; no model runs."""
     frames = step_frames(len(run.steps))
     ends = [0.0] + [run.steps[n - 1].start_ms + run.steps[n - 1].ms for n in frames]
-    banner = (f"**Replay** of a recorded run ({plain(run.created)}, {plain(run.model)}): the "
-              "model is not running; every time shown is the recorded one.")
+    banner = _("**Replay** of a recorded run ({created}, {model}): the model is not running; "
+               "every time shown is the recorded one.").format(created=plain(run.created),
+                                                              model=plain(run.model))
     replay(slots, banner, paced([(b - a) / 1000 for a, b in zip(ends, ends[1:])]),
            lambda k: draw_live(run_prefix(run, frames[k - 1]), slots, "replay"))
 
 
 def run_summary(run: ServingRun, label: str) -> None:
     s = summarize_stream(run)
-    st.caption(f"Showing **{plain(label)}**: {len(run.requests)} requests on "
-               f"{plain(run.model)} ({plain(run.weights)}), {run.config.scheduler} batching, max "
-               f"batch {run.config.max_batch}, {run.config.num_blocks} blocks of "
-               f"{run.config.block_size} tokens, prefix sharing "
-               f"{'on' if run.config.prefix_sharing else 'off'}, {run.threads} threads, "
-               f"{plain(run.created)}" + (" — stopped before the end: the partial run."
-                                          if run.stopped else "."))
+    shown = _(label) if label == YOUR_STREAM else label
+    summary = (_("Showing **{label}**: {n} requests on {model} ({weights}), {scheduler} batching, "
+                 "max batch {batch}, {blocks} blocks of {size} tokens, prefix sharing on, "
+                 "{threads} threads, {created}") if run.config.prefix_sharing else
+               _("Showing **{label}**: {n} requests on {model} ({weights}), {scheduler} batching, "
+                 "max batch {batch}, {blocks} blocks of {size} tokens, prefix sharing off, "
+                 "{threads} threads, {created}")).format(
+        label=plain(shown), n=len(run.requests), model=plain(run.model),
+        weights=plain(run.weights), scheduler=scheduler_name(run.config.scheduler),
+        batch=run.config.max_batch, blocks=run.config.num_blocks, size=run.config.block_size,
+        threads=run.threads, created=plain(run.created))
+    st.caption((_("{summary} — stopped before the end: the partial run.") if run.stopped
+                else _("{summary}.")).format(summary=summary))
     cols = st.columns(5)
-    cols[0].metric("Throughput", rate(s.throughput_tok_s), help="Output tokens ÷ (last token − "
-                   "first arrival).")
-    cols[1].metric("TTFT p50", duration(s.ttft_p50), help="Time to first token = first token − "
-                   f"arrival, median over requests (p90: {duration(s.ttft_p90)}).")
-    cols[2].metric("ITL p50", duration(s.itl_p50), help="Every gap between a request's "
-                   f"consecutive tokens, median over all of them (p90: {duration(s.itl_p90)}).")
-    cols[3].metric("Steps", f"{len(run.steps):,}", help="Forwards the engine ran, each over "
-                   "every request in the batch.")
-    cols[4].metric("Peak blocks", f"{s.peak_blocks:,}", help="Physical blocks in use at the "
-                   f"busiest step, of {run.config.num_blocks}.")
+    cols[0].metric(_("Throughput"), rate(s.throughput_tok_s),
+                   help=_("Output tokens ÷ (last token − first arrival)."))
+    cols[1].metric(_("TTFT p50"), duration(s.ttft_p50),
+                   help=_("Time to first token = first token − arrival, median over requests "
+                          "(p90: {p90}).").format(p90=duration(s.ttft_p90)))
+    cols[2].metric(_("ITL p50"), duration(s.itl_p50),
+                   help=_("Every gap between a request's consecutive tokens, median over all of "
+                          "them (p90: {p90}).").format(p90=duration(s.itl_p90)))
+    cols[3].metric(_("Steps"), f"{len(run.steps):,}",
+                   help=_("Forwards the engine ran, each over every request in the batch."))
+    cols[4].metric(_("Peak blocks"), f"{s.peak_blocks:,}",
+                   help=_("Physical blocks in use at the busiest step, of {n}.").format(
+                       n=run.config.num_blocks))
     waited = [r.queue_ms for r in passed_over(run) if r.queue_ms is not None]
     preempted = sum(r.preemptions for r in run.requests)
     if waited or preempted:
-        st.caption((f"{len(waited)} request(s) waited in the queue (longest "
-                    f"{duration(max(waited))}): every batch slot was taken or the pool had too "
-                    "few free blocks; they were admitted as others finished, never dropped."
-                    if waited else "")
-                   + (f" {preempted} time(s) a request was preempted to free blocks and "
-                      "recomputed later." if preempted else ""))
+        st.caption(sentences(
+            _("{n} request(s) waited in the queue (longest {longest}): every batch slot was taken "
+              "or the pool had too few free blocks; they were admitted as others finished, never "
+              "dropped.").format(n=len(waited), longest=duration(max(waited))) if waited else "",
+            _("{n} time(s) a request was preempted to free blocks and recomputed later.").format(
+                n=preempted) if preempted else ""))
 
 
 def block_tables(run: ServingRun) -> None:
     """The block grid at any recorded step, and that step's block tables."""
-    st.subheader("Block tables, step by step")
+    st.subheader(_("Block tables, step by step"))
     if not run.steps:
-        st.info("No step was recorded.")
+        st.info(_("No step was recorded."))
         return
     last = len(run.steps) - 1
-    pick = st.slider("Step", 0, last, peak_step(run), key="serving_step",
-                     help="Starts at the step with the most blocks in use.") if last else 0
+    pick = st.slider(_("Step"), 0, last, peak_step(run), key="serving_step",
+                     help=_("Starts at the step with the most blocks in use.")) if last else 0
     show_chart(block_grid_chart(run, pick), name="block pool")
     step = run.steps[pick]
     if not step.tables:
-        st.caption(f"After step {step.index} no request is running: every block is free.")
+        st.caption(_("After step {step} no request is running: every block is free.").format(
+            step=step.index))
         return
-    rows = [{"request": row.request, "tokens": row.tokens,
-             "block table (logical → physical)": " ".join(map(str, row.blocks)),
-             "empty slots in its last block": len(row.blocks) * run.config.block_size - row.tokens}
+    rows = [{_("request"): row.request, _("tokens"): row.tokens,
+             _("block table (logical → physical)"): " ".join(map(str, row.blocks)),
+             _("empty slots in its last block"): len(row.blocks) * run.config.block_size
+             - row.tokens}
             for row in step.tables]
     show_table(pd.DataFrame(rows), hide_index=True, width="stretch")
-    st.caption(f"Step {step.index} ({step.kind}, {step.ms:.1f} ms): requests "
-               f"{', '.join(map(str, step.requests))} computed {sum(step.new_tokens)} positions; "
-               f"{step.shared_blocks} blocks shared, {step.copied_blocks} copied on write, "
-               f"{step.waiting} requests waiting"
-               + (f", {', '.join(map(str, step.preempted))} preempted" if step.preempted else "")
-               + f". Waste: {step.empty_slots(run.config.block_size)} empty slots, at most "
-                 "block size − 1 per request (contiguous preallocation would reserve every "
-                 "request's maximum length up front).")
+    values = {"step": step.index, "kind": step_name(step.kind), "ms": step.ms,
+              "requests": ", ".join(map(str, step.requests)), "positions": sum(step.new_tokens),
+              "shared": step.shared_blocks, "copied": step.copied_blocks,
+              "waiting": step.waiting, "preempted": ", ".join(map(str, step.preempted)),
+              "empty": step.empty_slots(run.config.block_size)}
+    st.caption((_("Step {step} ({kind}, {ms:.1f} ms): requests {requests} computed {positions} "
+                  "positions; {shared} blocks shared, {copied} copied on write, {waiting} "
+                  "requests waiting, {preempted} preempted. Waste: {empty} empty slots, at most "
+                  "block size − 1 per request (contiguous preallocation would reserve every "
+                  "request's maximum length up front).") if step.preempted else
+                _("Step {step} ({kind}, {ms:.1f} ms): requests {requests} computed {positions} "
+                  "positions; {shared} blocks shared, {copied} copied on write, {waiting} "
+                  "requests waiting. Waste: {empty} empty slots, at most block size − 1 per "
+                  "request (contiguous preallocation would reserve every request's maximum "
+                  "length up front).")).format(**values))
 
 
 def requests_table(run: ServingRun) -> None:
-    with st.expander("Every request: prompt, answer, times"):
+    with st.expander(_("Every request: prompt, answer, times"), key="serving_requests"):
         show_table(pd.DataFrame([{
-            "request": r.id, "arrival (ms)": r.spec.arrival_ms, "queue (ms)": r.queue_ms,
-            "TTFT (ms)": r.ttft_ms, "TPOT (ms)": r.tpot_ms, "prompt tokens": len(r.spec.prompt_token_ids),
-            "from shared blocks": r.cached_tokens, "output tokens": len(r.token_ids),
-            "preempted": r.preemptions, "finish": r.finish, "answer": r.text,
-            "prompt": r.spec.prompt} for r in run.requests]).round(1), hide_index=True,
-            width="stretch")
+            _("request"): r.id, _("arrival (ms)"): r.spec.arrival_ms, _("queue (ms)"): r.queue_ms,
+            _("TTFT (ms)"): r.ttft_ms, _("TPOT (ms)"): r.tpot_ms,
+            _("prompt tokens"): len(r.spec.prompt_token_ids),
+            _("from shared blocks"): r.cached_tokens, _("output tokens"): len(r.token_ids),
+            _("preempted"): r.preemptions, _("finish"): finish_name(r.finish),
+            _("answer"): r.text, _("prompt"): r.spec.prompt} for r in run.requests]).round(1),
+            hide_index=True, width="stretch")
 
 
 def shown_run(slots: LiveSlots) -> None:
     found = serving_results()
     if found.run is None:
-        st.info("Run a stream above, or open a serving file at the bottom of the page (no model "
-                "needed).")
+        st.info(_("Run a stream above, or open a serving file at the bottom of the page (no model "
+                  "needed)."))
         return
     run = found.run
     draw_live(run, slots, "final", grid=False)
     busy_warning(found.share("run"), runs=(run,))
     run_summary(run, found.label)
-    st.caption("Gantt: grey = waiting in the queue (arrived, no batch slot or blocks free), red "
-               "= prefill (the prompt's forward, which yields the first token), blue = decode, "
-               "| = done; the square is the request's colour in the block pool. Tokens/s: each "
-               "step's output tokens ÷ its time.")
+    st.caption(_("Gantt: grey = waiting in the queue (arrived, no batch slot or blocks free), red "
+                 "= prefill (the prompt's forward, which yields the first token), blue = decode, "
+                 "| = done; the square is the request's colour in the block pool. Tokens/s: each "
+                 "step's output tokens ÷ its time."))
     block_tables(run)
     requests_table(run)
 
 
 header()
 FORM = stream_form()
-if st.button("Stop", icon=":material/stop:", help="Stop the running stream; what ran is kept."):
+if st.button(_("Stop"), icon=":material/stop:", key="serving_stop",
+             help=_("Stop the running stream; what ran is kept.")):
     mark_stopped()  # the click's rerun ended the running stream; its last kept state stays
 SLOTS = LiveSlots.make(*VIEWS)
 if FORM is not None:
