@@ -9,6 +9,7 @@ from engine.kv.kvcache import CacheConfig
 from engine.kv.paging import PagedLayout
 from engine.records.trace import Trace
 from engine.serving.record import ServingRun
+from i18n import _
 
 from .attention import HEAD_COLORS
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
@@ -44,25 +45,26 @@ def live_memory_chart(trace: Trace) -> go.Figure:
     formula = [trace.model.kv_bytes(s.context_len) if trace.settings.kv_cache else 0 for s in steps]
     fig = go.Figure([
         go.Scatter(x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps],
-                   mode="markers", name="measured (tensor nbytes)", marker={"color": KV_COLOR, "size": 9}),
+                   mode="markers", name=_("measured (tensor nbytes)"),
+                   marker={"color": KV_COLOR, "size": 9}),
         go.Scatter(x=[s.index for s in steps], y=[f / 1024 for f in formula], mode="lines",
-                   name="formula", line={"color": "black", "dash": "dot"})])
+                   name=_("formula"), line={"color": "black", "dash": "dot"})])
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.1})
-    fig.update_xaxes(title_text="step")
-    fig.update_yaxes(title_text="KV cache (KiB)", rangemode="tozero")
+    fig.update_xaxes(title_text=_("step"))
+    fig.update_yaxes(title_text=_("KV cache (KiB)"), rangemode="tozero")
     return fig
 
 
 def on_off_chart(on_ms: np.ndarray, off_ms: np.ndarray) -> go.Figure:
     fig = go.Figure([
-        go.Scatter(y=on_ms, mode="lines", name="cache on", line={"color": DECODE_COLOR}),
-        go.Scatter(y=off_ms, mode="lines", name="cache off (recompute everything)",
+        go.Scatter(y=on_ms, mode="lines", name=_("cache on"), line={"color": DECODE_COLOR}),
+        go.Scatter(y=off_ms, mode="lines", name=_("cache off (recompute everything)"),
                    line={"color": PREFILL_COLOR})])
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.1})
-    fig.update_xaxes(title_text="step (0 = prefill)")
-    fig.update_yaxes(title_text="step time (ms)", rangemode="tozero")
+    fig.update_xaxes(title_text=_("step (0 = prefill)"))
+    fig.update_yaxes(title_text=_("step time (ms)"), rangemode="tozero")
     return fig
 
 
@@ -75,42 +77,45 @@ def on_off_rounds_chart(results) -> go.Figure:
     other work on the machine, engine/timing/disturbance.py)."""
     ordered = sorted(results, key=lambda r: r.new_tokens)
     fig = go.Figure()
-    for cache, name, color in ((True, "cache on", DECODE_COLOR),
-                               (False, "cache off (recompute everything)", PREFILL_COLOR)):
+    for cache, name, color in ((True, _("cache on"), DECODE_COLOR),
+                               (False, _("cache off (recompute everything)"), PREFILL_COLOR)):
         x = [r.new_tokens for r in ordered]
         med = [r.median_ms(cache) for r in ordered]
         low, high = zip(*(r.spread_ms(cache) for r in ordered)) if ordered else ((), ())
         fig.add_trace(go.Scatter(
-            x=x, y=med, mode="lines+markers", name=f"{name}: median", legendgroup=name,
+            x=x, y=med, mode="lines+markers", name=_("{name}: median").format(name=name),
+            legendgroup=name,
             line={"color": color}, marker={"size": 9},
             error_y={"type": "data", "symmetric": False, "thickness": 1.5, "width": 6,
                      "array": [h - m for m, h in zip(med, high)],
                      "arrayminus": [m - lo for m, lo in zip(med, low)]},
             customdata=[[lo, hi, r.rounds] for lo, hi, r in zip(low, high, ordered)],
-            hovertemplate="%{x} tokens: median %{y:,.0f} ms (min–max %{customdata[0]:,.0f}–"
-                          "%{customdata[1]:,.0f} ms, %{customdata[2]} rounds)<extra></extra>"))
+            hovertemplate=_("%{x} tokens: median %{y:,.0f} ms (min–max %{customdata[0]:,.0f}–"
+                            "%{customdata[1]:,.0f} ms, %{customdata[2]} rounds)<extra></extra>")))
         points = [(r.new_tokens, total, i, r.measured and (r.on_delayed if cache
                                                             else r.off_delayed)[i])
                   for r in ordered for i, total in enumerate(r.totals(cache))]  # (x, ms, round, delayed)
         if points and len(points) > len(ordered):
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in points], y=[p[1] for p in points], mode="markers",
-                name=f"{name}: each round", legendgroup=name, showlegend=False,
+                name=_("{name}: each round").format(name=name), legendgroup=name,
+                showlegend=False,
                 marker={"color": color, "size": [10 if p[3] else 5 for p in points],
                         "symbol": [DELAYED_SYMBOL if p[3] else "circle" for p in points],
                         "line": {"color": color, "width": 2}},
-                customdata=[[p[2] + 1, "delayed by other work" if p[3] else ""] for p in points],
-                hovertemplate="%{x} tokens, round %{customdata[0]}: %{y:,.0f} ms "
-                              "%{customdata[1]}<extra></extra>"))
+                customdata=[[p[2] + 1, _("delayed by other work") if p[3] else ""]
+                            for p in points],
+                hovertemplate=_("%{x} tokens, round %{customdata[0]}: %{y:,.0f} ms "
+                                "%{customdata[1]}<extra></extra>")))
     if any(r.delayed_rounds for r in ordered):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="round delayed by "
-                                 "other work", marker={"symbol": DELAYED_SYMBOL, "size": 10,
-                                                       "color": "#444444",
-                                                       "line": {"width": 2}}))
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers",
+                                 name=_("round delayed by other work"),
+                                 marker={"symbol": DELAYED_SYMBOL, "size": 10, "color": "#444444",
+                                         "line": {"width": 2}}))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0})
-    fig.update_xaxes(title_text="new tokens", tickvals=[r.new_tokens for r in ordered])
-    fig.update_yaxes(title_text="total time (ms)", rangemode="tozero")
+    fig.update_xaxes(title_text=_("new tokens"), tickvals=[r.new_tokens for r in ordered])
+    fig.update_yaxes(title_text=_("total time (ms)"), rangemode="tozero")
     return fig
 
 
@@ -124,13 +129,14 @@ def per_token_bars(names: list[str], kinds: list[str], values: list[float]) -> g
             fig.add_trace(go.Bar(
                 y=[names[i] for i in rows], x=[values[i] / 1024 for i in rows], orientation="h",
                 name=kind, marker_color=color, customdata=[kind] * len(rows),
-                hovertemplate="%{y} (%{customdata})<br>%{x:,.1f} KiB per token<extra></extra>"))
+                hovertemplate=_("%{y} (%{customdata})<br>%{x:,.1f} KiB per token"
+                                "<extra></extra>")))
     fig.update_layout(height=80 + 34 * len(names), margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0,
-                              "title_text": "attention:"})
+                              "title_text": _("attention:")})
     fig.update_yaxes(categoryorder="array", categoryarray=names, autorange="reversed",
                      tickvals=names, ticktext=[short_name(n) for n in names])
-    fig.update_xaxes(title_text="KV cache per token (KiB)", rangemode="tozero")
+    fig.update_xaxes(title_text=_("KV cache per token (KiB)"), rangemode="tozero")
     return fig
 
 
@@ -142,7 +148,7 @@ def variant_chart(runs, field: str, title: str, scale: float = 1.0) -> go.Figure
                                  line={"color": variant_color(run.config)}))
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.12})
-    fig.update_xaxes(title_text="generated token")
+    fig.update_xaxes(title_text=_("generated token"))
     fig.update_yaxes(title_text=title, rangemode="tozero")
     return fig
 
@@ -156,8 +162,9 @@ def blocks_chart(layout: PagedLayout, names: list[str]) -> go.Figure:
         for logical, physical in enumerate(table):
             owner[physical] = seq
             used[physical] = min(layout.block_size, layout.lengths[seq] - logical * layout.block_size)
-            labels[physical] = (f"{names[seq]} · logical block {logical} · "
-                                f"{used[physical]}/{layout.block_size} slots used")
+            labels[physical] = _("{name} · logical block {logical} · {used}/{size} slots "
+                                 "used").format(name=names[seq], logical=logical,
+                                                used=used[physical], size=layout.block_size)
     fig = go.Figure()
     for seq, name in enumerate(names):
         xs = [p for p in sorted(owner) if owner[p] == seq]
@@ -167,19 +174,20 @@ def blocks_chart(layout: PagedLayout, names: list[str]) -> go.Figure:
                                  hovertext=[labels[p] for p in xs], hoverinfo="text"))
     xs = [p for p in sorted(owner) if used[p] < layout.block_size]
     fig.add_trace(go.Bar(x=xs, y=[layout.block_size - used[p] for p in xs],
-                         name="unused slots (wasted)", marker={"color": UNUSED_COLOR,
-                                                               "line": {"color": "#999999",
-                                                                        "width": 1}},
-                         hovertext=[f"block {p}: {layout.block_size - used[p]} slots unused"
-                                    for p in xs], hoverinfo="text"))
+                         name=_("unused slots (wasted)"), marker={"color": UNUSED_COLOR,
+                                                                  "line": {"color": "#999999",
+                                                                           "width": 1}},
+                         hovertext=[_("block {block}: {n} slots unused").format(
+                             block=p, n=layout.block_size - used[p]) for p in xs],
+                         hoverinfo="text"))
     fig.add_hline(y=layout.block_size, line_dash="dot",
-                  annotation_text=f"block size ({layout.block_size} slots)")
+                  annotation_text=_("block size ({n} slots)").format(n=layout.block_size))
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.05,
                       barmode="stack", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom",
-                                               "x": 0, "title_text": "block of:",
+                                               "x": 0, "title_text": _("block of:"),
                                                "traceorder": "normal"})
-    fig.update_xaxes(title_text="physical block id (allocation order)")
-    fig.update_yaxes(title_text="token slots", range=[0, layout.block_size * 1.15])
+    fig.update_xaxes(title_text=_("physical block id (allocation order)"))
+    fig.update_yaxes(title_text=_("token slots"), range=[0, layout.block_size * 1.15])
     return fig
 
 
@@ -192,33 +200,40 @@ def recorded_blocks_chart(run: ServingRun, step: int) -> go.Figure:
     size = run.config.block_size
     owners = block_owners(chosen, size)
     fig = go.Figure()
-    for request in sorted({r for held in owners.values() for r, _, _ in held[:1]}):
+    for request in sorted({r for held in owners.values() for r, __, ___ in held[:1]}):
         xs = sorted(b for b, held in owners.items() if held[0][0] == request)
         fig.add_trace(go.Bar(
-            x=xs, y=[owners[b][0][2] for b in xs], name=f"request {request}",
+            x=xs, y=[owners[b][0][2] for b in xs], name=_("request {id}").format(id=request),
             marker={"color": request_color(request), "pattern": {
                 "shape": [SHARED_PATTERN if len(owners[b]) > 1 else "" for b in xs],
                 "fgcolor": "#000000", "size": 6, "fillmode": "overlay"}},
-            hovertext=[f"block {b}: " + (
-                f"shared by requests {', '.join(str(r) for r, _, _ in owners[b])}"
-                if len(owners[b]) > 1 else f"request {request}, logical block {owners[b][0][1]}")
-                + f" · {owners[b][0][2]}/{size} slots used" for b in xs], hoverinfo="text"))
+            hovertext=[(_("block {block}: shared by requests {requests} · {used}/{size} slots "
+                          "used").format(block=b, requests=", ".join(
+                              str(r) for r, __, ___ in owners[b]), used=owners[b][0][2], size=size)
+                        if len(owners[b]) > 1 else
+                        _("block {block}: request {request}, logical block {logical} · "
+                          "{used}/{size} slots used").format(
+                            block=b, request=request, logical=owners[b][0][1],
+                            used=owners[b][0][2], size=size)) for b in xs], hoverinfo="text"))
     xs = sorted(b for b, held in owners.items() if held[0][2] < size)
     fig.add_trace(go.Bar(x=xs, y=[size - owners[b][0][2] for b in xs],
-                         name="unused slots (wasted)",
+                         name=_("unused slots (wasted)"),
                          marker={"color": UNUSED_COLOR, "line": {"color": "#999999", "width": 1}},
-                         hovertext=[f"block {b}: {size - owners[b][0][2]} slots unused" for b in xs],
+                         hovertext=[_("block {block}: {n} slots unused").format(
+                             block=b, n=size - owners[b][0][2]) for b in xs],
                          hoverinfo="text"))
     if any(len(held) > 1 for held in owners.values()):
-        fig.add_trace(go.Bar(x=[None], y=[None], name="shared (hatched)", hoverinfo="skip",
+        fig.add_trace(go.Bar(x=[None], y=[None], name=_("shared (hatched)"), hoverinfo="skip",
                              marker={"color": "#ffffff", "line": {"color": "#000000", "width": 1},
                                      "pattern": {"shape": SHARED_PATTERN, "fgcolor": "#000000"}}))
-    fig.add_hline(y=size, line_dash="dot", annotation_text=f"block size ({size} slots)")
+    fig.add_hline(y=size, line_dash="dot",
+                  annotation_text=_("block size ({n} slots)").format(n=size))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.05,
                       barmode="stack", legend={"orientation": "h", "y": 1.02, "yanchor": "bottom",
-                                               "x": 0, "title_text": "block of:",
+                                               "x": 0, "title_text": _("block of:"),
                                                "traceorder": "normal"})
-    fig.update_xaxes(title_text=f"physical block id (of {run.config.num_blocks}; recorded after "
-                                f"step {chosen.index})")
-    fig.update_yaxes(title_text="token slots", range=[0, size * 1.15])
+    fig.update_xaxes(title_text=_("physical block id (of {blocks}; recorded after step "
+                                  "{step})").format(blocks=run.config.num_blocks,
+                                                    step=chosen.index))
+    fig.update_yaxes(title_text=_("token slots"), range=[0, size * 1.15])
     return fig

@@ -31,6 +31,7 @@ from engine.quant.study import (
 )
 from engine.quant.variants import SCOPE
 from engine.timing.disturbance import ADVICE
+from i18n import N_, _
 from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, budget_note, run_experiment
@@ -52,56 +53,60 @@ CONFIGS = {
     "Llama-3-70B": (8192, 28672, 80, 64, 8, 128, 128256, False),
     "Mistral-7B-v0.1": (4096, 14336, 32, 32, 8, 128, 32000, False),
 }
+# the decoders that time a step (engine/quant/study.py), as the results table names them
+# ("torch eager" is torch's own mode name: kept)
+DECODERS = {"native": N_("native")}
 CALC_FORMATS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3")
-STORAGE = {"fp32": "float32 (the reference)", "fp16": "float16", "bf16": "bfloat16",
+STORAGE = {"fp32": N_("float32 (the reference)"), "fp16": "float16", "bf16": "bfloat16",
            **{name: fmt.describe() for name, fmt in FORMATS.items()}, **STORAGE_TEXT}
 
 
 def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
-    st.subheader("What is quantized")
-    st.markdown(f"Every variant changes {SCOPE}. Weights are rounded to the nearest point of "
-                "the format's grid in groups of consecutive weights along a row; each group "
-                "stores its own scale (and minimum), which is what the bytes add beyond "
-                "params × bits / 8.")
-    rows = [{"variant": name, "decoder Linear weights stored as":
-             STORAGE.get(name.removeprefix("awq_"), name),
-             "bits per weight (codes + scales)": _bits(name)} for name in VARIANT_NAMES]
+    st.subheader(_("What is quantized"))
+    st.markdown(_("Every variant changes {scope}. Weights are rounded to the nearest point of "
+                  "the format's grid in groups of consecutive weights along a row; each group "
+                  "stores its own scale (and minimum), which is what the bytes add beyond "
+                  "params × bits / 8.").format(scope=SCOPE))
+    rows = [{_("variant"): name, _("decoder Linear weights stored as"):
+             _(STORAGE.get(name.removeprefix("awq_"), name)),
+             _("bits per weight (codes + scales)"): _bits(name)} for name in VARIANT_NAMES]
     show_table(pd.DataFrame(rows), hide_index=True, width="stretch")
-    st.caption("awq_…: the same format after an AWQ-style search for per-input-channel scales "
-               "on a calibration text (engine/quant/awq.py); the scales are folded into the "
-               "norms, so the stored bytes are the base format's.")
+    st.caption(_("awq_…: the same format after an AWQ-style search for per-input-channel scales "
+                 "on a calibration text (engine/quant/awq.py); the scales are folded into the "
+                 "norms, so the stored bytes are the base format's."))
     file_tensors(lm)
     gguf = lm is not None and "GGUF" in lm.spec.name
     if gguf:
-        st.markdown("**This model comes from a Q4_1 GGUF file.** Its decoder weights were stored "
-                    "as 4-bit codes with a float16 scale and minimum per 32 weights, and the "
-                    "float32 values the app loads are those codes dequantized: they already lie "
-                    "on a 4-bit grid. So re-quantizing to Q4_1 with the file's own groups should "
-                    "give the same weights back, and any other grid should move them:")
+        st.markdown(_("**This model comes from a Q4_1 GGUF file.** Its decoder weights were "
+                      "stored as 4-bit codes with a float16 scale and minimum per 32 weights, and "
+                      "the float32 values the app loads are those codes dequantized: they already "
+                      "lie on a 4-bit grid. So re-quantizing to Q4_1 with the file's own groups "
+                      "should give the same weights back, and any other grid should move them:"))
     if study is None:
-        st.caption("Run the comparison below: it measures, on the loaded weights, which grids "
-                   "rebuild them exactly.")
+        st.caption(_("Run the comparison below: it measures, on the loaded weights, which grids "
+                     "rebuild them exactly."))
         return
-    layers = ("all layers" if study.grid_layers is None
-              else "layers " + ", ".join(map(str, study.grid_layers)))
-    grid = [{"weights": f"decoder Linears ({layers})" if i < len(study.grid) else "embedding",
-             "re-quantized to": g.grid, "max |change|": g.max_abs_error,
-             "grid step (mean scale)": g.mean_step, "weights unchanged": g.exact_fraction,
-             "lossless": "yes" if g.lossless else "no"}
+    layers = (_("all layers") if study.grid_layers is None
+              else _("layers {numbers}").format(numbers=", ".join(map(str, study.grid_layers))))
+    grid = [{_("weights"): (_("decoder Linears ({layers})").format(layers=layers)
+                            if i < len(study.grid) else _("embedding")),
+             _("re-quantized to"): g.grid, _("max |change|"): g.max_abs_error,
+             _("grid step (mean scale)"): g.mean_step, _("weights unchanged"): g.exact_fraction,
+             _("lossless"): _("yes") if g.lossless else _("no")}
             for i, g in enumerate((*study.grid, *study.embedding_grid))]
     number = st.column_config.NumberColumn
     show_table(pd.DataFrame(grid), hide_index=True, width="stretch", column_config={
-        "max |change|": number(format="%.3g"), "grid step (mean scale)": number(format="%.3g"),
-        "weights unchanged": number(format="percent")})
-    st.caption("Measured on the loaded tensors: |W − dequantize(quantize(W))| per weight. "
-               "Lossless means every weight came back bit for bit.")
+        _("max |change|"): number(format="%.3g"), _("grid step (mean scale)"): number(format="%.3g"),
+        _("weights unchanged"): number(format="percent")})
+    st.caption(_("Measured on the loaded tensors: |W − dequantize(quantize(W))| per weight. "
+                 "Lossless means every weight came back bit for bit."))
 
 
 def _bits(name: str) -> str:
     base = name.removeprefix("awq_")
     if base in FORMATS:
         fmt = FORMATS[base]
-        return ("8 + 16 / row length" if fmt.group is None
+        return (_("8 + 16 / row length") if fmt.group is None
                 else f"{fmt.bits} + {fmt.group_bits} / {fmt.group} = {fmt.bits_per_weight():g}")
     if base in BITS_TEXT:
         return BITS_TEXT[base]
@@ -109,35 +114,37 @@ def _bits(name: str) -> str:
 
 
 def calculator(lm: LoadedModel | None) -> None:
-    st.subheader("Calculator: weight bytes for any model")
-    billions = st.number_input("Parameters (billions)", min_value=0.001, max_value=2000.0,
-                               value=7.0, step=0.5, format="%.3f")
+    st.subheader(_("Calculator: weight bytes for any model"))
+    billions = st.number_input(_("Parameters (billions)"), min_value=0.001, max_value=2000.0,
+                               value=7.0, step=0.5, format="%.3f", key="quant_billions")
     params = billions * 1e9
     table = explainer_table(params)
-    st.markdown("Ideal bytes = params × bits / 8: " + " · ".join(
-        f"{name} **{gb:,.4g} GB**" for name, gb in table) + f" (GB = 10⁹ bytes; "
-        f"{', '.join(f'{n} {IDEAL_BITS[n]} bits' for n in EXPLAINER_FORMATS)}).")
+    st.markdown(_("Ideal bytes = params × bits / 8: {sizes} (GB = 10⁹ bytes; {bits}).").format(
+        sizes=" · ".join(f"{name} **{gb:,.4g} GB**" for name, gb in table),
+        bits=", ".join(_("{format} {bits} bits").format(format=n, bits=IDEAL_BITS[n])
+                       for n in EXPLAINER_FORMATS)))
     counts = {name: llama_param_count(*shape) for name, shape in CONFIGS.items()}
-    models = [model_weights(f"{billions:g}B parameters", round(params), formats=CALC_FORMATS)]
+    models = [model_weights(_("{billions}B parameters").format(billions=f"{billions:g}"),
+                            round(params), formats=CALC_FORMATS)]
     models += [model_weights(m.name, m.params, m.source, formats=CALC_FORMATS)
                for m in cited_models(counts)]
     if lm is not None:
-        models.append(model_weights(f"{lm.spec.name.split(' (')[0]} (loaded)",
+        models.append(model_weights(_("{model} (loaded)").format(model=lm.spec.name.split(" (")[0]),
                                     lm.spec.param_count, formats=CALC_FORMATS))
     show_chart(calculator_chart(models), name="weights per format")
-    show_table(pd.DataFrame([{"model": m.name, "parameters (B)": m.params / 1e9,
+    show_table(pd.DataFrame([{_("model"): m.name, _("parameters (B)"): m.params / 1e9,
                                 **{f"{f} (GB)": gb for f, gb in m.gigabytes.items()}}
                                for m in models]).round(3), hide_index=True, width="stretch")
-    st.caption("Stored bytes = params × (bits + scale bits / group) / 8, every weight in the "
-               "format (int8 here without its per-row scales: they need the row length). "
-               "Cited models: parameters computed by llama_param_count from each config.json "
-               "(hidden, FFN, layers, heads, KV heads, head_dim, vocabulary) linked in "
-               "assets/kv_models.json; Gemma-2 and DeepSeek-V3 are not Llama-shaped and are "
-               "left out.")
+    st.caption(_("Stored bytes = params × (bits + scale bits / group) / 8, every weight in the "
+                 "format (int8 here without its per-row scales: they need the row length). "
+                 "Cited models: parameters computed by llama_param_count from each config.json "
+                 "(hidden, FFN, layers, heads, KV heads, head_dim, vocabulary) linked in "
+                 "assets/kv_models.json; Gemma-2 and DeepSeek-V3 are not Llama-shaped and are "
+                 "left out."))
     show_chart(overhead_chart(group_overhead()), name="scale overhead per group size")
-    st.caption("What the scales cost: a float16 scale per group adds 16 / group bits per "
-               "weight, a scale and a minimum 32 / group. Smaller groups follow the weights "
-               "more closely and cost more bits.")
+    st.caption(_("What the scales cost: a float16 scale per group adds 16 / group bits per "
+                 "weight, a scale and a minimum 32 / group. Smaller groups follow the weights "
+                 "more closely and cost more bits."))
 
 
 def _bandwidth(lm: LoadedModel) -> float:
@@ -150,41 +157,49 @@ def _bandwidth(lm: LoadedModel) -> float:
 
 
 def run_comparison(lm: LoadedModel | None) -> None:
-    st.subheader("Run the comparison")
+    st.subheader(_("Run the comparison"))
     if lm is None:
-        st.info("The comparison runs the model: load one in the sidebar.")
+        st.info(_("The comparison runs the model: load one in the sidebar."))
         return
     hosted = config().hosted
     plan = default_plan(hosted, lm.spec.layers)
     options = HOSTED_VARIANTS if hosted else VARIANT_NAMES
-    chosen = st.multiselect("Weights variants", options,
+    chosen = st.multiselect(_("Weights variants"), options,
                             default=list(HOSTED_VARIANTS if hosted else DEFAULT_VARIANTS),
-                            help="fp32 is always measured: it is the reference.")
-    st.caption(f"Per variant: a quantized copy of the weights, perplexity and KL on the "
-               f"Gettysburg Address (assets/texts/), {plan.new_tokens} greedy tokens for "
-               f"{len(plan.prompts)} sample prompt(s), timed step by step. About 5–10 s per "
-               "variant on two cores" + (" — this demo measures fewer variants, one prompt and "
-                                         "three layers' grids; run it locally for all."
-                                         if hosted else "."))
-    if not st.button("Run the comparison", icon=":material/compress:", type="primary"):
+                            help=_("fp32 is always measured: it is the reference."),
+                            key="quant_variants")
+    per_variant = (_("Per variant: a quantized copy of the weights, perplexity and KL on the "
+                     "Gettysburg Address (assets/texts/), {tokens} greedy tokens for {prompts} "
+                     "sample prompt(s), timed step by step. About 5–10 s per variant on two "
+                     "cores — this demo measures fewer variants, one prompt and three layers' "
+                     "grids; run it locally for all.") if hosted else
+                   _("Per variant: a quantized copy of the weights, perplexity and KL on the "
+                     "Gettysburg Address (assets/texts/), {tokens} greedy tokens for {prompts} "
+                     "sample prompt(s), timed step by step. About 5–10 s per variant on two "
+                     "cores."))
+    st.caption(per_variant.format(tokens=plan.new_tokens, prompts=len(plan.prompts)))
+    if not st.button(_("Run the comparison"), icon=":material/compress:", type="primary",
+                     key="quant_run"):
         return
     plan = StudyPlan(tuple(chosen) or ("fp32",), plan.prompts, plan.new_tokens, plan.grid_layers)
+
+    reading = _("Reading this machine's memory bandwidth…")
 
     def study(job: Job) -> QuantStudy:
         from engine.quant.study import run_study
 
         ref = reference_model(lm)
-        job.progress(0.0, "Reading this machine's memory bandwidth…")
+        job.progress(0.0, reading)
         return run_study(ref, plan, _bandwidth(ref), say=job.say, stop=job.stop.is_set)
 
-    with st.status("Measuring the variants…", expanded=True) as status:
-        found = run_experiment(study, progress="Starting…", cut=False,
+    with st.status(_("Measuring the variants…"), expanded=True) as status:
+        found = run_experiment(study, progress=_("Starting…"), cut=False,
                                keep=lambda found: keep_experiments(quant_study=found))
         if found is None:  # the reason is shown in the status
             status.update(state="error", expanded=True)
             return
-        status.update(label=f"Measured {len(found.variants)} variant(s)", state="complete",
-                      expanded=False)
+        status.update(label=_("Measured {n} variant(s)").format(n=len(found.variants)),
+                      state="complete", expanded=False)
     st.rerun()  # redraw from the top: the grid check above is part of the study
 
 
@@ -192,60 +207,68 @@ def results_table(study: QuantStudy) -> None:
     rows = []
     for v in study.variants:
         r, s = v.report, v.speed
+        decoder = _(DECODERS[s.decoder]) if s.decoder in DECODERS else s.decoder
         rows.append({
-            "variant": v.name, "MB measured": r.nbytes / 1e6, "MB by formula": r.formula_bytes / 1e6,
-            "bits / weight": r.quantized_bits_per_weight, "perplexity": v.perplexity,
-            "KL (nats)": v.kl_mean, "top-1": v.top1_agreement, "TTFT (ms)": s.ttft_ms,
-            "ITL (ms)": s.itl_ms, "MB read / step": s.bytes_per_step / 1e6,
-            "MBU": s.mbu(study.bandwidth_gb_s), "decoder": s.decoder + (" (delayed)" if s.disturbed
-                                                                        else "")})
+            _("variant"): v.name, _("MB measured"): r.nbytes / 1e6,
+            _("MB by formula"): r.formula_bytes / 1e6,
+            _("bits / weight"): r.quantized_bits_per_weight, _("perplexity"): v.perplexity,
+            _("KL (nats)"): v.kl_mean, _("top-1"): v.top1_agreement, _("TTFT (ms)"): s.ttft_ms,
+            _("ITL (ms)"): s.itl_ms, _("MB read / step"): s.bytes_per_step / 1e6,
+            _("MBU"): s.mbu(study.bandwidth_gb_s),
+            _("decoder"): (_("{decoder} (delayed)").format(decoder=decoder) if s.disturbed
+                           else decoder)})
     number = st.column_config.NumberColumn
     # an HTML table: twelve columns read whole at 1440 px beside the sidebar, each cell wrapping
     # (a data grid would cut the last ones at its edge)
     show_table(pd.DataFrame(rows), hide_index=True, html=True, column_config={
-        **{c: number(format="%.1f") for c in ("MB measured", "MB by formula", "TTFT (ms)",
-                                                "MB read / step")},
-        "bits / weight": number(format="%.2f"), "perplexity": number(format="%.3f"),
-        "KL (nats)": number(format="%.4f"), "top-1": number(format="percent"),
-        "ITL (ms)": number(format="%.2f"), "MBU": number(format="percent")})
-    with st.expander("How each variant's bytes add up (storage and formula)"):
-        show_table(pd.DataFrame([{"variant": v.name, "decoder Linears stored as": v.report.storage,
-                                    "bytes by formula": v.report.formula,
-                                    "= bytes": v.report.formula_bytes,
-                                    "measured bytes": v.report.nbytes}
+        **{c: number(format="%.1f") for c in (_("MB measured"), _("MB by formula"),
+                                                _("TTFT (ms)"), _("MB read / step"))},
+        _("bits / weight"): number(format="%.2f"), _("perplexity"): number(format="%.3f"),
+        _("KL (nats)"): number(format="%.4f"), _("top-1"): number(format="percent"),
+        _("ITL (ms)"): number(format="%.2f"), _("MBU"): number(format="percent")})
+    with st.expander(_("How each variant's bytes add up (storage and formula)")):
+        show_table(pd.DataFrame([{_("variant"): v.name,
+                                    _("decoder Linears stored as"): v.report.storage,
+                                    _("bytes by formula"): v.report.formula,
+                                    _("= bytes"): v.report.formula_bytes,
+                                    _("measured bytes"): v.report.nbytes}
                                    for v in study.variants]), hide_index=True, width="stretch")
     ref = study.variants[0]
-    st.caption(
-        f"Bytes measured: the stored tensors' nbytes (codes, scales, minimums, the embedding, "
-        f"the float32 norms); by formula: quantized params × bits / 8 (a K-quant mix: each "
-        f"Linear's params × its GGML type's code bits / 8) + scale bytes + embedding params × "
-        f"its bits / 8 + other params × 4 (each variant's below the table). "
-        f"Bits / weight: the decoder Linears' codes + scales per weight, measured. Quality on "
-        f"{study.text} ({study.text_tokens} tokens, teacher forcing): perplexity = exp(mean "
-        f"−log q(next token)) (fp32: {ref.perplexity:.3f}; transformers' own loss agrees to "
-        f"{_ppl_agreement(study):.1e}), KL = mean over positions of KL(fp32 ‖ variant), top-1 = "
-        f"share of positions with fp32's most probable token. TTFT: the prompt's forward "
-        f"(torch, median of the prompts); ITL: median decode step over "
-        f"{ref.speed.steps} steps. MB read / step = the weights the decoder streams + the KV "
-        f"cache ({KV_FORMULA}); MBU = MB read / step ÷ ITL ÷ this machine's read bandwidth "
-        + (f"({study.bandwidth_gb_s:.1f} GB/s, measured)." if study.bandwidth_gb_s
-           else "(not measured)."))
+    bandwidth = (_("({gb_s} GB/s, measured)").format(gb_s=f"{study.bandwidth_gb_s:.1f}")
+                 if study.bandwidth_gb_s else _("(not measured)"))
+    st.caption(_(
+        "Bytes measured: the stored tensors' nbytes (codes, scales, minimums, the embedding, "
+        "the float32 norms); by formula: quantized params × bits / 8 (a K-quant mix: each "
+        "Linear's params × its GGML type's code bits / 8) + scale bytes + embedding params × "
+        "its bits / 8 + other params × 4 (each variant's below the table). "
+        "Bits / weight: the decoder Linears' codes + scales per weight, measured. Quality on "
+        "{text} ({text_tokens} tokens, teacher forcing): perplexity = exp(mean "
+        "−log q(next token)) (fp32: {perplexity}; transformers' own loss agrees to "
+        "{agreement}), KL = mean over positions of KL(fp32 ‖ variant), top-1 = "
+        "share of positions with fp32's most probable token. TTFT: the prompt's forward "
+        "(torch, median of the prompts); ITL: median decode step over "
+        "{steps} steps. MB read / step = the weights the decoder streams + the KV "
+        "cache ({kv_formula}); MBU = MB read / step ÷ ITL ÷ this machine's read bandwidth "
+        "{bandwidth}.").format(
+            text=study.text, text_tokens=study.text_tokens, perplexity=f"{ref.perplexity:.3f}",
+            agreement=f"{_ppl_agreement(study):.1e}", steps=ref.speed.steps,
+            kv_formula=KV_FORMULA, bandwidth=bandwidth))
     eager: dict[str, list[str]] = {}  # why torch ran them → the variants
     for v in study.variants:
         if v.speed.decoder != "native":
             eager.setdefault(v.speed.note, []).append(v.name)
     for note, names in eager.items():
-        st.caption(f"{', '.join(names)}: {plain(note)}.")
+        st.caption(_("{variants}: {note}.").format(variants=", ".join(names), note=plain(note)))
     delayed = [v for v in study.variants if v.speed.disturbed]
     if delayed:
-        st.warning("Other programs used the CPUs while " + ", ".join(
-            f"{v.name} ({v.speed.others_share:.0%})" for v in delayed) + " decoded: their TTFT "
-            "and ITL are slower than this machine's best (hatched in the chart). "
-            f"{ADVICE}", icon=":material/speed:")
+        st.warning(_("Other programs used the CPUs while {variants} decoded: their TTFT and ITL "
+                     "are slower than this machine's best (hatched in the chart). {advice}").format(
+            variants=", ".join(f"{v.name} ({v.speed.others_share:.0%})" for v in delayed),
+            advice=ADVICE), icon=":material/speed:")
     if any((m := v.speed.mbu(study.bandwidth_gb_s)) is not None and m > 1 for v in study.variants):
-        st.warning("A step read faster than the measured ceiling: the ceiling was read in a "
-                   "slow moment, or the weights fit in the CPU caches. Measure the ceilings "
-                   "again on the Prefill vs decode page.")
+        st.warning(_("A step read faster than the measured ceiling: the ceiling was read in a "
+                     "slow moment, or the weights fit in the CPU caches. Measure the ceilings "
+                     "again on the Prefill vs decode page."))
     if study.stopped:  # the note stays with the results it explains
         st.info(budget_note())
 
@@ -256,20 +279,20 @@ def _ppl_agreement(study: QuantStudy) -> float:
 
 
 def answers(study: QuantStudy) -> None:
-    st.subheader("The answers side by side")
-    st.caption("Greedy answers (chat template on), cut after the end-of-turn token; the first "
-               "token that differs from fp32's is outlined in red.")
+    st.subheader(_("The answers side by side"))
+    st.caption(_("Greedy answers (chat template on), cut after the end-of-turn token; the first "
+                 "token that differs from fp32's is outlined in red."))
     for i, prompt in enumerate(study.prompts):
         st.markdown(f"**{plain(prompt)}**")
         lines = []
         for v in study.variants:
             first = study.first_difference(v.name, i) if v.name != "fp32" else None
             answer = v.answers[i]
-            chips = "".join(chip(piece_text(p), f"{v.name} · answer token {j} · id {t}", "gen",
-                                 marked=j == first)
+            chips = "".join(chip(piece_text(p), _("{variant} · answer token {j} · id {id}").format(
+                                     variant=v.name, j=j, id=t), "gen", marked=j == first)
                             for j, (t, p) in enumerate(zip(answer.tokens, answer.pieces)))
-            same = ("reference" if v.name == "fp32" else
-                    "identical to fp32" if first is None else f"differs from token {first}")
+            same = (_("reference") if v.name == "fp32" else _("identical to fp32")
+                    if first is None else _("differs from token {j}").format(j=first))
             lines.append(f'<div class="ie-chips"><b>{v.name}</b>&nbsp;<i>({same})</i>&nbsp;'
                          f'{chips}</div>')
         st.markdown("".join(lines), unsafe_allow_html=True)
@@ -279,47 +302,50 @@ def awq_callout(study: QuantStudy) -> None:
     pairs = study.awq_pairs()
     if not pairs:
         return
-    st.subheader("What AWQ buys at the same bits")
+    st.subheader(_("What AWQ buys at the same bits"))
     for p in pairs:
         awq, base = study.result(p.awq), study.result(p.plain)
         ratio = ("" if p.kl_ratio is None
-                 else f" — {p.kl_ratio:.2f}× plain rounding's KL")
-        st.markdown(
-            f"**{p.awq}** vs **{p.plain}** (same format, same bytes: "
-            f"{awq.report.nbytes / 1e6:.1f} vs {base.report.nbytes / 1e6:.1f} MB): mean KL "
-            f"{awq.kl_mean:.4f} vs {base.kl_mean:.4f} nats{ratio}; perplexity "
-            f"{awq.perplexity:.3f} vs {base.perplexity:.3f}; top-1 agreement "
-            f"{awq.top1_agreement:.1%} vs {base.top1_agreement:.1%}.")
-    st.caption("AWQ scales each weight column by its input activation's typical size before "
-               "rounding (searched on a calibration text that is not the evaluation text), so "
-               "the channels that matter most are rounded most finely.")
+                 else _(" — {ratio}× plain rounding's KL").format(ratio=f"{p.kl_ratio:.2f}"))
+        st.markdown(_(
+            "**{awq}** vs **{plain}** (same format, same bytes: {awq_mb} vs {plain_mb} MB): mean "
+            "KL {awq_kl} vs {plain_kl} nats{ratio}; perplexity {awq_ppl} vs {plain_ppl}; top-1 "
+            "agreement {awq_top1} vs {plain_top1}.").format(
+                awq=p.awq, plain=p.plain, awq_mb=f"{awq.report.nbytes / 1e6:.1f}",
+                plain_mb=f"{base.report.nbytes / 1e6:.1f}", awq_kl=f"{awq.kl_mean:.4f}",
+                plain_kl=f"{base.kl_mean:.4f}", ratio=ratio, awq_ppl=f"{awq.perplexity:.3f}",
+                plain_ppl=f"{base.perplexity:.3f}", awq_top1=f"{awq.top1_agreement:.1%}",
+                plain_top1=f"{base.top1_agreement:.1%}"))
+    st.caption(_("AWQ scales each weight column by its input activation's typical size before "
+                 "rounding (searched on a calibration text that is not the evaluation text), so "
+                 "the channels that matter most are rounded most finely."))
 
 
 def results(study: QuantStudy | None, lm: LoadedModel | None) -> None:
     if study is None:
         return
     if lm is not None and study.model != lm.spec.name:
-        st.info(f"These results were measured on {plain(study.model)}; run the comparison again "
-                "for the model loaded now.")
+        st.info(_("These results were measured on {model}; run the comparison again for the "
+                  "model loaded now.").format(model=plain(study.model)))
     results_table(study)
     show_chart(study_chart(study), name="bytes speed and quality")
-    st.caption("A decode step that streams its weights near the bandwidth ceiling (MBU near "
-               "100 %) is memory-bound: fewer bytes, less time. A step with a low MBU is limited "
-               "by something else — a low-bit step's unpacking arithmetic, for one — and reading "
-               "fewer bytes helps it less: compare ITL with MB read / step and MBU above. A "
-               "torch eager step reads float32 weights whatever the variant stores (no fast "
-               "low-bit kernel for it on this CPU), so its ITL does not fall with the stored "
-               "bytes. On a GPU the native step (a CPU kernel) does not run and every variant is "
-               "timed in torch on its dequantized weights; torchao's weight-only int8/int4 "
-               "kernels are not wired in (untested here).")
+    st.caption(_("A decode step that streams its weights near the bandwidth ceiling (MBU near "
+                 "100 %) is memory-bound: fewer bytes, less time. A step with a low MBU is limited "
+                 "by something else — a low-bit step's unpacking arithmetic, for one — and "
+                 "reading fewer bytes helps it less: compare ITL with MB read / step and MBU "
+                 "above. A torch eager step reads float32 weights whatever the variant stores (no "
+                 "fast low-bit kernel for it on this CPU), so its ITL does not fall with the "
+                 "stored bytes. On a GPU the native step (a CPU kernel) does not run and every "
+                 "variant is timed in torch on its dequantized weights; torchao's weight-only "
+                 "int8/int4 kernels are not wired in (untested here)."))
     awq_callout(study)
     answers(study)
 
 
-st.title("Quantization")
-st.caption("Weights in fewer bits: a 7B model is 28 GB in FP32 and 3.5 GB in INT4. Decode reads "
-           "every weight once per token, so fewer bytes per weight means faster decode — at "
-           "some cost in quality. Both measured here on the loaded model.")
+st.title(_("Quantization"))
+st.caption(_("Weights in fewer bits: a 7B model is 28 GB in FP32 and 3.5 GB in INT4. Decode reads "
+             "every weight once per token, so fewer bytes per weight means faster decode — at "
+             "some cost in quality. Both measured here on the loaded model."))
 LM = loaded_model()
 STUDY = current_experiments().quant_study
 what_is_quantized(LM, STUDY)

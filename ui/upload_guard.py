@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from i18n import DEFAULT, _, using
+
 FILES_PER_SESSION = 2  # two uploaders in use at once at most (Compare runs: a trace file for B)
 ISSUED_PER_SESSION = 8  # ids handed out and not yet used, per session (older ones lapse)
 METHODS = ("get_upload_urls", "add_file", "remove_session_files", "remove_file")
@@ -29,6 +31,20 @@ def refuse(detail: str) -> Exception:
     from starlette.exceptions import HTTPException
 
     return HTTPException(status_code=400, detail=detail)
+
+
+def session_language(session_id: str) -> str:
+    """The language of the session an upload belongs to: uploads arrive in the server's own
+    thread, outside any script run, so the session's state says it (English when it cannot)."""
+    try:
+        from streamlit.runtime import Runtime
+
+        from ui.keys import LANG
+
+        info = Runtime.instance()._session_mgr.get_session_info(session_id)
+        return (info.session.session_state.get(LANG) if info is not None else None) or DEFAULT
+    except Exception:  # no runtime (tests), or Streamlit changed: English  # noqa: BLE001
+        return DEFAULT
 
 
 def guard(manager: type, max_total_bytes: Callable[[], int]) -> None:
@@ -57,14 +73,19 @@ def guard(manager: type, max_total_bytes: Callable[[], int]) -> None:
         with lock:
             ids = issued.get(session_id)
             if ids is None or file.file_id not in ids:
-                raise refuse("This upload was not asked for by one of the app's file uploaders.")
+                with using(session_language(session_id)):
+                    detail = _("This upload was not asked for by one of the app's file "
+                               "uploaders.")
+                raise refuse(detail)
             del ids[file.file_id]
         held = list(self.file_storage.get(session_id, {}))
         for old in held[:max(len(held) - FILES_PER_SESSION + 1, 0)]:
             self.remove_file(session_id, old)  # the session's oldest uploads make room
         if self._total_bytes + len(file.data) > max_total_bytes():
-            raise refuse("The server holds as many uploaded files as it can right now; try "
-                         "again in a few minutes.")
+            with using(session_language(session_id)):
+                detail = _("The server holds as many uploaded files as it can right now; try "
+                           "again in a few minutes.")
+            raise refuse(detail)
         add(self, session_id, file)
 
     def remove_session_files(self: Any, session_id: str) -> None:

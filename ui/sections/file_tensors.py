@@ -13,6 +13,7 @@ import streamlit as st
 
 from engine import LoadedModel
 from engine.lens.wording import size
+from i18n import _
 from ui.tables import show_table
 from ui.text import plain
 
@@ -22,19 +23,20 @@ def file_tensors(lm: LoadedModel | None) -> None:
     table = lm.gguf_tensors if lm is not None else None
     if table is None:
         return
-    st.markdown("#### This file's tensors")
+    st.markdown("#### " + _("This file's tensors"))
     types = ", ".join(f"{name} ×{count}" for name, count in table.type_counts().items())
-    st.markdown(f"**{plain(table.path.rsplit('/', 1)[-1])}** stores {len(table.tensors)} tensors, "
-                f"{table.n_elements:,} weights in {table.tensor_bytes:,} bytes "
-                f"({size(table.tensor_bytes)}, {table.bits_per_weight:.2f} bits per weight): "
-                f"{types}.")
-    rows = [{"name": t.name, "GGML type": t.ggml_type,
-             "shape (rows × cols)": " × ".join(str(d) for d in t.shape), "bytes": t.nbytes,
-             "bits per weight": t.bits_per_weight} for t in table.tensors]
+    st.markdown(_("**{file}** stores {tensors} tensors, {weights} weights in {nbytes} bytes "
+                  "({size}, {bits} bits per weight): {types}.").format(
+        file=plain(table.path.rsplit("/", 1)[-1]), tensors=len(table.tensors),
+        weights=f"{table.n_elements:,}", nbytes=f"{table.tensor_bytes:,}",
+        size=size(table.tensor_bytes), bits=f"{table.bits_per_weight:.2f}", types=types))
+    rows = [{_("name"): t.name, _("GGML type"): t.ggml_type,
+             _("shape (rows × cols)"): " × ".join(str(d) for d in t.shape), _("bytes"): t.nbytes,
+             _("bits per weight"): t.bits_per_weight} for t in table.tensors]
     number = st.column_config.NumberColumn
     show_table(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
-        "bytes": number(format="localized"), "bits per weight": number(format="%.3f")})
-    st.caption("As the file stores them (GGUF's own table; `python -m engine gguf-info FILE` "
-               "prints it). The app's torch model holds these tensors dequantized to float32; "
-               "with the weights as loaded, the native decode step multiplies by the file's "
-               "blocks themselves.")
+        _("bytes"): number(format="localized"), _("bits per weight"): number(format="%.3f")})
+    st.caption(_("As the file stores them (GGUF's own table; `python -m engine gguf-info FILE` "
+                 "prints it). The app's torch model holds these tensors dequantized to float32; "
+                 "with the weights as loaded, the native decode step multiplies by the file's "
+                 "blocks themselves."))
