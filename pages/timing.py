@@ -137,18 +137,24 @@ def roofline_section(trace, lm, comparison) -> Ceilings | None:
     points = roofline_points(trace, comparison)
     by = timed_by(trace)
     work_table(points, ceil)
-    untied = "" if trace.model.tie_word_embeddings else " " + _(
-        "This model's LM head is a separate table (untied): it is read whole every forward, "
-        "while the input embedding is only looked up, one row (hidden · bytes) per new token.")
     timing = (_("their model forward alone (sampling and recording left out)")
               if by == FORWARD_ONLY else
               _("their whole step time (this trace has no forward-only times: an older file)"))
-    st.caption(_("E = vocab · hidden (one embedding table). FLOPs = 2 · (parameters − embedding "
-                 "tables) · new tokens + 2 · E (LM head, last position) + 4 · layers · heads · "
-                 "head_dim · Σ context. Bytes = the weights once per forward (an untied input "
-                 "embedding: one row per new token) + the KV cache read. Intensity = FLOPs / "
-                 "bytes.{untied} Time: the trace's steps are placed by {timing}; the kernel "
-                 "comparison times its own decode steps.").format(untied=untied, timing=timing))
+    formulas = (_("E = vocab · hidden (one embedding table). FLOPs = 2 · (parameters − embedding "
+                  "tables) · new tokens + 2 · E (LM head, last position) + 4 · layers · heads · "
+                  "head_dim · Σ context. Bytes = the weights once per forward (an untied input "
+                  "embedding: one row per new token) + the KV cache read. Intensity = FLOPs / "
+                  "bytes. Time: the trace's steps are placed by {timing}; the kernel comparison "
+                  "times its own decode steps.") if trace.model.tie_word_embeddings else
+                _("E = vocab · hidden (one embedding table). FLOPs = 2 · (parameters − embedding "
+                  "tables) · new tokens + 2 · E (LM head, last position) + 4 · layers · heads · "
+                  "head_dim · Σ context. Bytes = the weights once per forward (an untied input "
+                  "embedding: one row per new token) + the KV cache read. Intensity = FLOPs / "
+                  "bytes. This model's LM head is a separate table (untied): it is read whole "
+                  "every forward, while the input embedding is only looked up, one row (hidden · "
+                  "bytes) per new token. Time: the trace's steps are placed by {timing}; the "
+                  "kernel comparison times its own decode steps."))
+    st.caption(formulas.format(timing=timing))
     if ceil is None:
         st.info(_("Press the button to measure this machine's memory bandwidth and matmul FLOP/s "
                   "and place both phases on its roofline."))
