@@ -12,7 +12,7 @@ from engine.remote.cli import DEFAULT_PROMPTS
 from engine.remote.client import RemoteError, normalize_base_url
 from engine.remote.compare import chat_text
 from engine.remote.record import LoadConfig, LoadRun
-from i18n import N_, _
+from i18n import N_, _, language, translations
 from ui.common import show_chart
 from ui.keys import REMOTE_PROMPTS
 from ui.record import keep_remote
@@ -38,6 +38,13 @@ CONCURRENCY, POISSON = "Concurrency limit", "Poisson rate"  # the radio's values
 ARRIVALS = {CONCURRENCY: N_("Concurrency limit"), POISSON: N_("Poisson rate")}
 FIRST_LISTED = N_("(first listed)")  # the model box's one option when no server answers
 LABELS = (YOUR_LOAD, SAMPLE_LABEL)  # labels of the page's own (N_): shown translated
+
+
+def option_words(labels: dict[str, str]):
+    """A format_func showing each option's label in this run's language, whichever thread calls
+    it (AppTest formats a widget's value outside the script run, where `_` would say English)."""
+    words = translations(language()).gettext
+    return lambda value: words(labels[value]) if value in labels else value
 
 
 def shown_label(label: str) -> str:
@@ -85,12 +92,12 @@ def load_form(server: Server) -> LoadConfig | None:
                                      "stop earlier at the end-of-text token.").format(
                                          n=MAX_NEW_TOKENS))
         arrival = c3.radio(_("Send"), [CONCURRENCY, POISSON], horizontal=True,
-                           key="remote_arrival", format_func=lambda v: _(ARRIVALS[v]),
+                           key="remote_arrival", format_func=option_words(ARRIVALS),
                            help=_("Concurrency limit: all at once, at most that many in flight. "
                                   "Poisson: random gaps with the rate on average (seed 0, the "
                                   "same arrivals as the Serving page's)."))
         model = c4.selectbox(_("Model"), server.models or (FIRST_LISTED,), key="remote_model",
-                             format_func=lambda m: _(m) if m == FIRST_LISTED else m,
+                             format_func=option_words({FIRST_LISTED: FIRST_LISTED}),
                              help=_("The served model id to ask for."))
         c5, c6, c7 = st.columns([1, 1, 2])
         concurrency = c5.number_input(_("Concurrency"), 1, MAX_CONCURRENCY, 8, key="remote_conc",

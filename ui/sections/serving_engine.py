@@ -214,7 +214,7 @@ def load_files() -> RecordFiles:
     from engine.remote.loadfile import load_to_bytes
 
     return RecordFiles(
-        _("Load-test files"), "load", _("load"), _("Download this load"),
+        _("Load-test files"), "load", "load", _("Download this load"),
         "inference-explorer.loadtest.json",
         _("Every request's chunk times, tokens and text, and every /metrics sample, as JSON (no "
           "pickle): opened again here, it shows without a server."),
