@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from engine.records.trace import Trace
+from i18n import _
 
 from .text import as_text
 from .tokens import piece_text, visible
@@ -72,13 +73,13 @@ def heatmap(matrix: np.ndarray, labels: list[str], title: str) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=matrix, x=labels, y=labels, colorscale="Viridis", zmin=0, zmax=float(np.nanmax(matrix))
         if np.isfinite(matrix).any() else 1, hoverongaps=False,
-        colorbar={"title": {"text": "weight"}},
-        hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>"))
+        colorbar={"title": {"text": _("weight")}},
+        hovertemplate=_("query %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>")))
     size = max(360, min(900, 16 * len(labels) + 160))
     fig.update_layout(title=title, height=size, plot_bgcolor=MASKED_COLOR,
                       margin={"l": 10, "r": 10, "t": 40, "b": 10})
-    fig.update_xaxes(title_text="key (attended-to token)", showgrid=False, tickangle=-60)
-    fig.update_yaxes(title_text="query (attending token)", autorange="reversed", showgrid=False)
+    fig.update_xaxes(title_text=_("key (attended-to token)"), showgrid=False, tickangle=-60)
+    fig.update_yaxes(title_text=_("query (attending token)"), autorange="reversed", showgrid=False)
     return fig
 
 
@@ -95,6 +96,11 @@ def head_view_keys(weights: np.ndarray, heads: Sequence[int], query: int,
     drawn = {h: np.argsort(weights[h, query, : query + 1], kind="stable")[::-1][:per_head] for h in heads}
     keys = sorted({int(k) for ks in drawn.values() for k in ks})
     return keys, drawn
+
+
+def head_name(head: int) -> str:
+    """A head as the figures name it (a legend entry, an axis tick): 'head 3'."""
+    return _("head {head}").format(head=head)
 
 
 def head_view(weights: np.ndarray, labels: Sequence[str], heads: Sequence[int], query: int,
@@ -127,9 +133,10 @@ def head_view(weights: np.ndarray, labels: Sequence[str], heads: Sequence[int], 
                 x=[0, 1], y=[mid, row_of[int(k)] + lane], mode="lines", showlegend=False,
                 line={"color": HEAD_COLORS[h % len(HEAD_COLORS)], "width": 1.5 + 6.5 * rel},
                 opacity=0.3 + 0.7 * rel, hoverinfo="text",
-                text=f"head {h}: {labels[query]} → {labels[k]} · weight {w:.3f}"))
+                text=_("head {head}: {query} → {key} · weight {weight}").format(
+                    head=h, query=labels[query], key=labels[k], weight=f"{w:.3f}")))
     for h in heads:  # legend entries
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"head {h}",
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=head_name(h),
                                  line={"color": HEAD_COLORS[h % len(HEAD_COLORS)], "width": 4}))
     fig.add_trace(go.Scatter(x=[0], y=[mid], mode="text", text=[labels[query]],
                              textposition="middle left", showlegend=False, hoverinfo="skip"))
@@ -165,34 +172,35 @@ def model_view(prefill: np.ndarray, layers: Sequence[int], tile: int = 16) -> go
     lower = np.tril(np.ones((t, t), dtype=bool))
     for li in range(n_layers):
         for h in range(heads):
-            small, _, _ = downsample(np.where(lower, prefill[li, h], np.nan), [], size)
+            small, _names, _block = downsample(np.where(lower, prefill[li, h], np.nan), [], size)
             r, c = h * step, li * step
             mosaic[r:r + small.shape[0], c:c + small.shape[1]] = small
             owner[r:r + size, c:c + size] = (layers[li], h)
     top = float(np.nanpercentile(mosaic, 99)) if np.isfinite(mosaic).any() else 1.0
     fig = go.Figure(go.Heatmap(z=mosaic, colorscale="Viridis", zmin=0, zmax=top, hoverongaps=False,
-                               colorbar={"title": {"text": "weight"}}, hoverinfo="skip"))
+                               colorbar={"title": {"text": _("weight")}}, hoverinfo="skip"))
     in_tile = owner[..., 0] >= 0
     for finite in (True, False):
         rows, cols = np.nonzero(in_tile & (np.isfinite(mosaic) == finite))
         if finite:
             data = np.column_stack([owner[rows, cols], mosaic[rows, cols]]).astype(np.float32)
-            template = "layer %{customdata[0]}, head %{customdata[1]}, weight %{customdata[2]:.3f}"
+            template = _("layer %{customdata[0]}, head %{customdata[1]}, weight "
+                         "%{customdata[2]:.3f}<br>click to open<extra></extra>")
         else:
             data = owner[rows, cols]
-            template = "layer %{customdata[0]}, head %{customdata[1]}<br>masked: a future token"
+            template = _("layer %{customdata[0]}, head %{customdata[1]}<br>masked: a future "
+                         "token<br>click to open<extra></extra>")
         fig.add_trace(go.Scattergl(
             x=cols.astype(np.int16), y=rows.astype(np.int16), customdata=data, mode="markers",
-            marker={"opacity": 0, "size": 4}, showlegend=False,
-            hovertemplate=template + "<br>click to open<extra></extra>"))
+            marker={"opacity": 0, "size": 4}, showlegend=False, hovertemplate=template))
     fig.update_layout(height=max(260, int(1000 * heads / max(n_layers, 1)) + 80), plot_bgcolor="white",
                       margin={"l": 10, "r": 10, "t": 30, "b": 10}, hoverdistance=-1,
                       hoverlabel={"bgcolor": "white"}, meta={"tile_cells": size})
     fig.update_xaxes(tickvals=[li * step + size / 2 for li in range(n_layers)],
                      ticktext=[f"L{layer}" for layer in layers], side="top",
-                     showgrid=False, zeroline=False, title_text="layer")
+                     showgrid=False, zeroline=False, title_text=_("layer"))
     fig.update_yaxes(tickvals=[h * step + size / 2 for h in range(heads)],
-                     ticktext=[f"head {h}" for h in range(heads)], autorange="reversed",
+                     ticktext=[head_name(h) for h in range(heads)], autorange="reversed",
                      showgrid=False, zeroline=False, scaleanchor="x")
     return fig
 
@@ -202,11 +210,11 @@ def mark_tile(fig: go.Figure, layer: int, head: int) -> go.Figure:
     which layer and head the other tabs open; `fig` is unchanged (it is built once per trace)."""
     xaxis, yaxis = fig.layout.xaxis, fig.layout.yaxis
     columns, rows = list(xaxis.ticktext or ()), list(yaxis.ticktext or ())
-    if f"L{layer}" not in columns or f"head {head}" not in rows:
+    if f"L{layer}" not in columns or head_name(head) not in rows:
         raise ValueError(f"the model view has no tile for layer {layer}, head {head}")
     half = fig.layout.meta["tile_cells"] / 2
     x = xaxis.tickvals[columns.index(f"L{layer}")]
-    y = yaxis.tickvals[rows.index(f"head {head}")]
+    y = yaxis.tickvals[rows.index(head_name(head))]
     marked = go.Figure(fig)
     marked.add_shape(type="rect", xref="x", yref="y", x0=x - half - 0.5, x1=x + half - 0.5,
                      y0=y - half - 0.5, y1=y + half - 0.5, line={"color": MARK_COLOR, "width": 3},
@@ -240,8 +248,9 @@ def _check_decode(weights: np.ndarray, labels: Sequence[str], prompt_len: int) -
 
 def _decode_title(labels: Sequence[str], prompt_len: int, step: int, produced: str) -> str:
     position = prompt_len + step - 1  # of the token fed at this step
-    return (f"step {step}: token {labels[position]} attends over {position + 1} cached tokens, "
-            f"producing {as_text(repr(visible(piece_text(produced))))}")
+    return _("step {step}: token {token} attends over {cached} cached tokens, producing "
+             "{produced}").format(step=step, token=labels[position], cached=position + 1,
+                                  produced=as_text(repr(visible(piece_text(produced)))))
 
 
 def decode_row_chart(weights: np.ndarray, labels: Sequence[str], prompt_len: int, step: int,
@@ -252,19 +261,19 @@ def decode_row_chart(weights: np.ndarray, labels: Sequence[str], prompt_len: int
     scale spans 0 … the largest weight of any decode row of this layer, so steps shown one after
     another differ only in their data.
     """
-    n_heads, _, steps = _check_decode(weights, labels, prompt_len)
+    n_heads, _positions, steps = _check_decode(weights, labels, prompt_len)
     if not 1 <= step <= steps:
         raise ValueError(f"decode step {step} out of range: this trace has steps 1–{steps}")
     decode_rows = weights[:, prompt_len:, :]
     zmax = float(np.nanmax(decode_rows)) if np.isfinite(decode_rows).any() else 1.0
     fig = go.Figure(go.Heatmap(
-        z=weights[:, prompt_len + step - 1, :], x=list(labels), y=[f"head {h}" for h in range(n_heads)],
+        z=weights[:, prompt_len + step - 1, :], x=list(labels), y=[head_name(h) for h in range(n_heads)],
         colorscale="Viridis", zmin=0, zmax=zmax, hoverongaps=False,
-        colorbar={"title": {"text": "weight"}},
-        hovertemplate="%{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>"))
+        colorbar={"title": {"text": _("weight")}},
+        hovertemplate=_("%{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>")))
     fig.update_layout(height=min(MAX_HEIGHT, 120 + 26 * n_heads), margin={"l": 10, "r": 10, "t": 40, "b": 10},
                       plot_bgcolor=MASKED_COLOR, title=_decode_title(labels, prompt_len, step, produced))
-    fig.update_xaxes(title_text="cached key (prompt, then generated; grey: not cached yet)",
+    fig.update_xaxes(title_text=_("cached key (prompt, then generated; grey: not cached yet)"),
                      tickangle=-60, showgrid=False)
     fig.update_yaxes(showgrid=False, autorange="reversed")
     return fig
@@ -301,14 +310,14 @@ def decode_steps_chart(weights: np.ndarray, labels: Sequence[str], prompt_len: i
     fig.update_layout(  # slider and buttons above the plot, clear of the rotated key labels
         height=min(MAX_HEIGHT, 260 + 26 * n_heads), margin={"l": 10, "r": 10, "t": 130, "b": 10},
         title={"y": 0.98, "yanchor": "top"},
-        sliders=[{"active": 0, "currentvalue": {"prefix": "decode step "}, "x": 0.16, "len": 0.84,
+        sliders=[{"active": 0, "currentvalue": {"prefix": _("decode step ")}, "x": 0.16, "len": 0.84,
                   "y": 1.0, "yanchor": "bottom", "pad": {"t": 0, "b": 10},
                   "steps": [{"label": str(k), "method": "animate", "args": [[str(k)], still]}
                             for k in shown]}],
         updatemenus=[{"type": "buttons", "direction": "left", "x": 0, "y": 1.0, "xanchor": "left",
                       "yanchor": "bottom", "pad": {"b": 25}, "showactive": False, "buttons": [
-                          {"label": "▶ Play", "method": "animate", "args": [None, {
+                          {"label": _("▶ Play"), "method": "animate", "args": [None, {
                               "mode": "immediate", "fromcurrent": True, "transition": {"duration": 0},
                               "frame": {"duration": frame_ms, "redraw": True}}]},
-                          {"label": "❚❚ Pause", "method": "animate", "args": [[None], still]}]}])
+                          {"label": _("❚❚ Pause"), "method": "animate", "args": [[None], still]}]}])
     return fig

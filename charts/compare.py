@@ -10,16 +10,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from engine.records.trace import Trace
+from i18n import _
 
 from .attention import heatmap
-from .tokens import chip, piece_text
+from .tokens import chip, piece_text, special_note
 
 RUN_COLORS = {"A": "#1f77b4", "B": "#e6550d"}  # blue and orange: apart for colour-blind eyes too
 RUN_SYMBOLS = {"A": "circle", "B": "diamond"}
 def prompt_chips_html(trace: Trace, first_diff: int | None) -> str:
     """The prompt's tokens as chips (special tokens marked), chip `first_diff` outlined in red."""
     parts = [chip(piece if special else piece_text(piece),
-                   f"prompt token {i} · id {tid}{' · special' if special else ''}",
+                   _("prompt token {i} · id {id}").format(i=i, id=tid) + special_note(special),
                    "special" if special else "prompt", marked=i == first_diff)
              for i, (tid, piece, special) in enumerate(zip(trace.prompt_token_ids,
                                                            trace.prompt_pieces,
@@ -31,10 +32,12 @@ def answer_chips_html(trace: Trace, first_diff: int | None) -> str:
     """The generated tokens as chips, chip `first_diff` outlined in red (when this run has a
     token there: the other run may simply be longer)."""
     parts = [chip(piece_text(s.piece),
-                   f"answer token {s.index} · id {s.token_id} · {s.latency_ms:.1f} ms · "
-                   f"p={s.chosen_prob:.3f} (rank {s.chosen_rank + 1})", "gen", marked=s.index == first_diff)
+                   _("answer token {index} · id {id} · {ms} ms · p={p} (rank {rank})").format(
+                       index=s.index, id=s.token_id, ms=f"{s.latency_ms:.1f}",
+                       p=f"{s.chosen_prob:.3f}", rank=s.chosen_rank + 1),
+                   "gen", marked=s.index == first_diff)
              for s in trace.steps]
-    return '<div class="ie-chips">' + ("".join(parts) or "(no answer tokens)") + "</div>"
+    return '<div class="ie-chips">' + ("".join(parts) or _("(no answer tokens)")) + "</div>"
 
 
 def latency_chart(a: Trace, b: Trace) -> go.Figure:
@@ -44,20 +47,21 @@ def latency_chart(a: Trace, b: Trace) -> go.Figure:
     for name, trace in (("A", a), ("B", b)):
         fig.add_trace(go.Scatter(
             x=[s.index for s in trace.steps], y=[s.latency_ms for s in trace.steps],
-            name=f"run {name}", mode="lines+markers",
+            name=_("run {name}").format(name=name), mode="lines+markers",
             line={"color": RUN_COLORS[name], "width": 2},
             marker={"symbol": RUN_SYMBOLS[name], "size": 6},
-            hovertemplate=f"run {name}<br>step %{{x}}<br>%{{y:.1f}} ms<extra></extra>"))
+            hovertemplate=_("run {name}<br>step %{{x}}<br>%{{y:.1f}} ms<extra></extra>").format(
+                name=name)))
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      title="Latency of every step", legend={"orientation": "h", "y": -0.25})
-    fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)", rangemode="tozero")
+                      title=_("Latency of every step"), legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"), rangemode="tozero")
     latencies = [s.latency_ms for t in (a, b) for s in t.steps if s.latency_ms > 0]
     axis = {"type": "log"}
     if latencies:
         lo, hi = min(latencies), max(latencies)
         pad = 1.3 if len(log_axis_ticks(lo / 1.3, hi * 1.3)) >= 3 else 2.0  # 2: ≥ 3 ticks always
         axis = _log_axis(lo / pad, hi * pad)
-    fig.update_yaxes(title_text="step latency (ms, log scale)", **axis)
+    fig.update_yaxes(title_text=_("step latency (ms, log scale)"), **axis)
     return fig
 
 
@@ -94,13 +98,14 @@ def kv_chart(a: Trace, b: Trace) -> go.Figure:
     for name, trace in (("A", a), ("B", b)):
         fig.add_trace(go.Scatter(
             x=[s.index for s in trace.steps], y=[s.kv_bytes / 2**20 for s in trace.steps],
-            name=f"run {name}", mode="lines", line={"color": RUN_COLORS[name], "width": 2,
-                                                    "dash": "solid" if name == "A" else "dash"},
-            hovertemplate=f"run {name}<br>step %{{x}}<br>%{{y:.2f}} MiB<extra></extra>"))
+            name=_("run {name}").format(name=name), mode="lines",
+            line={"color": RUN_COLORS[name], "width": 2, "dash": "solid" if name == "A" else "dash"},
+            hovertemplate=_("run {name}<br>step %{{x}}<br>%{{y:.2f}} MiB<extra></extra>").format(
+                name=name)))
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                      title="KV cache after every step", legend={"orientation": "h", "y": -0.25})
-    fig.update_xaxes(title_text="step (0 = prefill of the whole prompt)", rangemode="tozero")
-    fig.update_yaxes(title_text="KV cache (MiB)", rangemode="tozero")
+                      title=_("KV cache after every step"), legend={"orientation": "h", "y": -0.25})
+    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"), rangemode="tozero")
+    fig.update_yaxes(title_text=_("KV cache (MiB)"), rangemode="tozero")
     return fig
 
 

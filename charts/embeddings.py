@@ -5,19 +5,24 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from i18n import N_, _
+
 from .text import as_text
 
 GROUP_STYLE = {"probed token": ("#111111", 15, "star"), "prompt token": ("#d62728", 11, "circle"),
                "neighbour": ("#1f77b4", 8, "circle"), "vocabulary sample": ("#c7c7c7", 4, "circle")}
+# The groups' legend names (GROUP_STYLE's keys, translated where drawn).
+GROUP_NAMES = {"probed token": N_("probed token"), "prompt token": N_("prompt token"),
+               "neighbour": N_("neighbour"), "vocabulary sample": N_("vocabulary sample")}
 
 
 def language_bars(names: list[str], tokens: list[int], ratios: list[float]) -> go.Figure:
     fig = go.Figure(go.Bar(x=names, y=tokens, customdata=ratios, marker_color="#1f77b4",
-                           hovertemplate="%{x}<br>%{y} tokens<br>%{customdata:.2f}× English"
-                                         "<extra></extra>"))
+                           hovertemplate=_("%{x}<br>%{y} tokens<br>%{customdata:.2f}× English"
+                                           "<extra></extra>")))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
-    fig.update_yaxes(title_text="tokens for the same sentence")
-    fig.update_xaxes(title_text="language")
+    fig.update_yaxes(title_text=_("tokens for the same sentence"))
+    fig.update_xaxes(title_text=_("language"))
     return fig
 
 
@@ -93,7 +98,7 @@ def embedding_map(points: dict[str, tuple[np.ndarray, list[str]]],
     the room computed here is the room on screen. Hover texts are escaped (a vocabulary piece
     such as `<br>` is shown, not obeyed: charts/text.py); WebGL's point labels draw text as it
     is, references included, so they stay unescaped."""
-    everything = np.vstack([np.asarray(c).reshape(-1, 2) for c, _ in points.values()])  # (N, 2)
+    everything = np.vstack([np.asarray(c).reshape(-1, 2) for c, _labels in points.values()])  # (N, 2)
     x_range, y_range = _padded(everything[:, 0]), _padded(everything[:, 1])
     order = [g for g in LABELLED if g in points]
     texts = [t for g in order for t in points[g][1]]
@@ -115,12 +120,12 @@ def embedding_map(points: dict[str, tuple[np.ndarray, list[str]]],
             text=text, textposition=[p or "top center" for p in placed[group]]
             if group in placed else None, textfont={"size": 12, "color": color},
             hovertext=[as_text(h) for h in (hover or {}).get(group, labels)], hoverinfo="text",
-            name=group,
+            name=_(GROUP_NAMES.get(group, group)),
             marker={"color": color, "size": size, "symbol": symbol}))
     fig.update_layout(height=MAP_HEIGHT, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.05})
-    fig.update_xaxes(title_text="principal component 1 (embedding units)", range=x_range)
-    fig.update_yaxes(title_text="principal component 2 (embedding units)", range=y_range)
+    fig.update_xaxes(title_text=_("principal component 1 (embedding units)"), range=x_range)
+    fig.update_yaxes(title_text=_("principal component 2 (embedding units)"), range=y_range)
     return fig
 
 
@@ -128,11 +133,11 @@ def rope_angle_chart(angle_table: np.ndarray, positions: np.ndarray) -> go.Figur
     """Angle (mod 2π) of every dimension pair at each position."""
     fig = go.Figure(go.Heatmap(
         z=np.mod(angle_table, 2 * np.pi).T, x=positions, colorscale="Twilight", zmin=0,
-        zmax=2 * np.pi, colorbar={"title": {"text": "angle (rad)"}},
-        hovertemplate="position %{x}<br>pair %{y}<br>angle %{z:.2f} rad<extra></extra>"))
+        zmax=2 * np.pi, colorbar={"title": {"text": _("angle (rad)")}},
+        hovertemplate=_("position %{x}<br>pair %{y}<br>angle %{z:.2f} rad<extra></extra>")))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10})
-    fig.update_xaxes(title_text="position")
-    fig.update_yaxes(title_text="dimension pair (0 = fastest rotation)")
+    fig.update_xaxes(title_text=_("position"))
+    fig.update_yaxes(title_text=_("dimension pair (0 = fastest rotation)"))
     return fig
 
 
@@ -140,9 +145,9 @@ def rope_score_chart(distances: np.ndarray, series: dict[str, np.ndarray]) -> go
     fig = go.Figure()
     for name, scores in series.items():
         fig.add_trace(go.Scatter(x=distances, y=scores, mode="lines", name=name,
-                                 hovertemplate="distance %{x}<br>q·k %{y:.3f}<extra></extra>"))
+                                 hovertemplate=_("distance %{x}<br>q·k %{y:.3f}<extra></extra>")))
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.1})
-    fig.update_xaxes(title_text="relative distance between query and key (tokens)")
-    fig.update_yaxes(title_text="q·k after rotation")
+    fig.update_xaxes(title_text=_("relative distance between query and key (tokens)"))
+    fig.update_yaxes(title_text=_("q·k after rotation"))
     return fig

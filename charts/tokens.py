@@ -17,6 +17,7 @@ from engine.lens.tokens import (
     visible,
 )
 from engine.records.trace import Trace
+from i18n import N_, _
 
 from .text import as_text
 
@@ -30,9 +31,9 @@ def piece_text(piece: str) -> str:
 
 
 # Said once, on the Tokens page: what the notation every token shown in the app uses means.
-WHITESPACE_NOTE = ("In every token the app shows, · is a space and ↵ a newline. Most words "
-                   "begin with a space, and it belongs to the word's token: “·king” (after a "
-                   "space) and “king” are two different tokens.")
+WHITESPACE_NOTE = N_("In every token the app shows, · is a space and ↵ a newline. Most words "
+                      "begin with a space, and it belongs to the word's token: “·king” (after a "
+                      "space) and “king” are two different tokens.")
 
 
 def shown_piece(piece: str) -> str:
@@ -44,7 +45,7 @@ BYTES_STYLE = "border-style: dashed"  # a chip holding part of a character
 
 
 MARKED_STYLE = "outline: 3px solid #d62728; outline-offset: 1px; font-weight: 700"
-MARKED_TITLE = "first difference between the two runs"
+MARKED_TITLE = N_("first difference between the two runs")
 
 
 def chip(text: str, title: str, kind: str, partial: bool = False, marked: bool = False) -> str:
@@ -52,7 +53,7 @@ def chip(text: str, title: str, kind: str, partial: bool = False, marked: bool =
     (dashed), `marked` = the first difference between two runs (outlined in red)."""
     styles = ([BYTES_STYLE] if partial else []) + ([MARKED_STYLE] if marked else [])
     style = f' style="{"; ".join(styles)}"' if styles else ""
-    title = f"{MARKED_TITLE} · {title}" if marked else title
+    title = f"{_(MARKED_TITLE)} · {title}" if marked else title
     return (f'<span class="ie-chip ie-{kind}{" ie-first-diff" if marked else ""}"{style} '
             f'title="{html.escape(title)}">{as_text(visible(text))}</span>')
 
@@ -61,9 +62,17 @@ def _split_note(token: Token, characters: str) -> str:
     """Hover text for a chip whose bytes are part of a character split across tokens."""
     if token.special or not splits_character(token.raw):
         return ""
-    whose = f" of {characters}" if characters else ""
-    return (f" · <…> are UTF-8 bytes{whose}: a character split across tokens (byte-level BPE "
-            "cuts text by bytes; the tokens together decode to it)")
+    if characters:
+        return _(" · <…> are UTF-8 bytes of {characters}: a character split across tokens "
+                 "(byte-level BPE cuts text by bytes; the tokens together decode to it)"
+                 ).format(characters=characters)
+    return _(" · <…> are UTF-8 bytes: a character split across tokens (byte-level BPE cuts "
+             "text by bytes; the tokens together decode to it)")
+
+
+def special_note(special: bool) -> str:
+    """' · special' after a special token's hover text."""
+    return _(" · special") if special else ""
 
 
 def token_chips_html(trace: Trace) -> str:
@@ -77,12 +86,14 @@ def token_chips_html(trace: Trace) -> str:
     for i, (tok, special) in enumerate(zip(tokens[:n], trace.prompt_special)):
         label = tok.piece if special else piece_text(tok.piece)
         note = _split_note(tok, split[i])
-        parts.append(chip(label, f"prompt token {i} · id {tok.id}{' · special' if special else ''}"
-                           + note, "special" if special else "prompt", bool(note)))
+        parts.append(chip(label, _("prompt token {i} · id {id}").format(i=i, id=tok.id)
+                          + special_note(special) + note, "special" if special else "prompt",
+                          bool(note)))
     for step, tok, chars in zip(trace.steps, tokens[n:], split[n:]):
         note = _split_note(tok, chars)
-        title = (f"{step.phase} step {step.index} · id {step.token_id} · {step.latency_ms:.1f} ms"
-                 f" · p={step.chosen_prob:.3f} (rank {step.chosen_rank + 1})") + note
+        title = _("{phase} step {index} · id {id} · {ms} ms · p={p} (rank {rank})").format(
+            phase=step.phase, index=step.index, id=step.token_id, ms=f"{step.latency_ms:.1f}",
+            p=f"{step.chosen_prob:.3f}", rank=step.chosen_rank + 1) + note
         parts.append(chip(piece_text(step.piece), title, "gen", bool(note)))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
 
@@ -95,8 +106,8 @@ def chips_html(tokens: list[Token]) -> str:
         label = tok.piece if tok.special else piece_text(tok.piece)
         data = " ".join(f"{b:02X}" for b in tok.raw)
         note = _split_note(tok, chars)
-        title = (f"token {i} · id {tok.id} · bytes {data}" + (" · special" if tok.special else "")
-                 + note)
+        title = (_("token {i} · id {id} · bytes {data}").format(i=i, id=tok.id, data=data)
+                 + special_note(tok.special) + note)
         parts.append(chip(label, title, "special" if tok.special else "prompt", bool(note)))
     return '<div class="ie-chips">' + "".join(parts) + "</div>"
 
@@ -114,10 +125,11 @@ def table_height(rows: int) -> int:
 def merge_table(steps: list[MergeStep], selected: int) -> Any:
     """Every BPE merge step as a row (the pieces as text, separated by |), the `selected` step
     highlighted; a pandas Styler for st.dataframe."""
+    rank = _("merge rank")  # the columns as shown, in the session's language
     frame = pd.DataFrame([{
-        "step": i, "merged": " + ".join(map(shown_piece, s.pair)) if s.pair else "(bytes)",
-        "merge rank": s.rank, "pieces": " | ".join(map(shown_piece, s.pieces))}
+        _("step"): i, _("merged"): " + ".join(map(shown_piece, s.pair)) if s.pair else _("(bytes)"),
+        rank: s.rank, _("pieces"): " | ".join(map(shown_piece, s.pieces))}
         for i, s in enumerate(steps)])
-    frame["merge rank"] = frame["merge rank"].astype("Int64")  # None (the bytes) stays empty
+    frame[rank] = frame[rank].astype("Int64")  # None (the bytes) stays empty
     return frame.style.apply(lambda row: [SELECTED if row.name == selected else ""] * len(row),
-                             axis=1).format({"merge rank": "{:,}"}, na_rep="–")
+                             axis=1).format({rank: "{:,}"}, na_rep="–")

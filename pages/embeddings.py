@@ -12,6 +12,7 @@ from engine import LoadedModel, Trace
 from engine.lens.embeddings import EmbeddingIndex
 from engine.lens.rope import angles, score_by_distance
 from engine.lens.tokens import probe_token, prompt_word
+from i18n import N_, _
 from ui.common import no_trace_notice, show_chart
 from ui.experiment import run_experiment
 from ui.keys import EMB_PICK, EMB_PROBE
@@ -30,9 +31,9 @@ def rope_views(theta: float, head_dim: int) -> tuple[np.ndarray, np.ndarray, dic
     q = rng.standard_normal(head_dim)
     k = q + 0.5 * rng.standard_normal(head_dim)
     distances = np.arange(0, 513)
-    series = {"similar q and k": score_by_distance(q, k, theta, distances),
-              "unrelated q and k": score_by_distance(q, rng.standard_normal(head_dim), theta,
-                                                     distances)}
+    series = {N_("similar q and k"): score_by_distance(q, k, theta, distances),  # translated where
+              N_("unrelated q and k"): score_by_distance(  # drawn: this result is cached
+                  q, rng.standard_normal(head_dim), theta, distances)}
     return angles(theta, head_dim, np.arange(0, 257)), distances, series
 
 
@@ -47,7 +48,7 @@ def embedding_index() -> EmbeddingIndex | None:
     if "embedding_index" in entry.extras:
         return entry.extras["embedding_index"]
     return run_experiment(lambda job: entry.extra("embedding_index", EmbeddingIndex),
-                          spinner="Normalizing the embedding table…")
+                          spinner=_("Normalizing the embedding table…"))
 
 
 def prompt_tokens(lm: LoadedModel, trace: Trace | None) -> tuple[list[int], int | None]:
@@ -57,7 +58,7 @@ def prompt_tokens(lm: LoadedModel, trace: Trace | None) -> tuple[list[int], int 
         ids = [i for i, special in zip(trace.prompt_token_ids, trace.prompt_special) if not special]
         start = prompt_word(lm.tokenizer, trace.prompt)
     else:
-        no_trace_notice("Your prompt's tokens will show here; meanwhile, a sample sentence:")
+        no_trace_notice(_("Your prompt's tokens will show here; meanwhile, a sample sentence:"))
         ids = lm.tokenizer(SAMPLE, add_special_tokens=False).input_ids
         start = prompt_word(lm.tokenizer, SAMPLE)
     ids = list(dict.fromkeys(ids))
@@ -83,26 +84,30 @@ def nearest_tokens(lm: LoadedModel, index: EmbeddingIndex, ids: list[int],
                    traced: bool) -> tuple[int, list[int]]:
     """The picker, the probe box, which token was probed, and its 10 nearest tokens; returns
     the probed token id and its neighbours' ids (the map shows the same ones)."""
-    st.subheader("Nearest tokens")
-    chosen = st.selectbox("Token (from the last prompt)" if traced else "Token", ids, key=EMB_PICK,
-                          format_func=lambda i: token_label(lm, i))
-    probe = st.text_input("…or probe any word", key=EMB_PROBE, placeholder="e.g.  dog", max_chars=100,
-                          help="Its first token is used; a leading space matters (below).")
+    st.subheader(_("Nearest tokens"))
+    chosen = st.selectbox(_("Token (from the last prompt)") if traced else _("Token"), ids,
+                          key=EMB_PICK, format_func=lambda i: token_label(lm, i))
+    probe = st.text_input(_("…or probe any word"), key=EMB_PROBE, placeholder=_("e.g.  dog"),
+                          max_chars=100,
+                          help=_("Its first token is used; a leading space matters (below)."))
     probed = probe_token(lm.tokenizer, probe) if probe else None
     if probed is not None:
         chosen = probed.token_id
         st.caption(plain(probed.description()))
         if probed.word_initial is not None:
-            text, _, piece = probed.word_initial
-            st.button(f"Probe “{plain(text)}” ({plain(visible(piece_text(piece)))}) instead",
-                      on_click=use_word_initial, args=(text,), icon=":material/space_bar:")
+            text, _unused, piece = probed.word_initial
+            st.button(_("Probe “{word}” ({piece}) instead").format(
+                word=plain(text), piece=plain(visible(piece_text(piece)))),
+                on_click=use_word_initial, args=(text,), icon=":material/space_bar:",
+                key="emb_probe_word_initial")
     else:
-        st.caption(plain(f"Neighbours of the piece {token_label(lm, chosen)} (id {chosen}), as it "
-                         "appears in the prompt."))
+        st.caption(plain(_("Neighbours of the piece {piece} (id {id}), as it appears in the "
+                           "prompt.").format(piece=token_label(lm, chosen), id=chosen)))
     near = index.neighbours(chosen, 10)
-    show_table(pd.DataFrame({"rank": range(1, 11), "token": [token_label(lm, i) for i in near.ids],
-                               "id": near.ids, "cosine similarity": near.scores.round(4)}),
-                 hide_index=True, width="stretch")
+    show_table(pd.DataFrame({_("rank"): range(1, 11),
+                             _("token"): [token_label(lm, i) for i in near.ids],
+                             _("id"): near.ids, _("cosine similarity"): near.scores.round(4)}),
+               hide_index=True, width="stretch")
     return int(chosen), [int(i) for i in near.ids]
 
 
@@ -110,16 +115,17 @@ def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int,
             neighbour_ids: list[int]) -> None:
     """The probed token, its neighbours, the prompt's tokens and a vocabulary sample on the 2
     directions of largest variance."""
-    st.subheader("A 2-D map")
+    st.subheader(_("A 2-D map"))
     page = app_state().page
-    if not (st.button("Draw the map (PCA)", icon=":material/scatter_plot:") or page.map_on):
+    if not (st.button(_("Draw the map (PCA)"), icon=":material/scatter_plot:", key="emb_draw_map")
+            or page.map_on):
         return
     page.map_on = True
     shown = [chosen, *neighbour_ids, *ids]
     projected = memo(  # one SVD per model and token choice, in the model turn: an SVD on the
         "pca", (index, tuple(shown)), lambda: run_experiment(  # cores, not while another
             lambda job: index.pca_map(shown, background=1500),  # visitor's run is timed
-            spinner="Projecting the embeddings (PCA)…"))
+            spinner=_("Projecting the embeddings (PCA)…")))
     if projected is None:  # the reason is shown
         return
     coords, sample, background = projected
@@ -129,46 +135,49 @@ def pca_map(lm: LoadedModel, index: EmbeddingIndex, ids: list[int], chosen: int,
         {"probed token": (coords[:1], [probed]), "neighbour": (coords[1:11], near),
          "prompt token": (coords[11:], [token_label(lm, i) for i in ids]),
          "vocabulary sample": (background, [token_label(lm, i) for i in sample])},
-        hover={"neighbour": [f"{t} (near {probed})" for t in near],
-               "probed token": [f"{probed} (probed, id {chosen})"]})
+        hover={"neighbour": [_("{token} (near {probed})").format(token=t, probed=probed)
+                             for t in near],
+               "probed token": [_("{token} (probed, id {id})").format(token=probed, id=chosen)]})
     show_chart(figure, name="embedding map")
     labelled = sum(sum(1 for t in group.text if t) for group in figure.data if group.text)
-    st.caption(f"The 2 directions of largest variance of these vectors plus 1,500 random "
-               f"vocabulary tokens (grey); the star is the probed token. {labelled} of "
-               f"{len(coords)} coloured points are labelled, where a label has room (the star "
-               "first, then its neighbours, then the prompt); hover any point for its token. A "
-               f"projection from {lm.spec.hidden_size} dimensions keeps only part of the "
-               "structure: use the table above for exact similarities.")
+    st.caption(_("The 2 directions of largest variance of these vectors plus 1,500 random "
+                 "vocabulary tokens (grey); the star is the probed token. {labelled} of {points} "
+                 "coloured points are labelled, where a label has room (the star first, then its "
+                 "neighbours, then the prompt); hover any point for its token. A projection from "
+                 "{dims} dimensions keeps only part of the structure: use the table above for "
+                 "exact similarities.").format(labelled=labelled, points=len(coords),
+                                              dims=lm.spec.hidden_size))
 
 
 def rope_section(lm: LoadedModel) -> None:
     spec = lm.spec
-    st.subheader("Position: rotary embeddings (RoPE)")
+    st.subheader(_("Position: rotary embeddings (RoPE)"))
     theta = spec.rope_theta or 10_000.0
     angle_table, distances, series = rope_views(theta, spec.head_dim)
     show_chart(rope_angle_chart(angle_table, np.arange(0, 257)), name="rope angles")
-    st.caption(f"Each head vector ({spec.head_dim} numbers) is split into {spec.head_dim // 2} "
-               f"pairs; pair i turns by position · θ^(−2i/{spec.head_dim}) radians, θ = "
-               f"{theta:,.0f}. Early pairs spin fast (fine position), late pairs slowly (coarse "
-               "position).")
-    show_chart(rope_score_chart(distances, series), name="rope scores")
-    st.caption("The same two vectors, rotated for their positions, give a q·k score that depends "
-               "only on how far apart they are — not on where they sit in the text.")
+    st.caption(_("Each head vector ({head_dim} numbers) is split into {pairs} pairs; pair i turns "
+                 "by position · θ^(−2i/{head_dim}) radians, θ = {theta}. Early pairs spin fast "
+                 "(fine position), late pairs slowly (coarse position).").format(
+        head_dim=spec.head_dim, pairs=spec.head_dim // 2, theta=f"{theta:,.0f}"))
+    show_chart(rope_score_chart(distances, {_(name): scores for name, scores in series.items()}),
+               name="rope scores")
+    st.caption(_("The same two vectors, rotated for their positions, give a q·k score that "
+                 "depends only on how far apart they are — not on where they sit in the text."))
 
 
 def page() -> None:
-    st.title("Embeddings")
+    st.title(_("Embeddings"))
     lm, trace = loaded_model(), current_trace()
     if lm is None:
-        st.info("This page reads the model's embedding table: load a model in the sidebar.")
+        st.info(_("This page reads the model's embedding table: load a model in the sidebar."))
         st.stop()
     index = embedding_index()
     if index is None:
         st.stop()
     spec = lm.spec
-    st.caption(f"The input embedding table is {spec.vocab_size:,} × {spec.hidden_size}: one "
-               f"{spec.hidden_size}-number vector per token id. Training moves tokens used alike "
-               "close together; closeness here is cosine similarity.")
+    st.caption(_("The input embedding table is {vocab} × {hidden}: one {hidden}-number vector per "
+                 "token id. Training moves tokens used alike close together; closeness here is "
+                 "cosine similarity.").format(vocab=f"{spec.vocab_size:,}", hidden=spec.hidden_size))
     ids, start = prompt_tokens(lm, trace)
     follow_trace(trace, ids, start)
     chosen, neighbour_ids = nearest_tokens(lm, index, ids, trace is not None)
