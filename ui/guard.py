@@ -34,15 +34,14 @@ DIRS_ENV = "INFERENCE_EXPLORER_MODEL_DIRS"  # folders (os.pathsep-separated) mod
 # leading `/` or `.`.
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 
-# The refusals name the operator's variables (URLS_ENV, DIRS_ENV) in their text: shown translated.
+# The refusals, shown translated; the operator's variable (URLS_ENV, DIRS_ENV) goes in as {env}.
 URL_REFUSED = N_("This server is shared on the network, so it sends requests only to the vLLM "
-                 "it started ({own}) and to the addresses its operator allows "
-                 "(INFERENCE_EXPLORER_ALLOWED_URLS); run the app on your own machine to reach "
-                 "any other server.")
-MODEL_REFUSED = N_("This server is shared on the network, so it loads only the default model, "
-                   "models already in its Hugging Face cache and folders its operator allows "
-                   "(INFERENCE_EXPLORER_MODEL_DIRS); run the app on your own machine to load "
-                   "any other.")
+                 "it started ({own}) and to the addresses its operator allows ({env}); run the "
+                 "app on your own machine to reach any other server.")
+_MODEL_REFUSED = N_("This server is shared on the network, so it loads only the default model, "
+                    "models already in its Hugging Face cache and folders its operator allows "
+                    "({env}); run the app on your own machine to load any other.")
+MODEL_REFUSED = _MODEL_REFUSED.format(env=DIRS_ENV)  # the sentence as an English page shows it
 
 
 def is_loopback(address: str | None) -> bool:
@@ -93,7 +92,7 @@ def url_refusal(url: str, own: Iterable[str]) -> str | None:
     key = _url_key(url)
     if key is not None and key in {_url_key(u) for u in allowed_urls(own)}:
         return None
-    return _(URL_REFUSED).format(own=", ".join(own) or _("none"))
+    return _(URL_REFUSED).format(own=", ".join(own) or _("none"), env=URLS_ENV)
 
 
 def model_dirs() -> list[Path]:
@@ -138,4 +137,4 @@ def model_refusal(source: str) -> str | None:
         return None
     if _inside(source, model_dirs()) or _cached_hub_id(source):
         return None
-    return _(MODEL_REFUSED)
+    return _(_MODEL_REFUSED).format(env=DIRS_ENV)
