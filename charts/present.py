@@ -20,7 +20,9 @@ What changes, and why:
 
 from __future__ import annotations
 
+import re
 import textwrap
+import unicodedata
 from typing import Any
 
 import plotly.graph_objects as go
@@ -39,6 +41,10 @@ EXTRA_HEIGHT = 60  # px: room for the larger tick labels, so the plot area itsel
 DEFAULT_HEIGHT = 450  # px: plotly's height for a figure that sets none
 X_AXIS_ROOM = 2.5 * TICK_FONT + TITLE_FONT  # px under the plot: x tick labels and title
 CHAR_WIDTH = 0.55  # of the font size: a generous mean width of a character (proportional font)
+WIDE_CHAR_WIDTH = 1.0  # of the font size: a full-width character (Chinese, full-width punctuation)
+# Chinese line breaking: a line never starts with closing punctuation, nor ends with an opening one
+NO_LINE_START = frozenset("，。、；：！？）」』》〉…％")
+NO_LINE_END = frozenset("（「『《〈")
 
 # The app's palette (charts/live.py, timing.py, kvcache.py, attention.py, embeddings.py) and its
 # projector equivalent: same hue, contrast against white ≥ 4.5:1 for every colour that marks a
@@ -129,12 +135,49 @@ def _font(font: Any, size: float) -> dict[str, Any]:
     return {**own, "size": max(float(own.get("size") or 0), size), "color": own.get("color") or TEXT}
 
 
+def _char_width(char: str) -> float:
+    return WIDE_CHAR_WIDTH if unicodedata.east_asian_width(char) in ("W", "F") else CHAR_WIDTH
+
+
+def _title_width(text: str) -> float:
+    """`text`'s width in px at TITLE_FONT, a Chinese character counting as a whole em."""
+    return sum(_char_width(c) for c in text) * TITLE_FONT
+
+
+def _wide_lines(text: str, room_px: float) -> list[str]:
+    """`text` holding full-width characters, on lines of at most `room_px` (a word longer than
+    that on a line of its own): a line may break at a space or between two Chinese characters,
+    never inside a Latin word or a number, nor before closing punctuation or after opening."""
+    pieces: list[tuple[str, bool]] = []  # (piece, a space before it)
+    for found in re.finditer(r"(\s*)(\S)", text):
+        space, char = bool(found.group(1)), found.group(2)
+        wide = _char_width(char) == WIDE_CHAR_WIDTH
+        if pieces and not space and (char in NO_LINE_START or pieces[-1][0][-1] in NO_LINE_END
+                                     or not (wide or _char_width(pieces[-1][0][-1]) == WIDE_CHAR_WIDTH)):
+            pieces[-1] = (pieces[-1][0] + char, pieces[-1][1])  # no break here
+        else:
+            pieces.append((char, space))
+    lines: list[str] = []
+    line = ""
+    for piece, space in pieces:
+        longer = line + (" " if space and line else "") + piece
+        if line and _title_width(longer) > room_px:
+            lines.append(line)
+            line = piece
+        else:
+            line = longer
+    return [*lines, line] if line else lines
+
+
 def _wrapped(text: str, room_px: float) -> str:
-    """An axis title on as many lines as it needs (split at spaces) when one line at TITLE_FONT
-    would be longer than `room_px`: plotly draws a too-long title past the figure's edge."""
-    if not text or "<br>" in text or len(text) * CHAR_WIDTH * TITLE_FONT <= room_px:
+    """An axis title on as many lines as it needs (split at spaces; a Chinese one also between
+    its characters) when one line at TITLE_FONT would be longer than `room_px`: plotly draws a
+    too-long title past the figure's edge."""
+    if not text or "<br>" in text or _title_width(text) <= room_px:
         return text
-    return "<br>".join(textwrap.wrap(text, width=max(int(room_px / (CHAR_WIDTH * TITLE_FONT)), 8)))
+    if all(_char_width(c) == CHAR_WIDTH for c in text):
+        return "<br>".join(textwrap.wrap(text, width=max(int(room_px / (CHAR_WIDTH * TITLE_FONT)), 8)))
+    return "<br>".join(_wide_lines(text, max(room_px, 8 * CHAR_WIDTH * TITLE_FONT)))
 
 
 def _axes(fig: go.Figure) -> None:
