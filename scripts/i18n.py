@@ -23,6 +23,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from babel.messages.catalog import Catalog
@@ -39,6 +40,10 @@ SOURCES = ("pages", "ui", "charts")
 KEYWORDS = {"_": None, "ngettext": (1, 2), "N_": None}
 JSON_TITLES = (ROOT / "assets" / "sample_prompts.json", ROOT / "assets" / "examples" / "examples.json")
 HEADER = "Inference Explorer"
+# Fixed header dates: the generated files change only when their messages do (and `check` can
+# compare them byte for byte, the compiled ones included).
+DATES = {"creation_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
+         "revision_date": datetime(2026, 1, 1, tzinfo=timezone.utc)}
 
 
 def po(lang: str) -> Path:
@@ -63,7 +68,7 @@ def _python_messages() -> Iterator[tuple[str | tuple[str, str], str, int]]:
 
 
 def template() -> Catalog:
-    pot = Catalog(project=HEADER, fuzzy=False)
+    pot = Catalog(project=HEADER, fuzzy=False, **DATES)
     for message, filename, lineno in _python_messages():
         if isinstance(message, tuple):
             message = tuple(m for m in message if m is not None)
@@ -105,7 +110,7 @@ def _translated(string) -> bool:
 
 def filled(pot: Catalog, old: Catalog, fragments: dict[str, str], locale: str) -> Catalog:
     """The template's messages with their translations from `old` or `fragments`."""
-    new = Catalog(locale=locale, project=HEADER, fuzzy=False)
+    new = Catalog(locale=locale, project=HEADER, fuzzy=False, **DATES)
     for message in pot:
         if not message.id:
             continue
@@ -138,7 +143,7 @@ def simplifier():
 
 
 def simplified(hant: Catalog, simplify) -> Catalog:
-    new = Catalog(locale="zh_Hans", project=HEADER, fuzzy=False)
+    new = Catalog(locale="zh_Hans", project=HEADER, fuzzy=False, **DATES)
     for message in hant:
         if not message.id:
             continue
