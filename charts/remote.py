@@ -33,6 +33,14 @@ MEAN_COLOR = "#7f7f7f"
 DONE, ERROR, STOPPED = "#000000", "#d62728", "#7f7f7f"
 MAX_PROMPT_HOVER = 60
 END_MARKS = {"done": N_("done"), "error": N_("error"), "stopped": N_("stopped")}  # legend names
+# A request's finish (engine/remote/record.py FINISHES) as shown; the record keeps the English id.
+FINISH_NAMES = {"length": N_("length"), "stop": N_("stop"), "error": N_("error"),
+                "stopped": N_("stopped"), "running": N_("running"), "waiting": N_("waiting")}
+
+
+def finish_name(finish: str) -> str:
+    """A request's finish in the session's language (an unknown one as it is)."""
+    return _(FINISH_NAMES[finish]) if finish in FINISH_NAMES else finish
 
 
 def now_ms(run: LoadRun) -> float:
@@ -94,7 +102,7 @@ def gantt_chart(run: LoadRun) -> go.Figure:
         notes = {"waiting": _("not yet sent (concurrency limit or arrival time)"),
                  "ttft": ttft,
                  "decode": _("{tokens} tokens in {chunks} chunks · finish: {finish}").format(
-                     tokens=r.output_tokens, chunks=len(r.chunk_ms), finish=as_text(r.finish))}
+                     tokens=r.output_tokens, chunks=len(r.chunk_ms), finish=as_text(finish_name(r.finish)))}
         for name, span in request_spans(r, arrival, now).items():
             if span is not None:
                 bars[name].add(span[0] / 1000.0, (span[1] - span[0]) / 1000.0, row,
@@ -119,7 +127,7 @@ def gantt_chart(run: LoadRun) -> go.Figure:
 def _end_text(r: RemoteRequest, t_ms: float) -> str:
     ttft = "–" if r.ttft_ms is None else f"{r.ttft_ms:,.0f} ms"
     text = _("request {id} {finish} at {t:.2f} s: {tokens} tokens, TTFT {ttft}").format(
-        id=r.id, finish=as_text(r.finish), t=t_ms / 1000, tokens=r.output_tokens, ttft=ttft)
+        id=r.id, finish=as_text(finish_name(r.finish)), t=t_ms / 1000, tokens=r.output_tokens, ttft=ttft)
     return text + (f"<br>{_short(r.error, 120)}" if r.error else "")
 
 

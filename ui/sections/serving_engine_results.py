@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from charts.formatting import duration, rate
+from charts.remote import finish_name
 from engine import EngineError
 from engine.remote.compare import NEAR_TIE, Agreement, SideBySide, side_by_side
 from engine.remote.record import LoadRun
@@ -190,7 +191,7 @@ def results_section(run: LoadRun) -> None:
             "request": r.id, "sent (s)": None if r.sent_ms is None else r.sent_ms / 1000,
             "TTFT (ms)": r.ttft_ms, "TPOT (ms)": r.tpot_ms, "e2e (ms)": r.e2e_ms,
             "prompt tokens": r.prompt_tokens, "output tokens": r.output_tokens,
-            "finish": r.finish, "answer": r.text, "prompt": r.prompt} for r in run.requests]
+            "finish": finish_name(r.finish), "answer": r.text, "prompt": r.prompt} for r in run.requests]
             ).round(2), REQUEST_COLUMNS), hide_index=True, width="stretch")
 
 
