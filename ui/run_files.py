@@ -16,10 +16,20 @@ from charts.report import report_html
 from engine import Trace
 from engine.experiments import Experiments
 from engine.records.tracefile import trace_to_bytes
+from i18n import DEFAULT, LANGUAGES, language
 from ui.memo import held, keep, memo
 from ui.state import current_experiments
 
 TRACE_FILE, REPORT_FILE = "trace_file", "report_file"
+
+
+def report_name(lang: str) -> str:
+    """The memo name of the report in `lang` (its words are that language's; the English one keeps
+    the plain name)."""
+    return REPORT_FILE if lang == DEFAULT else f"{REPORT_FILE}.{lang}"
+
+
+FILE_NAMES = (TRACE_FILE, *(report_name(lang) for lang in LANGUAGES))
 
 
 def trace_file_bytes(trace: Trace) -> bytes:
@@ -30,19 +40,22 @@ def trace_file_bytes(trace: Trace) -> bytes:
 
 
 def report_file_bytes(trace: Trace) -> bytes:
-    """The run's HTML report (charts/report.py)."""
+    """The run's HTML report (charts/report.py), in the session's language (one kept per
+    language: its words are translated)."""
     found = current_experiments()
-    return memo(REPORT_FILE, (trace, found), lambda: report_html(trace, found).encode("utf-8"))
+    return memo(report_name(language()), (trace, found),
+                lambda: report_html(trace, found).encode("utf-8"))
 
 
 def made_files(trace: Trace, found: Experiments) -> dict[str, bytes]:
     """The files this session has already made for (trace, found), compressed for keeping (the
     report holds plotly.js: ~5 MB, ~1.5 MB compressed)."""
-    made = ((name, held(name, (trace, found))) for name in (TRACE_FILE, REPORT_FILE))
+    made = ((name, held(name, (trace, found))) for name in FILE_NAMES)
     return {name: zlib.compress(data, 6) for name, data in made if data is not None}
 
 
 def keep_made_files(trace: Trace, found: Experiments, files: dict[str, bytes]) -> None:
     """Take files made elsewhere for a copy of (trace, found) as this session's own."""
     for name, data in files.items():
-        keep(name, (trace, found), zlib.decompress(data))
+        if name in FILE_NAMES:
+            keep(name, (trace, found), zlib.decompress(data))
