@@ -3,7 +3,7 @@
     python scripts/i18n.py update [FRAGMENT.json ...]   # extract, fill, simplify, compile
     python scripts/i18n.py check                        # exit 1 on anything out of step
 
-- extract: Babel reads every `_`, `ngettext` and `N_` in app.py, pages/, ui/ and charts/ (and the
+- extract: Babel reads every `_`, `ngettext` and `N_` in app.py, pages/, ui/, charts/ and engine/ (and the
   English titles of assets/sample_prompts.json and assets/examples/examples.json) into
   assets/locale/messages.pot.
 - update: assets/locale/zh_Hant/…/messages.po gets exactly the template's messages (a message no
@@ -36,7 +36,7 @@ LOCALE = ROOT / "assets" / "locale"
 POT = LOCALE / "messages.pot"
 REVIEW = LOCALE / "zh_Hans" / "review.json"
 GLOSSARY = ROOT / "assets" / "glossary.json"
-SOURCES = ("pages", "ui", "charts")
+SOURCES = ("pages", "ui", "charts", "engine")
 KEYWORDS = {"_": None, "ngettext": (1, 2), "N_": None}
 JSON_TITLES = (ROOT / "assets" / "sample_prompts.json", ROOT / "assets" / "examples" / "examples.json")
 HEADER = "Inference Explorer"
@@ -114,12 +114,11 @@ def filled(pot: Catalog, old: Catalog, fragments: dict[str, str], locale: str) -
     for message in pot:
         if not message.id:
             continue
+        text = fragments.get(_key(message.id))  # a fragment is a translator's newer word
         before = old.get(message.id)
         string = before.string if before is not None and _translated(before.string) else None
-        if string is None:
-            text = fragments.get(_key(message.id))
-            if text is not None:
-                string = (text, text) if isinstance(message.id, tuple) else text
+        if text:
+            string = (text, text) if isinstance(message.id, tuple) else text
         if string is None:
             string = ("", "") if isinstance(message.id, tuple) else ""
         new.add(message.id, string, locations=message.locations, flags=message.flags - {"fuzzy"})

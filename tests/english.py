@@ -33,7 +33,7 @@ KEPT = frozenset(w.lower() for t in _GLOSSARY if t["zh-Hant"] == t["en"] or t["e
     "simd avx native eager compiled roofline gemv gemm flops gflops tflops gb mb kb bytes".split())
 WORD = re.compile(r"[A-Za-z][A-Za-z'’\-]*")
 RUN = re.compile(r"[A-Za-z][A-Za-z'’\-]*(?:[ ,;:()\"“”/]+[A-Za-z][A-Za-z'’\-]*){3,}")
-CODE = re.compile(r"`[^`]*`|<code>.*?</code>|<[^>]+>", re.S)
+CODE = re.compile(r"<(script|style)\b.*?</\1>|`[^`]*`|<code>.*?</code>|<[^>]+>", re.S)
 
 
 def english_sentences(text: str, data: Iterable[str] = ()) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from i18n import set_language
 from tests.english import element_words, english_sentences
 from ui.state import state_of
 
@@ -41,6 +42,9 @@ def data_strings(trace) -> set[str]:
 def walk() -> dict[tuple[str, str], list[str]]:
     at = AppTest.from_file(APP, default_timeout=300)
     at.query_params["lang"] = "zh-Hant"
+    # AppTest formats the last run's widget values in this thread when it runs again: this
+    # thread speaks the language that run was drawn in, and the new one once it has run
+    set_language("zh-Hant")
     at.session_state["replay_speed"] = "instant"
     at.run()
     next(b for b in at.button if b.key == f"example_{EXAMPLE}").click().run()
@@ -51,10 +55,12 @@ def walk() -> dict[tuple[str, str], list[str]]:
         for lang in ("zh-Hant", "zh-Hans"):
             at.session_state["lang"] = lang
             at.switch_page(page).run()
+            set_language(lang)
             assert not at.exception, (page, lang, at.exception)
             words = [w for root in (at.main, at.sidebar) for w in element_words(root)]
             found[(page, lang)] = [s for w in words for s in english_sentences(w, data)]
     assert state_of(at.session_state).run.trace is trace  # the run stayed, never ran again
+    set_language(None)
     return found
 
 
