@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from i18n import N_, _
+
 from . import __version__
 from .attention import AttentionRecorder, recording
 from .clock import MachineSample, clock_ms, load_average, others_share, usable_cores
@@ -38,8 +40,10 @@ from .sampling import choose_token
 from .settings import FLOAT_WEIGHTS, GenerationSettings
 from .spec import ModelSpec
 
-TORCH_ASKED_REASON = "the torch decoder was asked for"
-KV_OFF_REASON = "the KV cache is off: the native step decodes against its cache"
+# Why the decode steps ran in torch, as a trace records it: in the language of the session the run
+# was made in (English outside the app), so `_(REASON)` where one of these is shown.
+TORCH_ASKED_REASON = N_("the torch decoder was asked for")
+KV_OFF_REASON = N_("the KV cache is off: the native step decodes against its cache")
 
 
 class StepOutput(Protocol):
@@ -163,7 +167,7 @@ class Run:
                  native_problem: str | None = None, weights: str | None = None) -> None:
         settings = settings or GenerationSettings()
         if not prompt or not prompt.strip():
-            raise InputError("the prompt is empty")
+            raise InputError(_("the prompt is empty"))
         start = time.perf_counter()
         ids = prepare_prompt(lm.tokenizer, prompt, settings.chat_template)
         self.tokenize_ms = (time.perf_counter() - start) * 1000.0
@@ -186,17 +190,17 @@ class Run:
         self.native: DecodeStep | None = None
         problem = native_problem or self._static_problem()
         self._decided = problem is not None
-        self.decoder = self._torch(problem or "the run has not started")
+        self.decoder = self._torch(problem or _("the run has not started"))
 
     def _static_problem(self) -> str | None:
         """Why the native step will not run, as far as can be told before the run starts."""
         s = self.settings
         if s.decoder == "torch":
-            return TORCH_ASKED_REASON
+            return _(TORCH_ASKED_REASON)
         if not s.kv_cache:
-            return KV_OFF_REASON
+            return _(KV_OFF_REASON)
         if self._native_source is None:
-            return "no native decoder was given to this run"
+            return _("no native decoder was given to this run")
         return None
 
     def _torch(self, reason: str) -> DecoderUsed:
@@ -211,13 +215,14 @@ class Run:
         try:
             native = source() if callable(source) and not hasattr(source, "step") else source
         except EngineError as err:
-            self.decoder = self._torch(str(err).splitlines()[0] if str(err) else "unavailable")
+            self.decoder = self._torch(str(err).splitlines()[0] if str(err) else _("unavailable"))
             return
         need = len(self.prompt_ids) + self.settings.max_new_tokens
         if need > native.max_tokens:
             self.decoder = self._torch(
-                f"prompt ({len(self.prompt_ids)}) + new tokens ({self.settings.max_new_tokens}) "
-                f"exceed the native cache of {native.max_tokens} tokens")
+                _("prompt ({prompt}) + new tokens ({new}) exceed the native cache of {cache} "
+                  "tokens").format(prompt=len(self.prompt_ids), new=self.settings.max_new_tokens,
+                                   cache=native.max_tokens))
             return
         self.native = native
         self.decoder = DecoderUsed("native", None, native.weights, int(native.weight_bytes))
@@ -230,7 +235,7 @@ class Run:
         return self._steps()
 
     def run_all(self) -> Trace:
-        for _ in self:
+        for _step in self:
             pass
         return self.trace()
 
@@ -361,7 +366,7 @@ class Run:
         """The decoder record: a finished run whose only step was the prefill decoded nothing
         natively, whatever was chosen."""
         if self.decoder.name == "native" and len(self.steps) <= 1 and self.stop_reason != "running":
-            return self._torch("no decode step ran: the run ended with the prefill's token")
+            return self._torch(_("no decode step ran: the run ended with the prefill's token"))
         return self.decoder
 
     def machine_load(self) -> MachineLoad:
@@ -379,14 +384,16 @@ def _check_lengths(lm: LoadedModel, settings: GenerationSettings, prompt_len: in
     """Refuse a prompt over the limit, a run past the model's context, or attention layers the
     model does not have (InputError, one line)."""
     if prompt_len > settings.max_prompt_tokens:
-        raise InputError(f"the prompt is {prompt_len} tokens; the limit is "
-                         f"{settings.max_prompt_tokens}")
+        raise InputError(_("the prompt is {n} tokens; the limit is {limit}").format(
+            n=prompt_len, limit=settings.max_prompt_tokens))
     if lm.spec.max_context and prompt_len + settings.max_new_tokens > lm.spec.max_context:
-        raise InputError(f"prompt ({prompt_len}) + new tokens ({settings.max_new_tokens}) exceed "
-                         f"the model's context of {lm.spec.max_context} tokens")
+        raise InputError(_("prompt ({prompt}) + new tokens ({new}) exceed the model's context of "
+                           "{context} tokens").format(prompt=prompt_len, new=settings.max_new_tokens,
+                                                      context=lm.spec.max_context))
     layers = settings.attention_layers
     if layers is not None and any(not 0 <= k < lm.spec.layers for k in layers):
-        raise InputError(f"attention layers must be between 0 and {lm.spec.layers - 1}")
+        raise InputError(_("attention layers must be between 0 and {last}").format(
+            last=lm.spec.layers - 1))
 
 
 def generate_trace(lm: LoadedModel, prompt: str, settings: GenerationSettings | None = None) -> Trace:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from i18n import _, chinese
+
 from ..records.trace import Step, Trace
 from ..spec import ModelSpec
 from .attention_stats import has_attention, head_summary
@@ -27,6 +29,12 @@ from .tokens import piece_bytes
 from .wording import isolated, probability, shown
 
 SINK_SHARE = 0.5  # a head putting more than this on the first token is called a sink (as head_roles)
+
+
+def sentences(*parts: str) -> str:
+    """Whole sentences, each translated on its own, as one line: a space between them in English,
+    none in Chinese (a sentence there ends with 。)."""
+    return ("" if chinese() else " ").join(parts)
 
 
 # ---------------------------------------------------------------- text → tokens
@@ -74,24 +82,32 @@ class TokensNotice:
 
     @property
     def text(self) -> str:
-        head = (f"Your prompt's {self.characters:,} characters"
-                + (" and the chat template's turns around them" if self.special else "")
-                + f" became {self.tokens:,} tokens"
-                + (f" ({self.special} of them special tokens of the chat template)" if self.special
-                   else "") + ".")
+        if self.special:
+            head = _("Your prompt's {characters:,} characters and the chat template's turns around "
+                     "them became {tokens:,} tokens ({special} of them special tokens of the chat "
+                     "template).").format(characters=self.characters, tokens=self.tokens,
+                                          special=self.special)
+        else:
+            head = _("Your prompt's {characters:,} characters became {tokens:,} tokens.").format(
+                characters=self.characters, tokens=self.tokens)
         if self.word is None:
             return head
         k = len(self.word.pieces)
-        if k == 1:
-            return (head + " Every word is a single token here, even the longest, "
-                    f"“{isolated(self.word.text)}”.")
-        partial = any("<" in p for p in self.word.pieces)
         word = isolated(self.word.text)
-        which = (f"The word cut into the most pieces, “{word}”," if self.typed else
-                 f"Every word you typed is a single token; the chat template's “{word}”")
-        return (head + f" {which} became {k}: " + " · ".join(self.word.pieces)
-                + "." + (" The <..> pieces are raw UTF-8 bytes: the tokenizer saw these characters "
-                         "too rarely to give them tokens of their own." if partial else ""))
+        if k == 1:
+            return sentences(head, _("Every word is a single token here, even the longest, "
+                                     "“{word}”.").format(word=word))
+        pieces = " · ".join(self.word.pieces)
+        if self.typed:
+            split = _("The word cut into the most pieces, “{word}”, became {k}: {pieces}.")
+        else:
+            split = _("Every word you typed is a single token; the chat template's “{word}” became "
+                      "{k}: {pieces}.")
+        parts = [head, split.format(word=word, k=k, pieces=pieces)]
+        if any("<" in p for p in self.word.pieces):
+            parts.append(_("The <..> pieces are raw UTF-8 bytes: the tokenizer saw these characters "
+                           "too rarely to give them tokens of their own."))
+        return sentences(*parts)
 
 
 def _most_split(words: list[Word]) -> Word:
@@ -133,14 +149,24 @@ class EmbeddingsNotice:
 
     @property
     def text(self) -> str:
-        tied = " (the same table is the LM head at the end)" if self.tied else ""
-        return (f"Each token id picked one row of the {self.vocab:,} × {self.hidden} embedding table: "
-                f"{self.table_params / 1e6:.1f} M parameters, {self.share:.0%} of the model{tied}. "
-                f"RoPE then turns each of the {self.head_dim // 2} dimension pairs of q and k by "
-                f"position · θ^(−2i/{self.head_dim}), θ = {self.theta:,.0f}: at the last position, "
-                f"{self.last_position}, pair 0 has turned {self.fastest_rad:,.0f} rad "
-                f"({self.fastest_rad / (2 * np.pi):,.1f} turns), the slowest pair only "
-                f"{np.degrees(self.slowest_rad):.2f}°.")
+        if self.tied:
+            table = _("Each token id picked one row of the {vocab:,} × {hidden} embedding table: "
+                      "{millions:.1f} M parameters, {share:.0%} of the model (the same table is the "
+                      "LM head at the end).")
+        else:
+            table = _("Each token id picked one row of the {vocab:,} × {hidden} embedding table: "
+                      "{millions:.1f} M parameters, {share:.0%} of the model.")
+        rope = _("RoPE then turns each of the {pairs} dimension pairs of q and k by "
+                 "position · θ^(−2i/{head_dim}), θ = {theta:,.0f}: at the last position, "
+                 "{position}, pair 0 has turned {fastest:,.0f} rad ({turns:,.1f} turns), the "
+                 "slowest pair only {slowest:.2f}°.")
+        return sentences(
+            table.format(vocab=self.vocab, hidden=self.hidden, millions=self.table_params / 1e6,
+                         share=self.share),
+            rope.format(pairs=self.head_dim // 2, head_dim=self.head_dim, theta=self.theta,
+                        position=self.last_position, fastest=self.fastest_rad,
+                        turns=self.fastest_rad / (2 * np.pi),
+                        slowest=float(np.degrees(self.slowest_rad))))
 
 
 def last_position(trace: Trace) -> int:
@@ -177,18 +203,29 @@ class AttentionNotice:
     @property
     def text(self) -> str:
         if not self.recorded:
-            return ("This trace was recorded without attention weights (“Record attention” off), "
-                    "so there is nothing to measure here: switch it on and Generate again.")
-        kind = ("an attention sink: a place to park weight when nothing else matters"
-                if self.first_share > SINK_SHARE else "the closest this run has to a sink")
-        previous = ("a previous-token head" if self.previous_share > SINK_SHARE
-                    else "the most previous-token-minded head of the recorded layers")
-        return (f"Head {self.head} of layer {self.layer} puts {self.first_share:.0%} of its weight "
-                f"on the first token, “{self.first_piece}” — {kind}. Head {self.previous_head} "
-                f"of layer {self.previous_layer} puts {self.previous_share:.0%} on the token just "
-                f"before each query ({previous}). Both are means over the prefill's query rows: "
-                f"all {self.query_rows} for the first token (row 0 can only look at itself), "
-                f"the {self.query_rows - 1} that have a previous token for the other.")
+            return _("This trace was recorded without attention weights (“Record attention” off), "
+                     "so there is nothing to measure here: switch it on and Generate again.")
+        if self.first_share > SINK_SHARE:
+            first = _("Head {head} of layer {layer} puts {share:.0%} of its weight on the first "
+                      "token, “{piece}” — an attention sink: a place to park weight when nothing "
+                      "else matters.")
+        else:
+            first = _("Head {head} of layer {layer} puts {share:.0%} of its weight on the first "
+                      "token, “{piece}” — the closest this run has to a sink.")
+        if self.previous_share > SINK_SHARE:
+            previous = _("Head {head} of layer {layer} puts {share:.0%} on the token just before "
+                         "each query (a previous-token head).")
+        else:
+            previous = _("Head {head} of layer {layer} puts {share:.0%} on the token just before "
+                         "each query (the most previous-token-minded head of the recorded layers).")
+        return sentences(
+            first.format(head=self.head, layer=self.layer, share=self.first_share,
+                         piece=self.first_piece),
+            previous.format(head=self.previous_head, layer=self.previous_layer,
+                            share=self.previous_share),
+            _("Both are means over the prefill's query rows: all {rows} for the first token (row 0 "
+              "can only look at itself), the {others} that have a previous token for the "
+              "other.").format(rows=self.query_rows, others=self.query_rows - 1))
 
 
 def attention_notice(trace: Trace) -> AttentionNotice:
@@ -243,16 +280,20 @@ class FFNNotice:
 
     @property
     def text(self) -> str:
-        split = (f"Of each layer's {self.layer_params / 1e6:.2f} M parameters, the feed-forward "
-                 f"network (and the layer's two norms) holds {self.ffn_share:.0%} and attention's "
-                 f"q, k, v, o projections {1 - self.ffn_share:.0%}: attention moves information "
-                 "between tokens, the FFN does most of the computing on each.")
+        split = _("Of each layer's {millions:.2f} M parameters, the feed-forward network (and the "
+                  "layer's two norms) holds {ffn:.0%} and attention's q, k, v, o projections "
+                  "{attention:.0%}: attention moves information between tokens, the FFN does most "
+                  "of the computing on each.").format(millions=self.layer_params / 1e6,
+                                                       ffn=self.ffn_share,
+                                                       attention=1 - self.ffn_share)
         if self.norms is None:
-            return split + (" This trace has no hidden states (example runs leave them out), so "
-                            "the residual stream itself cannot be shown: generate a run here to see it.")
-        return split + (f" Each layer adds its output to the residual stream: at the prompt's last "
-                        f"token its length ‖x‖ grew from {self.norms[0]:.2f} after the embedding to "
-                        f"{self.norms[-1]:.2f} after layer {len(self.norms) - 2}.")
+            return sentences(split, _("This trace has no hidden states (example runs leave them "
+                                      "out), so the residual stream itself cannot be shown: "
+                                      "generate a run here to see it."))
+        return sentences(split, _("Each layer adds its output to the residual stream: at the "
+                                  "prompt's last token its length ‖x‖ grew from {first:.2f} after "
+                                  "the embedding to {last:.2f} after layer {layer}.").format(
+            first=self.norms[0], last=self.norms[-1], layer=len(self.norms) - 2))
 
 
 def ffn_notice(trace: Trace) -> FFNNotice:
@@ -283,22 +324,34 @@ class SamplingNotice:
     @property
     def text(self) -> str:
         if self.tokens == 0:
-            return "This run produced no token yet."
+            return _("This run produced no token yet.")
         if self.greedy:
-            return (f"Greedy decoding (temperature 0) took the most probable token at each of the "
-                    f"{self.tokens} steps. The model was least sure at step {self.step}: “{self.piece}” "
-                    f"with p = {probability(self.prob)}" + (f", the runner-up “{self.runner_up}” "
-                                                   f"{probability(self.runner_up_prob)}"
-                                                   if self.runner_up else "")
-                    + ".")
-        limits = "".join([f", top-p {self.top_p:g}" if self.top_p < 1 else "",
-                          f", top-k {self.top_k}" if self.top_k else ""])
-        head = (f"Sampled at temperature {self.temperature:g}{limits}: {self.off_top} of "
-                f"{self.tokens} tokens were not the model's first choice.")
-        return head + (f" At step {self.step} it took “{self.piece}”, its rank-{self.rank} candidate "
-                       f"(p = {probability(self.prob)} under the model's own distribution)."
-                       if self.rank > 1 else f" Its least sure step was {self.step}: “{self.piece}”, "
-                       f"p = {probability(self.prob)}.")
+            if self.runner_up:
+                return _("Greedy decoding (temperature 0) took the most probable token at each of "
+                         "the {tokens} steps. The model was least sure at step {step}: “{piece}” "
+                         "with p = {p}, the runner-up “{runner_up}” {runner_up_p}.").format(
+                    tokens=self.tokens, step=self.step, piece=self.piece,
+                    p=probability(self.prob), runner_up=self.runner_up,
+                    runner_up_p=probability(self.runner_up_prob))
+            return _("Greedy decoding (temperature 0) took the most probable token at each of the "
+                     "{tokens} steps. The model was least sure at step {step}: “{piece}” with "
+                     "p = {p}.").format(tokens=self.tokens, step=self.step, piece=self.piece,
+                                        p=probability(self.prob))
+        limits = [_("temperature {temperature:g}").format(temperature=self.temperature)]
+        if self.top_p < 1:
+            limits.append(f"top-p {self.top_p:g}")
+        if self.top_k:
+            limits.append(f"top-k {self.top_k}")
+        head = _("Sampled at {limits}: {off_top} of {tokens} tokens were not the model's first "
+                 "choice.").format(limits=("、" if chinese() else ", ").join(limits),
+                                   off_top=self.off_top, tokens=self.tokens)
+        if self.rank > 1:
+            step = _("At step {step} it took “{piece}”, its rank-{rank} candidate (p = {p} under "
+                     "the model's own distribution).")
+        else:
+            step = _("Its least sure step was {step}: “{piece}”, p = {p}.")
+        return sentences(head, step.format(step=self.step, piece=self.piece, rank=self.rank,
+                                           p=probability(self.prob)))
 
 
 def sampling_step(trace: Trace) -> Step | None:

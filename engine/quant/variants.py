@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from i18n import N_, _, using
+
 from ..errors import InputError
 from ..loader import LoadedModel
 from . import VARIANT_NAMES
@@ -48,10 +50,10 @@ FLOAT_VARIANTS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bf
 REFERENCE_BYTES = 4  # the unquantized parts stay float32
 AWQ_PREFIX = "awq_"  # awq_<format>: the format's rounding after an AWQ-style scale search
 EMBEDDING_FORMAT = FORMATS["q8_0"]  # integer variants' token embedding / LM head
-SCOPE = ("the weight of every Linear in the decoder layers (q, k, v, o, gate, up, down); "
-         "the token embedding / LM head in the variant's dtype (float variants) or Q8_0 "
-         "(integer variants; llama.cpp's choice in the K-quant ones, Q8_0 for rows of 576); the "
-         "RMSNorm weights stay float32")
+SCOPE = N_("the weight of every Linear in the decoder layers (q, k, v, o, gate, up, down); "
+           "the token embedding / LM head in the variant's dtype (float variants) or Q8_0 "
+           "(integer variants; llama.cpp's choice in the K-quant ones, Q8_0 for rows of 576); the "
+           "RMSNorm weights stay float32")  # English in a record (WeightReport.scope); _(SCOPE) shown
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -119,12 +121,21 @@ class WeightReport:
 
     @property
     def formula(self) -> str:
-        codes = (f"{self.formula_code_bytes:,} (codes: each Linear's params × its type's bits / 8)"
-                 if self.formula_code_bytes else f"{self.quantized_params:,} × {self.code_bits} / 8")
-        return (f"{codes} + {self.formula_group_bytes:,} "
-                f"(scales) + {self.embedding_params:,} × {self.embedding_bits:g} / 8 (embedding, "
-                f"{self.embedding_storage}) + {self.other_params:,} × {REFERENCE_BYTES} "
-                f"(float32 norms)")
+        """The sum `formula_bytes` adds, its terms named (in the session's language; a record
+        keeps it in English: `to_dict`)."""
+        if self.formula_code_bytes:
+            form = _("{codes:,} (codes: each Linear's params × its type's bits / 8) + {scales:,} "
+                     "(scales) + {embedding:,} × {embedding_bits:g} / 8 (embedding, "
+                     "{embedding_storage}) + {other:,} × {other_bytes} (float32 norms)")
+        else:
+            form = _("{params:,} × {bits} / 8 + {scales:,} (scales) + {embedding:,} × "
+                     "{embedding_bits:g} / 8 (embedding, {embedding_storage}) + {other:,} × "
+                     "{other_bytes} (float32 norms)")
+        return form.format(codes=self.formula_code_bytes, params=self.quantized_params,
+                           bits=self.code_bits, scales=self.formula_group_bytes,
+                           embedding=self.embedding_params, embedding_bits=self.embedding_bits,
+                           embedding_storage=self.embedding_storage, other=self.other_params,
+                           other_bytes=REFERENCE_BYTES)
 
     @property
     def quantized_bits_per_weight(self) -> float:
@@ -132,13 +143,15 @@ class WeightReport:
         return (self.code_bytes + self.group_bytes) * 8 / self.quantized_params
 
     def to_dict(self) -> dict[str, Any]:
+        with using("en"):  # a record's words are English, whichever language draws the page
+            formula = self.formula
         return {"variant": self.variant, "storage": self.storage, "scope": self.scope,
                 "quantized_params": self.quantized_params, "other_params": self.other_params,
                 "code_bytes": self.code_bytes, "group_bytes": self.group_bytes,
                 "other_bytes": self.other_bytes, "embedding_params": self.embedding_params,
                 "embedding_bytes": self.embedding_bytes,
                 "embedding_storage": self.embedding_storage, "bytes": self.nbytes,
-                "formula_bytes": self.formula_bytes, "formula": self.formula,
+                "formula_bytes": self.formula_bytes, "formula": formula,
                 "formula_code_bytes": self.formula_code_bytes,
                 "quantized_bits_per_weight": self.quantized_bits_per_weight}
 
@@ -146,7 +159,8 @@ class WeightReport:
 def variant_format(name: str) -> QuantFormat | torch.dtype:
     """The QuantFormat (or float dtype) a variant stores its Linear weights in."""
     if name not in VARIANT_NAMES:
-        raise InputError(f"unknown weights variant {name!r}: use one of {', '.join(VARIANT_NAMES)}")
+        raise InputError(_("unknown weights variant {name}: use one of {names}").format(
+            name=repr(name), names=", ".join(VARIANT_NAMES)))
     if name in FLOAT_VARIANTS:
         return FLOAT_VARIANTS[name]
     if name in K_VARIANTS:
@@ -167,7 +181,8 @@ def store_weight(weight: torch.Tensor, fmt: QuantFormat | torch.dtype) -> Stored
     try:
         return quantize(weight, fmt)
     except ValueError as err:
-        raise InputError(f"cannot store this model's weights as {fmt.name}: {err}") from err
+        raise InputError(_("cannot store this model's weights as {format}: {error}").format(
+            format=fmt.name, error=err)) from err
 
 
 def weight_store(model: Any, name: str) -> Callable[[torch.Tensor], Stored]:
@@ -213,8 +228,9 @@ def check_memory(lm: LoadedModel, name: str) -> None:
     need = lm.spec.param_count * REFERENCE_BYTES
     free = available_memory()
     if need > free / 2:
-        raise InputError(f"a {name} copy of {lm.spec.name} needs about {need / 1e9:.1f} GB, more "
-                         f"than half of the {free / 1e9:.1f} GB of free memory: not started")
+        raise InputError(_("a {variant} copy of {model} needs about {need:.1f} GB, more than "
+                           "half of the {free:.1f} GB of free memory: not started").format(
+            variant=name, model=lm.spec.name, need=need / 1e9, free=free / 1e9))
 
 
 @torch.no_grad()

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import urllib3
 
+from i18n import _
+
 from ..errors import EngineError
 
 MAX_METRICS_BYTES = 8 << 20
@@ -41,7 +43,8 @@ def normalize_base_url(url: str) -> str:
     url = url.strip()
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RemoteError(f"{url[:120]!r} is not an http(s) URL such as http://127.0.0.1:8011/v1")
+        raise RemoteError(_("{url} is not an http(s) URL such as http://127.0.0.1:8011/v1").format(
+            url=repr(url[:120])))
     path = parts.path.rstrip("/") or "/v1"
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
@@ -54,13 +57,13 @@ def metrics_url(base_url: str) -> str:
 
 def _explain(error: Exception, url: str) -> str:
     if isinstance(error, requests.ConnectTimeout):
-        return f"no answer from {url} (connection timed out)"
+        return _("no answer from {url} (connection timed out)").format(url=url)
     if isinstance(error, requests.ConnectionError) and not isinstance(
             error, requests.exceptions.ChunkedEncodingError):
-        return f"cannot reach {url}: nothing answers there (is the server running?)"
+        return _("cannot reach {url}: nothing answers there (is the server running?)").format(url=url)
     if isinstance(error, requests.Timeout):
-        return f"{url} stopped answering (read timed out)"
-    return f"{url} broke off its answer ({type(error).__name__})"
+        return _("{url} stopped answering (read timed out)").format(url=url)
+    return _("{url} broke off its answer ({error})").format(url=url, error=type(error).__name__)
 
 
 def _read_capped(response: requests.Response, limit: int, deadline_s: float) -> bytes:
@@ -70,7 +73,8 @@ def _read_capped(response: requests.Response, limit: int, deadline_s: float) -> 
     body = bytearray()
     while len(body) <= limit:
         if time.perf_counter() > deadline:
-            raise RemoteError(f"{response.url} took more than {deadline_s:g} s to answer")
+            raise RemoteError(_("{url} took more than {seconds:g} s to answer").format(
+                url=response.url, seconds=deadline_s))
         piece = response.raw.read1(min(65536, limit + 1 - len(body)), decode_content=True) \
             if hasattr(response.raw, "read1") else response.raw.read(65536, decode_content=True)
         if not piece:
@@ -98,7 +102,8 @@ def _json(body: bytes | None) -> object:
 
 
 def _kind(response: requests.Response) -> str:
-    return response.headers.get("content-type", "no content type").split(";")[0].strip()[:60]
+    kind = response.headers.get("content-type")
+    return _("no content type") if kind is None else kind.split(";")[0].strip()[:60]
 
 
 def _error_message(response: requests.Response) -> str:
@@ -130,11 +135,11 @@ def list_models(base_url: str, timeout: float = 5.0) -> list[str]:
         with requests.get(url, timeout=timeout, stream=True) as response:
             if response.status_code != 200:
                 if "json" not in _kind(response):
-                    raise RemoteError(f"{base_url} does not look like an OpenAI-compatible server "
-                                      f"(GET /models answered HTTP {response.status_code} "
-                                      f"{_kind(response)})")
-                raise RemoteError(f"{url} is not an OpenAI-compatible model list "
-                                  f"({_error_message(response)})")
+                    raise RemoteError(_("{url} does not look like an OpenAI-compatible server "
+                                        "(GET /models answered HTTP {status} {kind})").format(
+                        url=base_url, status=response.status_code, kind=_kind(response)))
+                raise RemoteError(_("{url} is not an OpenAI-compatible model list "
+                                    "({error})").format(url=url, error=_error_message(response)))
             body = _json(_body(response))
             kind = _kind(response)
     except READ_ERRORS as error:
@@ -142,8 +147,9 @@ def list_models(base_url: str, timeout: float = 5.0) -> list[str]:
     try:
         return [str(m["id"])[:200] for m in body["data"]][:1000]  # type: ignore[index]
     except (KeyError, TypeError, IndexError):
-        raise RemoteError(f"{base_url} does not look like an OpenAI-compatible server "
-                          f"(GET /models answered {kind}, not a model list)") from None
+        raise RemoteError(_("{url} does not look like an OpenAI-compatible server (GET /models "
+                            "answered {kind}, not a model list)").format(url=base_url, kind=kind)
+                          ) from None
 
 
 def fetch_metrics_text(base_url: str, timeout: float = 2.0) -> str:
@@ -158,7 +164,8 @@ def fetch_metrics_text(base_url: str, timeout: float = 2.0) -> str:
     except READ_ERRORS as error:
         raise RemoteError(_explain(error, url)) from None
     if len(body) > MAX_METRICS_BYTES:
-        raise RemoteError(f"{url} sent more than {MAX_METRICS_BYTES >> 20} MB")
+        raise RemoteError(_("{url} sent more than {mb} MB").format(url=url,
+                                                                   mb=MAX_METRICS_BYTES >> 20))
     return body.decode("utf-8", errors="replace")
 
 
@@ -219,8 +226,8 @@ def stream_completion(base_url: str, model: str, prompt: str, max_tokens: int,
                 return
             if "text/event-stream" not in _kind(response):
                 result.finish = "error"
-                result.error = (f"not an OpenAI-compatible stream: POST /completions answered "
-                                f"{_kind(response)}")
+                result.error = _("not an OpenAI-compatible stream: POST /completions answered "
+                                 "{kind}").format(kind=_kind(response))
                 return
             for line in _lines(response, should_stop):
                 if not line.startswith(b"data:"):
@@ -234,19 +241,20 @@ def stream_completion(base_url: str, model: str, prompt: str, max_tokens: int,
                 result.finish = "stopped"
                 return
     except OversizedEvent:
-        result.finish, result.error = "error", "the server sent an oversized event"
+        result.finish, result.error = "error", _("the server sent an oversized event")
         return
     except READ_ERRORS as error:
         result.finish = "error"
         result.error = (_explain(error, base_url) if isinstance(error, requests.RequestException)
                         and not result.chunk_s and not isinstance(
                             error, requests.exceptions.ChunkedEncodingError)
-                        else f"the server closed the stream after {sum(result.chunk_tokens)} "
-                             "tokens")
+                        else _("the server closed the stream after {n} tokens").format(
+                            n=sum(result.chunk_tokens)))
         return
     if result.finish == "running":
         result.finish = "error"
-        result.error = f"the stream ended without a finish reason after {sum(result.chunk_tokens)} tokens"
+        result.error = _("the stream ended without a finish reason after {n} tokens").format(
+            n=sum(result.chunk_tokens))
 
 
 def _ids(value: object) -> list[int] | None:
@@ -270,13 +278,14 @@ def _take_event(data: bytes, result: StreamResult, max_tokens: int) -> bool:
     try:
         event = json.loads(data)
     except (ValueError, RecursionError):
-        return fail("the server sent something that is not an OpenAI stream event")
+        return fail(_("the server sent something that is not an OpenAI stream event"))
     if not isinstance(event, dict):
-        return fail("the server sent an event that is not a JSON object")
+        return fail(_("the server sent an event that is not a JSON object"))
     if "error" in event:
         error = event["error"]
         message = error.get("message") if isinstance(error, dict) else error
-        return fail(f"the server reported: {' '.join(str(message).split())[:300]}")
+        return fail(_("the server reported: {message}").format(
+            message=" ".join(str(message).split())[:300]))
     usage = event.get("usage")
     if isinstance(usage, dict):
         prompt_tokens = usage.get("prompt_tokens")
@@ -295,10 +304,10 @@ def _take_event(data: bytes, result: StreamResult, max_tokens: int) -> bool:
     raw_ids = choice.get("token_ids")
     ids = _ids(raw_ids)
     if raw_ids is not None and ids is None:
-        return fail("the server sent token ids that are not ids")
+        return fail(_("the server sent token ids that are not ids"))
     tokens = len(ids) if ids is not None else (1 if text else 0)
     if sum(result.chunk_tokens) + tokens > max_tokens:
-        return fail(f"the server sent more than the {max_tokens} tokens asked for")
+        return fail(_("the server sent more than the {n} tokens asked for").format(n=max_tokens))
     if tokens:
         result.token_ids.extend(ids or ())
         result.chunk_tokens.append(tokens)  # before the time: a snapshot reads counts first

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from i18n import N_, _, chinese
+
 from ..records.trace import Step, Trace
 
 OTHERS_LIMIT = 0.25  # share of all CPUs' time other processes used during the step
 CPU_SHARE_LIMIT = 0.75  # share of its threads' possible CPU time this process got
 
-RULE = (f"A step is marked *delayed by other work on this machine* when other programs used at "
-        f"least {OTHERS_LIMIT:.0%} of all CPUs' time during it **and** this process got under "
-        f"{CPU_SHARE_LIMIT:.0%} of the CPU time its threads could have used "
-        f"(CPU time < {CPU_SHARE_LIMIT} × threads × wall time; on a GPU, × 1 host thread).")
+# A message of the catalogs (`_(RULE)` shows it in the session's language), so its numbers are
+# OTHERS_LIMIT's and CPU_SHARE_LIMIT's values written in: change them together (a test checks).
+RULE = N_("A step is marked *delayed by other work on this machine* when other programs used at "
+          "least 25% of all CPUs' time during it **and** this process got under 75% of the CPU "
+          "time its threads could have used (CPU time < 0.75 × threads × wall time; on a GPU, "
+          "× 1 host thread).")
 
-ADVICE = "Run it again, and close other programs (or wait for them) first."
+ADVICE = N_("Run it again, and close other programs (or wait for them) first.")
 
 
 def expected_threads(trace: Trace) -> int:
@@ -66,14 +70,19 @@ class Disturbance:
         """One plain paragraph for the page, or None when the run was not disturbed."""
         if not self.disturbed:
             return None
-        n = len(self.delayed_steps)
-        whole = (f" Other programs used {self.others_share:.0%} of all CPUs' time during the run"
-                 if self.others_share is not None else "")
-        load = (f" (load average {self.load_before:.1f} before, {self.load_after:.1f} after)."
-                if self.load_before is not None and self.load_after is not None else ".")
-        return (f"This run's timing was disturbed: {n} of {self.steps} steps were delayed by "
-                f"other work on this machine, so their times show the machine, not the model."
-                f"{whole}{load if whole else ''} {ADVICE}")
+        parts = [_("This run's timing was disturbed: {n} of {steps} steps were delayed by other "
+                   "work on this machine, so their times show the machine, not the "
+                   "model.").format(n=len(self.delayed_steps), steps=self.steps)]
+        if self.others_share is not None:
+            if self.load_before is not None and self.load_after is not None:
+                parts.append(_("Other programs used {share:.0%} of all CPUs' time during the run "
+                               "(load average {before:.1f} before, {after:.1f} after).").format(
+                    share=self.others_share, before=self.load_before, after=self.load_after))
+            else:
+                parts.append(_("Other programs used {share:.0%} of all CPUs' time during the "
+                               "run.").format(share=self.others_share))
+        parts.append(_(ADVICE))
+        return ("" if chinese() else " ").join(parts)
 
 
 def assess(trace: Trace) -> Disturbance:

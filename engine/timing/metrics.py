@@ -16,18 +16,21 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from i18n import N_, _
+
 from ..records.trace import Trace
 
 WARMUP_FACTOR = 2.0  # the first decode step against the median of the decode steps after it
 WARMUP_AFTER = 2  # decode steps after the first needed for a median to compare with
 
-WARMUP_RULE = (f"The first decode step is marked *warm-up* when it took more than "
-               f"{WARMUP_FACTOR:g}× the median of the decode steps after it (at least "
-               f"{WARMUP_AFTER} of them): it pays one-time work — in this app, mostly the page "
-               "drawing the first token on the same cores — not the model's steady cost. The "
-               "ITL percentiles, the mean ITL and the decode rate shown here leave a warm-up "
-               "step out; TTFT, TPOT and the end-to-end time keep it (vLLM and GenAI-Perf count "
-               "every gap in ITL: they warm up before their clock starts).")
+# A message of the catalogs (`_(WARMUP_RULE)` shows it in the session's language), so its numbers
+# are WARMUP_FACTOR's and WARMUP_AFTER's values written in: change them together.
+WARMUP_RULE = N_("The first decode step is marked *warm-up* when it took more than 2× the median of "
+                 "the decode steps after it (at least 2 of them): it pays one-time work — in this "
+                 "app, mostly the page drawing the first token on the same cores — not the model's "
+                 "steady cost. The ITL percentiles, the mean ITL and the decode rate shown here "
+                 "leave a warm-up step out; TTFT, TPOT and the end-to-end time keep it (vLLM and "
+                 "GenAI-Perf count every gap in ITL: they warm up before their clock starts).")
 
 
 def warmup_step(trace: Trace) -> int | None:
@@ -100,9 +103,9 @@ def summarize(trace: Trace, skip_warmup: bool = False) -> LatencySummary:
 def warmup_note(summary: LatencySummary) -> str:
     """One sentence for where ITL is shown: which step the figures leave out, and the rule."""
     if summary.warmup_step is None:
-        return f"Warm-up rule (no step marked in this run): {WARMUP_RULE}"
-    return (f"Step {summary.warmup_step} ({summary.warmup_ms:,.0f} ms) is left out as warm-up. "
-            f"{WARMUP_RULE}")
+        return _("Warm-up rule (no step marked in this run): {rule}").format(rule=_(WARMUP_RULE))
+    return _("Step {step} ({ms:,.0f} ms) is left out as warm-up. {rule}").format(
+        step=summary.warmup_step, ms=summary.warmup_ms, rule=_(WARMUP_RULE))
 
 
 def replay_pace(trace: Trace, max_total_s: float = 20.0, max_step_s: float = 2.0) -> list[float]:
