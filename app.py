@@ -22,7 +22,7 @@ import streamlit as st  # noqa: E402
 from engine import GenerationSettings  # noqa: E402
 from engine.models import on_file_blocks  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
-from i18n import _  # noqa: E402
+from i18n import N_, _  # noqa: E402
 from ui import shared  # noqa: E402
 from ui.address import write_address  # noqa: E402
 from ui.config import config  # noqa: E402
@@ -34,6 +34,7 @@ from ui.links import open_link, share_view  # noqa: E402
 from ui.present import (  # noqa: E402
     navigation_position,
     present_navigation,
+    presenting,
     set_page_title,
     sidebar_presentation,
     start_presentation,
@@ -198,25 +199,30 @@ restore_session()
 start_language()  # before any word is drawn
 open_link()  # a share link's values, on the session's first run, before any widget
 start_presentation()  # before the sidebar draws: presenting, the page opens without it
-PAGES = [
-    st.Page("pages/generate.py", title=_("Generate"), icon=":material/play_arrow:", default=True),
-    st.Page("pages/story.py", title=_("Step by step"), icon=":material/school:"),
-    st.Page("pages/tokens.py", title=_("Tokens"), icon=":material/data_array:"),
-    st.Page("pages/embeddings.py", title=_("Embeddings"), icon=":material/scatter_plot:"),
-    st.Page("pages/attention.py", title=_("Attention"), icon=":material/grid_on:"),
-    st.Page("pages/timing.py", title=_("Prefill vs decode"), icon=":material/timer:"),
-    st.Page("pages/kvcache.py", title=_("KV cache"), icon=":material/memory:"),
-    st.Page("pages/serving.py", title=_("Serving"), icon=":material/dns:"),
-    st.Page("pages/serving_engine.py", title=_("Serving engine"), icon=":material/cloud:"),
-    st.Page("pages/quantization.py", title=_("Quantization"), icon=":material/compress:"),
-    st.Page("pages/steps.py", title=_("Steps"), icon=":material/table_rows:"),
-    st.Page("pages/compare.py", title=_("Compare runs"), icon=":material/compare_arrows:"),
-    st.Page("pages/whatif.py", title=_("What if"), icon=":material/call_split:"),
+PAGE_LIST = [  # file, title (English: also the chart download names' page part), icon
+    ("pages/generate.py", N_("Generate"), ":material/play_arrow:"),
+    ("pages/story.py", N_("Step by step"), ":material/school:"),
+    ("pages/tokens.py", N_("Tokens"), ":material/data_array:"),
+    ("pages/embeddings.py", N_("Embeddings"), ":material/scatter_plot:"),
+    ("pages/attention.py", N_("Attention"), ":material/grid_on:"),
+    ("pages/timing.py", N_("Prefill vs decode"), ":material/timer:"),
+    ("pages/kvcache.py", N_("KV cache"), ":material/memory:"),
+    ("pages/serving.py", N_("Serving"), ":material/dns:"),
+    ("pages/serving_engine.py", N_("Serving engine"), ":material/cloud:"),
+    ("pages/quantization.py", N_("Quantization"), ":material/compress:"),
+    ("pages/steps.py", N_("Steps"), ":material/table_rows:"),
+    ("pages/compare.py", N_("Compare runs"), ":material/compare_arrows:"),
+    ("pages/whatif.py", N_("What if"), ":material/call_split:"),
+    ("pages/glossary.py", N_("Glossary"), ":material/menu_book:"),
 ]
+PAGES = [st.Page(path, title=_(title), icon=icon, default=i == 0)
+         for i, (path, title, icon) in enumerate(PAGE_LIST)]
+ENGLISH_TITLES = {entry.url_path: title for entry, (_path, title, _icon) in zip(PAGES, PAGE_LIST)}
 page = st.navigation(PAGES, position=navigation_position(), expanded=True)  # presenting: hidden
 present_navigation(PAGES)  # and the pages are a row of links at the top
-set_page_title(page.title)
-language_switch()
+set_page_title(ENGLISH_TITLES[page.url_path])
+if not presenting():  # presenting, the switch sits in the top row
+    language_switch()
 sidebar_model()
 sidebar_settings()
 share = share_view(page)

@@ -121,6 +121,8 @@ def filled(pot: Catalog, old: Catalog, fragments: dict[str, str], locale: str) -
             string = (text, text) if isinstance(message.id, tuple) else text
         if string is None:
             string = ("", "") if isinstance(message.id, tuple) else ""
+        if isinstance(string, tuple):  # Chinese has one form: msgstr[0] only (as read_po reads it)
+            string = string[:new.num_plurals]
         new.add(message.id, string, locations=message.locations, flags=message.flags - {"fuzzy"})
     return new
 

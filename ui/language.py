@@ -10,7 +10,6 @@ a copied address and a share link open in the language they were sent in.
 from __future__ import annotations
 
 import streamlit as st
-
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from charts.layout import font_stack

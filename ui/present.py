@@ -15,6 +15,7 @@ import streamlit as st
 
 from i18n import _
 from ui.keys import CHART_FORMAT, PRESENT
+from ui.language import language_switch
 from ui.state import app_state
 
 FORMATS = ("png", "svg")
@@ -87,13 +88,15 @@ def navigation_position() -> Literal["sidebar", "hidden"]:
 
 def present_navigation(pages: list[Any]) -> None:
     """Presenting: every page as a link in one row at the top of the page, wrapping onto a
-    second line on a narrow screen, then the Exit button. Streamlit's own top bar would hide the
-    pages that do not fit one line behind a "N more" menu (at 22 px, 1 of 12 at 1920 px wide)."""
+    second line on a narrow screen, then the language switch and the Exit button. Streamlit's
+    own top bar would hide the pages that do not fit one line behind a "N more" menu (at 22 px,
+    1 of 12 at 1920 px wide)."""
     if not presenting():
         return
     with st.container(horizontal=True, key="present_nav", vertical_alignment="center"):
         for entry in pages:
             st.page_link(entry, label=entry.title, icon=entry.icon)
+        language_switch(st)
         st.button(_("Exit presentation"), key="present_exit", icon=":material/close_fullscreen:",
                   on_click=_exit, help=_("Back to the normal view, with the sidebar (also: remove "
                                          "?present=1 from the address and reload)."))

@@ -127,8 +127,8 @@ def test_every_text_is_22px_and_no_page_is_hidden_at_1920_and_1280(browser, url)
         page.set_viewport_size({"width": width, "height": height})
         page.wait_for_timeout(300)
         links = page.locator(".st-key-present_nav").get_by_test_id("stPageLink")
-        assert links.count() == 13
-        for i in range(13):
+        assert links.count() == 14
+        for i in range(14):
             box = links.nth(i).bounding_box()
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (width, i, box)
         assert page.get_by_test_id("stTopNav").count() == 0  # Streamlit's bar and its "N more"

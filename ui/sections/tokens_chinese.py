@@ -49,6 +49,7 @@ def chinese_cost(lm: LoadedModel) -> None:
         "in that language takes {ratio}× the decode steps, one token each — a slower answer for "
         "the same words.").format(
             model=plain(spec.name), hant=hant.tokens, hans=costs["zh-Hans"].tokens, en=english.tokens,
-            per_char=f"{hant.tokens_per_char:.2f}", en_per_char=f"{english.tokens_per_char:.2f}", ratio=f"{hant.tokens / english.tokens:.1f}",
+            per_char=f"{hant.tokens_per_char:.2f}", en_per_char=f"{english.tokens_per_char:.2f}",
+            ratio=f"{hant.tokens / english.tokens:.1f}",
             kv=size(hant.kv_bytes), kv_en=size(english.kv_bytes), layers=spec.layers,
             kv_heads=spec.kv_heads, head_dim=spec.head_dim, dtype_bytes=spec.dtype_bytes))
