@@ -180,7 +180,7 @@ def sidebar_settings() -> None:
     chat = side.toggle(_("Chat template"), **table["chat"].widget(),
                        help=_("Wrap the prompt as a user turn in the model's chat format (adds "
                               "special tokens)."))
-    kv = side.toggle("KV cache", **table["kv_cache"].widget(),
+    kv = side.toggle(_("KV cache"), **table["kv_cache"].widget(),
                      help=_("Off: every step recomputes the whole sequence — same tokens, "
                             "slower."))
     attn = side.toggle(_("Record attention"), **table["attention"].widget(),

@@ -227,7 +227,7 @@ def _machine(trace: Trace) -> str:
         verdict = '<p id="disturbance">{}</p>'.format(esc(_(
             "This trace does not record CPU time per step (an older file), so the rule below "
             "cannot say whether other work delayed it.")))
-    return f'{table}{verdict}<p class="note">{_emphasis(RULE)}</p>'
+    return f'{table}{verdict}<p class="note">{_emphasis(_(RULE))}</p>'
 
 
 def on_paper(fig: go.Figure) -> go.Figure:

@@ -61,7 +61,7 @@ def summary_section(trace) -> None:
             "- **TPOT** — (end-to-end − TTFT) / (output tokens − 1).\n"
             "- **Decode rate** — decode steps ÷ their total time; **prefill rate** — prompt "
             "tokens ÷ prefill time.\n"
-            "- **Warm-up rule** — {warmup_rule}").format(warmup_rule=WARMUP_RULE))
+            "- **Warm-up rule** — {warmup_rule}").format(warmup_rule=_(WARMUP_RULE)))
     if s.warmup_step is not None:
         st.caption(_("Step {step} took {ms} ms: marked warm-up and left out of ITL and the decode "
                      "rate (the warm-up rule, under Definitions).").format(

@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from i18n import _
+
 from ..settings import GenerationSettings
 from ..spec import ModelSpec
 
@@ -106,8 +108,11 @@ class DecoderUsed:
 
     @property
     def label(self) -> str:
-        """One line for a page or the CLI: "native C step" or "torch eager — <reason>"."""
-        return "native C step" if self.name == "native" else f"torch eager — {self.reason}"
+        """One line for a page or the CLI: "native C step" or "torch eager — <reason>", in the
+        session's language (a reason recorded in English is one of the runner's messages)."""
+        if self.name == "native":
+            return _("native C step")
+        return _("torch eager — {reason}").format(reason=_(self.reason) if self.reason else "")
 
     def to_dict(self) -> dict[str, str | int | None]:
         return {"name": self.name, "reason": self.reason, "weights": self.weights,
