@@ -7,7 +7,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from charts.layout import legend_above
+from charts.layout import legend_above, with_fonts
 from charts.present import presentation
 from engine import Trace
 from engine.timing.disturbance import RULE, assess
@@ -41,7 +41,7 @@ def disturbance_warning(trace: Trace) -> None:
         return
     st.warning(warning, icon=":material/speed:")
     with st.expander(_("How a step is marked delayed")):
-        st.markdown(RULE)
+        st.markdown(_(RULE))
 
 
 def show_chart(figure: go.Figure, *, where: Any = None, name: str = "",
@@ -55,6 +55,8 @@ def show_chart(figure: go.Figure, *, where: Any = None, name: str = "",
     kwargs.setdefault("width", "stretch")
     label = name or figure_title(figure) or str(kwargs.get("key") or "")
     shown = legend_above(presentation(figure) if presenting() else figure)
+    if chinese():  # the figure names the variant's CJK font after the Latin one
+        shown = with_fonts(shown)
     target = st if where is None else where
     return target.plotly_chart(shown, config=chart_config(
         chart_format(), app_state().view.page_title, label, config), **kwargs)

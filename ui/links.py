@@ -32,6 +32,7 @@ from ui.address import (
 )
 from ui.config import Limits, config
 from ui.keys import PROMPT
+from ui.language import address_language
 from ui.link_params import (
     LINK_PARAMS,
     MAX_LINK_CHARS,
@@ -123,6 +124,7 @@ def share_params(limits: Limits) -> Share:
     if "prompt" in params and spec is not None:
         params["model"], params["dtype"] = spec.name, _weights_of(trace, spec.dtype)
     params.update(selection())
+    params.update(address_language())  # opens in the language it was sent in
     if presenting():
         params["present"] = "1"
         lines.append(_("Opens in presentation mode."))
