@@ -4,7 +4,8 @@
     python scripts/i18n.py check                        # exit 1 on anything out of step
 
 - extract: Babel reads every `_`, `ngettext` and `N_` in app.py, pages/, ui/, charts/ and engine/ (and the
-  English titles of assets/sample_prompts.json and assets/examples/examples.json) into
+  English titles of assets/sample_prompts.json and assets/examples/examples.json, and the
+  Serving samples' titles and descriptions) into
   assets/locale/messages.pot.
 - update: assets/locale/zh_Hant/…/messages.po gets exactly the template's messages (a message no
   longer in the source is dropped; one new to it takes its translation from a FRAGMENT.json
@@ -38,6 +39,7 @@ REVIEW = LOCALE / "zh_Hans" / "review.json"
 GLOSSARY = ROOT / "assets" / "glossary.json"
 SOURCES = ("pages", "ui", "charts", "engine")
 KEYWORDS = {"_": None, "ngettext": (1, 2), "N_": None}
+STREAMS = ROOT / "assets" / "serving_streams.json"  # the Serving page's samples: titles, about
 JSON_TITLES = (ROOT / "assets" / "sample_prompts.json", ROOT / "assets" / "examples" / "examples.json")
 HEADER = "Inference Explorer"
 # Fixed header dates: the generated files change only when their messages do (and `check` can
@@ -80,6 +82,11 @@ def template() -> Catalog:
             if item.get("lang", "en") != "en":  # written in its own language: shown as it is
                 continue
             pot.add(item["title"], locations=[(path.relative_to(ROOT).as_posix(), 0)])
+    streams = json.loads(STREAMS.read_text())
+    for item in streams["streams"] + streams["speculation"]:
+        for key in ("title", "about"):
+            if item.get(key):
+                pot.add(item[key], locations=[(STREAMS.relative_to(ROOT).as_posix(), 0)])
     return pot
 
 

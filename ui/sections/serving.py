@@ -27,7 +27,7 @@ from engine.clock import MachineSample, others_share
 from engine.errors import InputError
 from engine.serving.metrics import summarize_stream
 from engine.serving.record import RequestSpec, ServingConfig, ServingRun
-from engine.timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT
+from engine.timing.disturbance import ADVICE, OTHERS_LIMIT, RULE
 from engine.timing.metrics import percentile
 from i18n import N_, _
 from ui.common import show_chart
@@ -43,24 +43,8 @@ SAMPLES = json.loads((Path(__file__).parents[2] / "assets" / "serving_streams.js
 STREAMS: dict[str, dict[str, Any]] = {s["title"]: s for s in SAMPLES["streams"]}
 SPECULATION: list[dict[str, Any]] = SAMPLES["speculation"]  # prompts: engine/serving/speculative.py
 SPECULATION_PROMPTS = {"rewrite": "REWRITE_PROMPT", "free": "FREE_PROMPT"}  # the bench's samples
-# The samples' titles and descriptions (assets/serving_streams.json, in English) for the catalogs:
-# the titles stay the widget's values and the record's keys; `_` translates them where shown.
-SAMPLE_WORDS = (
-    N_("Mixed output lengths"),
-    N_("Eight short questions whose answers are allowed very different lengths, four at a time "
-       "(max batch 4): in a static batch the short ones' slots wait for the longest."),
-    N_("Same system prompt"),
-    N_("Six questions behind one long shared instruction: with prefix sharing on, its blocks are "
-       "computed once and shared."),
-    N_("Short questions"),
-    N_("Four quick questions with the same output length: the smallest stream, a first run."),
-    N_("Rewrite (pays)"),
-    N_("Fix one spelling mistake and write the whole text out again: the answer copies the "
-       "prompt, so its next tokens are found in the context and drafts are accepted."),
-    N_("Free writing (does not pay)"),
-    N_("A new answer: little of it appears in the prompt, so few drafts are found and fewer "
-       "accepted; each rejected draft still costs a wider forward."),
-)
+# The samples' titles and descriptions are in the catalogs (scripts/i18n.py extracts them): the
+# titles stay the widget's values and the record's keys; `_` translates them where shown.
 
 
 def speculation_prompt(sample: dict[str, Any]) -> str:
@@ -125,20 +109,6 @@ def stream_specs(lm: LoadedModel, prompts: tuple[str, ...], lengths: tuple[int, 
     return specs
 
 
-def rule_text() -> str:
-    """engine.timing.disturbance's RULE (the same English) in the session's language."""
-    return _("A step is marked *delayed by other work on this machine* when other programs used at "
-             "least {others:.0%} of all CPUs' time during it **and** this process got under "
-             "{cpu:.0%} of the CPU time its threads could have used (CPU time < {cpu_limit} × "
-             "threads × wall time; on a GPU, × 1 host thread).").format(
-        others=OTHERS_LIMIT, cpu=CPU_SHARE_LIMIT, cpu_limit=CPU_SHARE_LIMIT)
-
-
-def advice_text() -> str:
-    """engine.timing.disturbance's ADVICE (the same English) in the session's language."""
-    return _("Run it again, and close other programs (or wait for them) first.")
-
-
 def busy_warning(share: float | None, what: str = N_("this run"),
                  runs: tuple[ServingRun, ...] = ()) -> None:
     """The machine was busy with other programs while it ran: its times show the machine too.
@@ -151,12 +121,12 @@ def busy_warning(share: float | None, what: str = N_("this run"),
         text = _("{delayed} of {steps} steps of {what} were delayed by other work on this "
                  "machine: its times are slower than this machine's best.").format(
             delayed=delayed, steps=steps, what=_(what))
-        st.warning(sentences(text, rule_text(), advice_text()), icon=":material/speed:")
+        st.warning(sentences(text, _(RULE), _(ADVICE)), icon=":material/speed:")
     elif share is not None and share >= OTHERS_LIMIT:
         text = _("Other programs used {share:.0%} of all CPUs' time while {what} ran (the rule "
                  "marks ≥ {limit:.0%}): its times are slower than this machine's best.").format(
             share=share, what=_(what), limit=OTHERS_LIMIT)
-        st.warning(sentences(text, advice_text()), icon=":material/speed:")
+        st.warning(sentences(text, _(ADVICE)), icon=":material/speed:")
 
 
 def cpu_watch(device: Any) -> Callable[[], float | None]:

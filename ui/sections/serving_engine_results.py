@@ -214,7 +214,7 @@ def compare_section(run: LoadRun, label: str) -> None:
         return
     st.caption(_("This app's engine: {name}, in this process.").format(
         name=plain(found.local_name)))
-    busy_warning(found.local_share, _("the local run"), runs=(found.local,))
+    busy_warning(found.local_share, N_("the local run"), runs=(found.local,))
     rows = side_by_side(found.local, run, _("server ({name})").format(name=run.server))
     st.table(shown(side_table(rows), SIDE_COLUMNS), hide_index=True)
     st.caption(_("Completed requests; TTFT and end-to-end from the moment each request got its "
