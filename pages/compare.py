@@ -8,7 +8,6 @@ show is computed by engine/lens/compare.py from the two traces.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -330,27 +329,10 @@ def _signed(row: MetricRow) -> str:
     return ("+" if d > 0 else "−" if d < 0 else "±") + _FORMAT[row.unit](abs(d))
 
 
-# engine/lens/compare.decoder_note's warning, shown in the session's language (the decoders'
-# labels stay the engine's)
-DECODER_NOTE = re.compile(r"Run A's decode steps ran on the (?P<label_a>.+) \((?P<weights_a>[^()]+) "
-                          r"weights\) and run B's on the (?P<label_b>.+) \((?P<weights_b>[^()]+) "
-                          r"weights\): their step times differ by the decoder too, not only by the "
-                          r"change\.$")
-
-
-def shown_decoder_note(note: str) -> str:
-    found = DECODER_NOTE.match(note)
-    if found is None:
-        return note
-    return _("Run A's decode steps ran on the {label_a} ({weights_a} weights) and run B's on the "
-             "{label_b} ({weights_b} weights): their step times differ by the decoder too, not "
-             "only by the change.").format(**found.groupdict())
-
-
 def numbers_section(a: Trace, b: Trace) -> None:
     st.subheader(_("Timing and memory"))
     if (note := decoder_note(a, b)) is not None:
-        st.warning(plain(shown_decoder_note(note)))
+        st.warning(plain(note))
     rows = metric_rows(a, b)
     show_table(pd.DataFrame([{
         "": _(r.name), _("run A"): _FORMAT[r.unit](r.a), _("run B"): _FORMAT[r.unit](r.b),

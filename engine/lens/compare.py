@@ -15,6 +15,8 @@ from typing import Callable, Literal
 
 import numpy as np
 
+from i18n import N_, _
+
 from ..records.trace import Trace
 from ..settings import GenerationSettings
 from ..timing.metrics import LatencySummary, summarize
@@ -121,9 +123,9 @@ def _seed(settings: GenerationSettings) -> str:
 
 def _layers(trace: Trace) -> str:
     if not has_attention(trace):
-        return "none"
+        return _("none")
     if len(trace.attention_layers) == trace.model.layers:
-        return f"all {trace.model.layers}"
+        return _("all {layers}").format(layers=trace.model.layers)
     return ", ".join(map(str, trace.attention_layers))
 
 
@@ -168,22 +170,23 @@ class AttentionPair:
 def attention_pair(a: Trace, b: Trace) -> AttentionPair:
     same_model = (a.model.name, a.model.layers, a.model.heads) == (b.model.name, b.model.layers,
                                                                     b.model.heads)
-    missing = [name for name, t in (("A", a), ("B", b)) if not has_attention(t)]
+    missing = tuple(name for name, t in (("A", a), ("B", b)) if not has_attention(t))
     if missing:
-        which = " and ".join(f"run {m}" for m in missing)
-        return AttentionPair((), 0, f"No attention to compare: {which} recorded none (the "
-                                    "“Record attention” setting was off).", same_model)
+        which = {("A",): N_("run A"), ("B",): N_("run B")}.get(missing, N_("run A and run B"))
+        return AttentionPair((), 0, _("No attention to compare: {which} recorded none (the "
+                                      "“Record attention” setting was off).").format(
+            which=_(which)), same_model)
     layers = tuple(sorted(set(a.attention_layers) & set(b.attention_layers)))
     heads = min(a.model.heads, b.model.heads)
     if not layers:
-        return AttentionPair((), heads, "No layer was recorded in both runs (A: "
-                                        f"{_layers(a)}; B: {_layers(b)}).", same_model)
+        return AttentionPair((), heads, _("No layer was recorded in both runs (A: {a}; B: {b}).")
+                             .format(a=_layers(a), b=_layers(b)), same_model)
     if not same_model:
-        note = (f"Different models ({a.model.name} vs {b.model.name}): the same layer and head "
-                "number are different weights.")
+        note = _("Different models ({a} vs {b}): the same layer and head number are different "
+                 "weights.").format(a=a.model.name, b=b.model.name)
     elif a.prompt_token_ids != b.prompt_token_ids:
-        note = (f"Different prompt tokens ({len(a.prompt_token_ids)} vs "
-                f"{len(b.prompt_token_ids)}): each map has its own rows and columns.")
+        note = _("Different prompt tokens ({a} vs {b}): each map has its own rows and "
+                 "columns.").format(a=len(a.prompt_token_ids), b=len(b.prompt_token_ids))
     else:
         note = None
     return AttentionPair(layers, heads, note, same_model)
@@ -233,9 +236,10 @@ def decoder_note(a: Trace, b: Trace) -> str | None:
     da, db = a.decoder, b.decoder
     if da is None or db is None or (da.name, da.weights) == (db.name, db.weights):
         return None
-    return (f"Run A's decode steps ran on the {da.label} ({da.weights} weights) and run B's on "
-            f"the {db.label} ({db.weights} weights): their step times differ by the decoder too, "
-            "not only by the change.")
+    return _("Run A's decode steps ran on the {label_a} ({weights_a} weights) and run B's on the "
+             "{label_b} ({weights_b} weights): their step times differ by the decoder too, not "
+             "only by the change.").format(label_a=da.label, weights_a=da.weights,
+                                           label_b=db.label, weights_b=db.weights)
 
 
 def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt_tokens: int

@@ -4,8 +4,6 @@ branches."""
 
 from __future__ import annotations
 
-import re
-
 import streamlit as st
 
 from charts.attention import downsample, sequence_labels
@@ -22,46 +20,6 @@ from ui.text import plain
 LIMIT = 96  # heatmap cells per side before blocks are averaged (as on the Attention page)
 ROWS = {"prompt (prefill)": N_("prompt (prefill)"),  # the maps' rows: values stay English
         "prompt + generated (decode rows)": N_("prompt + generated (decode rows)")}
-
-
-# engine/lens/compare.attention_pair's notes, matched and shown in the session's language (the
-# engine keeps its English; a note of another form is shown as it is)
-_NOTES = (
-    (re.compile(r"No attention to compare: (?P<which>run A|run B|run A and run B) recorded none "
-                r"\(the “Record attention” setting was off\)\.$"),
-     N_("No attention to compare: {which} recorded none (the “Record attention” setting was "
-        "off).")),
-    (re.compile(r"No layer was recorded in both runs \(A: (?P<a>[^;]*); B: (?P<b>[^;]*)\)\.$"),
-     N_("No layer was recorded in both runs (A: {a}; B: {b}).")),
-    (re.compile(r"Different models \((?P<a>.+) vs (?P<b>.+)\): the same layer and head number are "
-                r"different weights\.$"),
-     N_("Different models ({a} vs {b}): the same layer and head number are different weights.")),
-    (re.compile(r"Different prompt tokens \((?P<a>\d+) vs (?P<b>\d+)\): each map has its own rows "
-                r"and columns\.$"),
-     N_("Different prompt tokens ({a} vs {b}): each map has its own rows and columns.")),
-)
-_NOTE_WORDS = {"run A": N_("run A"), "run B": N_("run B"), "run A and run B": N_("run A and run B"),
-               "none": N_("none")}
-
-
-def _layers_shown(text: str) -> str:
-    """A note's recorded layers ("none", "all 30", "0, 7, 15") in the session's language."""
-    if text.startswith("all "):
-        return _("all {layers}").format(layers=text[len("all "):])
-    return _(_NOTE_WORDS[text]) if text in _NOTE_WORDS else text
-
-
-def pair_note(note: str) -> str:
-    """An `attention_pair` note in the session's language."""
-    for pattern, form in _NOTES:
-        if (found := pattern.match(note)) is not None:
-            fields = found.groupdict()
-            if "which" in fields:
-                fields["which"] = _(_NOTE_WORDS[fields["which"]])
-            elif form.startswith("No layer"):
-                fields = {k: _layers_shown(v) for k, v in fields.items()}
-            return _(form).format(**fields)
-    return note
 
 
 def _piece(trace: Trace, index: int) -> str:
@@ -124,7 +82,7 @@ def attention_section(a: Trace, b: Trace, names: tuple[str, str] | None = None,
     st.subheader(_("The same attention head in both"))
     pair = attention_pair(a, b)
     if not pair.available:
-        st.info(pair_note(pair.note))
+        st.info(pair.note)
         return
     c1, c2, c3 = st.columns([1, 1, 2])
     for key, options in ((f"{prefix}_layer", pair.layers), (f"{prefix}_head", range(pair.heads))):
@@ -135,7 +93,7 @@ def attention_section(a: Trace, b: Trace, names: tuple[str, str] | None = None,
     rows = c3.radio(_("Rows"), list(ROWS), format_func=lambda r: _(ROWS[r]),
                     horizontal=True, key=f"{prefix}_rows", index=rows)
     if pair.note:
-        st.caption(pair_note(pair.note))
+        st.caption(pair.note)
     shown = []
     for name, trace in zip("AB", (a, b)):
         weights = memo(f"{prefix}_attn_{name}", (trace, layer), lambda t=trace: full_attention(t, layer))
