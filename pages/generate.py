@@ -15,7 +15,7 @@ from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from engine import Run, Trace, TraceFormatError, summarize
 from engine.timing.metrics import warmup_note
-from i18n import N_, _
+from i18n import N_, _, language
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
@@ -37,8 +37,15 @@ from ui.state import (
 from ui.text import message, plain
 from ui.traces import open_example, open_trace_file, shipped_examples
 
-SAMPLES = {s["title"]: s["prompt"] for s in
-           json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
+SAMPLE_LIST = json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())
+SAMPLES = {s["title"]: s["prompt"] for s in SAMPLE_LIST}
+SAMPLE_LANGUAGE = {s["title"]: s.get("lang", "en") for s in SAMPLE_LIST}
+
+
+def samples_in_order() -> list[str]:
+    """The samples' titles, those in the session's language first (a Chinese session opens on
+    the Chinese prompts; the English ones follow)."""
+    return sorted(SAMPLES, key=lambda title: SAMPLE_LANGUAGE[title] != language())
 # The live chart redraws at most this often, the first time this long after the run starts: the
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
 # after a redraw runs several times slower than the others (the first-decode-step spike).
@@ -105,7 +112,7 @@ def header() -> None:
 def prompt_form() -> tuple[str, bool, bool]:
     """The prompt box with its samples, Generate (or Ctrl+Enter) and Stop."""
     # the options stay the samples' English titles (the session's value): translated as drawn
-    st.selectbox(_("Sample prompts"), list(SAMPLES), index=None, key=SAMPLE, on_change=use_sample,
+    st.selectbox(_("Sample prompts"), samples_in_order(), index=None, key=SAMPLE, on_change=use_sample,
                  format_func=_, placeholder=_("Pick a sample prompt…"))
     with st.form("generate_form", border=False):
         prompt = st.text_area(_("Prompt"), key=PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
