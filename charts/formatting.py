@@ -9,7 +9,9 @@ goes to the metric's help or a caption, never into the value. Pure functions: no
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 
+from babel.dates import format_datetime
 from babel.numbers import get_decimal_symbol, get_group_symbol
 
 from i18n import babel_locale
@@ -90,3 +92,18 @@ def count(n: float | None) -> str:
     if abs(n) < 100_000 and float(n).is_integer():
         return localized(f"{int(n):,}")
     return _scaled(float(n), [(1.0, ""), (1e3, "k"), (1e6, "M"), (1e9, "G")])
+
+
+def moment(iso: str) -> str:
+    """A recorded time (ISO 8601, as a trace stores it) as the session's locale writes it, in UTC:
+    English keeps the ISO form the files use; Chinese reads "2026年12月6日 上午2:28:27 UTC"
+    (Babel's medium date and time). A value that is not ISO is shown as it is."""
+    if babel_locale() == "en_US":
+        return iso
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return format_datetime(when, "medium", tzinfo=timezone.utc, locale=babel_locale()) + " UTC"

@@ -41,7 +41,7 @@ from engine.timing.metrics import summarize
 from i18n import N_, _, language
 
 from .attention import downsample, heatmap, sequence_labels
-from .formatting import count, duration, rate, size
+from .formatting import count, duration, moment, rate, size
 from .kvcache import live_memory_chart, on_off_chart, variant_chart
 from .layout import legend_above
 from .live import step_chart
@@ -373,8 +373,8 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
         "attention": _("Attention"), "experiments": _("Experiments")}.items()}
     meta = _("Run recorded {created} by engine {engine} ·\nreport made {made} by engine {version} "
              "from trace format\n<span class=\"nowrap\">{format} version {format_version}</span>"
-             ).format(created=esc(trace.created_at), engine=esc(trace.engine_version),
-                      made=esc(made_at), version=esc(ENGINE_VERSION), format=esc(FORMAT_NAME),
+             ).format(created=esc(moment(trace.created_at)), engine=esc(trace.engine_version),
+                      made=esc(moment(made_at)), version=esc(ENGINE_VERSION), format=esc(FORMAT_NAME),
                       format_version=FORMAT_VERSION)
     model_line = _("{model} · {params} parameters ·\n{dtype} · {device}").format(
         model=esc(m.name), params=esc(count(m.param_count)), dtype=esc(m.dtype),
