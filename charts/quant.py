@@ -83,7 +83,7 @@ def study_chart(study: QuantStudy) -> go.Figure:
                 hovertemplate=_("%{x}: %{y:.2f} ms per token<br>%{customdata}<extra></extra>")),
                 row=2, col=1)
     if any(v.speed.disturbed for v in study.variants):  # a legend entry for the hatching
-        fig.add_trace(go.Bar(x=[None], y=[None], name=DELAYED_NAME, marker={
+        fig.add_trace(go.Bar(x=[None], y=[None], name=_(DELAYED_NAME), marker={
             "color": "#7f7f7f", "pattern": {"shape": DELAYED_PATTERN, "fgcolor": "white",
                                             "fillmode": "overlay"}}, hoverinfo="skip"),
             row=2, col=1)

@@ -132,11 +132,11 @@ def on_off_table(found: tuple[OnOff, ...]) -> None:
     if delayed:
         st.warning(_("Other work on this machine delayed {delayed} of {rounds} rounds (crosses in "
                      "the chart): their times show the machine, not the model. {advice}").format(
-            delayed=delayed, rounds=sum(r.rounds for r in found), advice=ADVICE),
+            delayed=delayed, rounds=sum(r.rounds for r in found), advice=_(ADVICE)),
             icon=":material/speed:")
         with st.expander(_("How a run is marked delayed")):
             st.markdown(_("{rule} A round is delayed when any step of its run with the cache, or "
-                          "of its run without, is.").format(rule=RULE))
+                          "of its run without, is.").format(rule=_(RULE)))
     for note in on_off_notes(found):
         st.warning(note, icon=":material/warning:")
     show_chart(on_off_rounds_chart(found), name="cache on vs off rounds")

@@ -58,7 +58,7 @@ CONFIGS = {
 DECODERS = {"native": N_("native")}
 CALC_FORMATS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3")
 STORAGE = {"fp32": N_("float32 (the reference)"), "fp16": "float16", "bf16": "bfloat16",
-           **{name: fmt.describe() for name, fmt in FORMATS.items()}, **STORAGE_TEXT}
+           **{name: fmt.shown() for name, fmt in FORMATS.items()}, **STORAGE_TEXT}
 
 
 def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
@@ -66,7 +66,7 @@ def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
     st.markdown(_("Every variant changes {scope}. Weights are rounded to the nearest point of "
                   "the format's grid in groups of consecutive weights along a row; each group "
                   "stores its own scale (and minimum), which is what the bytes add beyond "
-                  "params × bits / 8.").format(scope=SCOPE))
+                  "params × bits / 8.").format(scope=_(SCOPE)))
     rows = [{_("variant"): name, _("decoder Linear weights stored as"):
              _(STORAGE.get(name.removeprefix("awq_"), name)),
              _("bits per weight (codes + scales)"): _bits(name)} for name in VARIANT_NAMES]
@@ -109,7 +109,7 @@ def _bits(name: str) -> str:
         return (_("8 + 16 / row length") if fmt.group is None
                 else f"{fmt.bits} + {fmt.group_bits} / {fmt.group} = {fmt.bits_per_weight():g}")
     if base in BITS_TEXT:
-        return BITS_TEXT[base]
+        return _(BITS_TEXT[base])
     return str(IDEAL_BITS.get(base, 32))
 
 
@@ -252,7 +252,7 @@ def results_table(study: QuantStudy) -> None:
         "{bandwidth}.").format(
             text=study.text, text_tokens=study.text_tokens, perplexity=f"{ref.perplexity:.3f}",
             agreement=f"{_ppl_agreement(study):.1e}", steps=ref.speed.steps,
-            kv_formula=KV_FORMULA, bandwidth=bandwidth))
+            kv_formula=_(KV_FORMULA), bandwidth=bandwidth))
     eager: dict[str, list[str]] = {}  # why torch ran them → the variants
     for v in study.variants:
         if v.speed.decoder != "native":
@@ -264,7 +264,7 @@ def results_table(study: QuantStudy) -> None:
         st.warning(_("Other programs used the CPUs while {variants} decoded: their TTFT and ITL "
                      "are slower than this machine's best (hatched in the chart). {advice}").format(
             variants=", ".join(f"{v.name} ({v.speed.others_share:.0%})" for v in delayed),
-            advice=ADVICE), icon=":material/speed:")
+            advice=_(ADVICE)), icon=":material/speed:")
     if any((m := v.speed.mbu(study.bandwidth_gb_s)) is not None and m > 1 for v in study.variants):
         st.warning(_("A step read faster than the measured ceiling: the ceiling was read in a "
                      "slow moment, or the weights fit in the CPU caches. Measure the ceilings "

@@ -23,6 +23,8 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
+from i18n import _
+
 from ..errors import InputError
 from ..forward import cache_layer_bytes
 from ..loader import LoadedModel
@@ -49,13 +51,13 @@ def check_sequence(lm: LoadedModel, ids: list[int], max_tokens: int) -> None:
     """Refuse, with one line, a token sequence the model should not be run on here: longer than
     this app's limit or the model's context, or with ids outside its vocabulary."""
     if len(ids) > max_tokens:
-        raise InputError(f"this trace has {len(ids):,} tokens; experiments here run the model on "
-                         f"at most {max_tokens:,}")
+        raise InputError(_("this trace has {tokens:,} tokens; experiments here run the model on "
+                           "at most {limit:,}").format(tokens=len(ids), limit=max_tokens))
     if lm.spec.max_context and len(ids) > lm.spec.max_context:
-        raise InputError(f"this trace has {len(ids):,} tokens, more than the model's context of "
-                         f"{lm.spec.max_context:,}")
+        raise InputError(_("this trace has {tokens:,} tokens, more than the model's context of "
+                           "{context:,}").format(tokens=len(ids), context=lm.spec.max_context))
     if any(not 0 <= i < lm.spec.vocab_size for i in ids):
-        raise InputError("this trace has token ids outside the loaded model's vocabulary")
+        raise InputError(_("this trace has token ids outside the loaded model's vocabulary"))
 
 
 @torch.inference_mode()
@@ -184,9 +186,10 @@ def cache_on_off(lm: LoadedModel, prompt: str, lengths: Sequence[int],
     one-time costs). Each run is yielded as it ends (`on_off_results` turns them into one result
     per length); once `stop` is set (a time budget), the run it cut is not reported."""
     if not lengths or any(not 1 <= n <= max_new_tokens for n in lengths):
-        raise InputError(f"output lengths must be between 1 and {max_new_tokens} tokens here")
+        raise InputError(_("output lengths must be between 1 and {limit} tokens here").format(
+            limit=max_new_tokens))
     if rounds < 1:
-        raise InputError("the experiment needs at least one round")
+        raise InputError(_("the experiment needs at least one round"))
 
     def run(n: int, kv: bool):
         settings = GenerationSettings(max_new_tokens=n, kv_cache=kv, record_attention=False,
@@ -218,7 +221,7 @@ def on_off_results(runs: Iterable[TimedRun]) -> tuple[OnOff, ...]:
         found.setdefault(t.new_tokens, {}).setdefault(t.round, {})[t.kv_cache] = t
     results = []
     for n, by_round in found.items():
-        done = [pair for _, pair in sorted(by_round.items()) if len(pair) == 2]
+        done = [pair for _round, pair in sorted(by_round.items()) if len(pair) == 2]
         if not done:
             continue
         on, off = [pair[True] for pair in done], [pair[False] for pair in done]
@@ -236,19 +239,19 @@ def _why(shorter: OnOff, longer: OnOff, cache: bool) -> str:
     """Why a longer output's median came out below a shorter one's, in the order the reasons
     are checked: too few rounds, delayed rounds, overlapping spreads, none of these."""
     if min(shorter.rounds, longer.rounds) < 2:
-        return ("a single round was measured, so this machine's noise cannot be told apart from "
-                "the model")
+        return _("a single round was measured, so this machine's noise cannot be told apart from "
+                 "the model")
     delayed = shorter.delayed(cache) + longer.delayed(cache)
     if delayed:
-        return (f"other work on this machine delayed {delayed} of these "
-                f"{shorter.rounds + longer.rounds} rounds, so their times show the machine, "
-                "not the model")
+        return _("other work on this machine delayed {delayed} of these {rounds} rounds, so "
+                 "their times show the machine, not the model").format(
+            delayed=delayed, rounds=shorter.rounds + longer.rounds)
     if longer.spread_ms(cache)[1] >= shorter.spread_ms(cache)[0]:
-        return ("the difference is within the spread of the rounds (their min–max ranges "
-                "overlap): this machine's noise is larger than it")
-    return ("no round was marked delayed and the ranges do not overlap: the machine's speed "
-            "changed between the runs in a way the delay rule does not catch, so this pair is "
-            "not to be trusted")
+        return _("the difference is within the spread of the rounds (their min–max ranges "
+                 "overlap): this machine's noise is larger than it")
+    return _("no round was marked delayed and the ranges do not overlap: the machine's speed "
+             "changed between the runs in a way the delay rule does not catch, so this pair is "
+             "not to be trusted")
 
 
 def on_off_notes(results: Sequence[OnOff]) -> list[str]:
@@ -257,11 +260,16 @@ def on_off_notes(results: Sequence[OnOff]) -> list[str]:
     measurement shows it, and what to do."""
     ordered = sorted(results, key=lambda r: r.new_tokens)
     notes = []
-    for cache, how in ((True, "with the cache"), (False, "without the cache")):
+    for cache in (True, False):
         for shorter, longer in zip(ordered, ordered[1:]):
             if longer.median_ms(cache) < shorter.median_ms(cache):
-                notes.append(
-                    f"{longer.new_tokens} tokens took less time than {shorter.new_tokens} {how} "
-                    f"({longer.median_ms(cache):,.0f} ms vs {shorter.median_ms(cache):,.0f} ms, "
-                    f"medians): {_why(shorter, longer, cache)}. {ADVICE}")
+                line = (_("{longer} tokens took less time than {shorter} with the cache "
+                          "({longer_ms:,.0f} ms vs {shorter_ms:,.0f} ms, medians): {why}. {advice}")
+                        if cache else
+                        _("{longer} tokens took less time than {shorter} without the cache "
+                          "({longer_ms:,.0f} ms vs {shorter_ms:,.0f} ms, medians): {why}. {advice}"))
+                notes.append(line.format(
+                    longer=longer.new_tokens, shorter=shorter.new_tokens,
+                    longer_ms=longer.median_ms(cache), shorter_ms=shorter.median_ms(cache),
+                    why=_why(shorter, longer, cache), advice=_(ADVICE)))
     return notes

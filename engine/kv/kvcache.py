@@ -17,6 +17,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from i18n import N_, _
+
 
 def quantize(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x (B, H, T, D) → (ints, scales (B, H, T, 1) float16); int4 packs two values a byte."""
@@ -90,6 +92,10 @@ class SinkWindowLayer(DynamicLayer):
         return self.cumulative_length
 
 
+# CacheConfig.label of the kinds without a window (translated where shown: the label is never a key)
+KIND_LABELS = {"full": N_("full cache"), "int8": N_("int8 cache"), "int4": N_("int4 cache")}
+
+
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
     """full | int8 | int4 | window (with `window` recent tokens and `sinks` first tokens)."""
@@ -107,8 +113,10 @@ class CacheConfig:
     @property
     def label(self) -> str:
         if self.kind == "window":
-            return f"window {self.window}" + (f" + {self.sinks} sinks" if self.sinks else "")
-        return {"full": "full cache", "int8": "int8 cache", "int4": "int4 cache"}[self.kind]
+            if self.sinks:
+                return _("window {window} + {sinks} sinks").format(window=self.window, sinks=self.sinks)
+            return _("window {window}").format(window=self.window)
+        return _(KIND_LABELS[self.kind])
 
 
 def build_cache(model: Any, config: CacheConfig) -> DynamicCache:
@@ -117,7 +125,7 @@ def build_cache(model: Any, config: CacheConfig) -> DynamicCache:
         return cache
     layers = model.config.num_hidden_layers
     if config.kind in ("int8", "int4"):
-        cache.layers = [QuantizedLayer(int(config.kind[3:])) for _ in range(layers)]
+        cache.layers = [QuantizedLayer(int(config.kind[3:])) for _layer in range(layers)]
     else:
-        cache.layers = [SinkWindowLayer(config.window, config.sinks) for _ in range(layers)]
+        cache.layers = [SinkWindowLayer(config.window, config.sinks) for _layer in range(layers)]
     return cache

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from i18n import _
+
 from ..spec import ModelSpec
 
 CACHE_DTYPES = {"fp32": 4.0, "fp16/bf16": 2.0, "int8": 1.0, "int4": 0.5}
@@ -67,12 +69,15 @@ class KVModel:
     def rule(self, dtype: str = "fp16/bf16") -> str:
         b = CACHE_DTYPES[dtype]
         if self.attention == "MLA":
-            core = f"({self.mla_latent} latent + {self.mla_rope_dim} rope) · {b:g} B"
+            core = _("({latent} latent + {rope} rope) · {b:g} B").format(
+                latent=self.mla_latent, rope=self.mla_rope_dim, b=b)
         else:
-            core = f"2 · {self.kv_heads} KV heads · {self.head_dim} head_dim · {b:g} B"
+            core = _("2 · {kv_heads} KV heads · {head_dim} head_dim · {b:g} B").format(
+                kv_heads=self.kv_heads, head_dim=self.head_dim, b=b)
         if b < 2:
-            core += f" + {len(self.vectors_per_layer_token())} scales · {SCALE_BYTES} B"
-        return f"{self.layers} layers × [{core}]"
+            core = _("{core} + {scales} scales · {scale_bytes} B").format(
+                core=core, scales=len(self.vectors_per_layer_token()), scale_bytes=SCALE_BYTES)
+        return _("{layers} layers × [{core}]").format(layers=self.layers, core=core)
 
 
 def load_models(path: Path) -> list[KVModel]:
@@ -82,7 +87,7 @@ def load_models(path: Path) -> list[KVModel]:
 
 def from_spec(spec: ModelSpec) -> KVModel:
     kind = "MHA" if spec.kv_heads == spec.heads else "GQA"
-    return KVModel(name=f"{spec.name} (loaded)", attention=kind, layers=spec.layers,
+    return KVModel(name=_("{model} (loaded)").format(model=spec.name), attention=kind, layers=spec.layers,
                    heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
                    sliding_window=spec.sliding_window,
                    sliding_layers=spec.layers if spec.sliding_window else 0)

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from i18n import _
+
 from ..records.trace import Trace
 from ..spec import ModelSpec
 from ..timing.metrics import forward_median_ms, summarize
 from ..timing.roofline import native_weight_bytes
+from .notice import sentences
 from .wording import size
 
 # ---------------------------------------------------------------- prefill vs decode
@@ -41,23 +44,35 @@ class PhaseNotice:
 
     @property
     def text(self) -> str:
-        head = (f"Prefill read all {self.prompt_tokens} prompt tokens in one pass: TTFT "
-                f"{self.ttft_ms:.1f} ms.")
+        head = _("Prefill read all {tokens} prompt tokens in one pass: TTFT {ttft:.1f} ms.").format(
+            tokens=self.prompt_tokens, ttft=self.ttft_ms)
         if not self.decode_steps or self.itl_median_ms is None:
-            return head + " This run stopped after its first token, so there was no decode step."
+            return sentences(head, _("This run stopped after its first token, so there was no "
+                                     "decode step."))
         per_prompt_token = self.prefill_ms_per_token
-        formula = (f"{self.params:,} parameters × {self.dtype_bytes} B" if self.tied else
-                   f"(parameters − the input embedding's unread rows) × {self.dtype_bytes} B")
+        formula = (_("{params:,} parameters × {bytes} B").format(params=self.params,
+                                                                 bytes=self.dtype_bytes)
+                   if self.tied else
+                   _("(parameters − the input embedding's unread rows) × {bytes} B").format(
+                       bytes=self.dtype_bytes))
         if self.packed is not None:
-            formula = f"the native step's packed {self.packed} weights, measured"
-        unit = "verify forward (speculative decoding: each emitted one or more tokens)" \
-            if self.speculative else "token (ITL)"
-        return (head + f" Decode then took a median of {self.itl_median_ms:.1f} ms per {unit} "
-                f"— {self.itl_median_ms / per_prompt_token:.1f}× the prefill's "
-                f"{per_prompt_token:.2f} ms per prompt token (the prefill step alone, without "
-                f"tokenizing). Decode step {self.step} read "
-                f"{size(self.weight_bytes)} of weights ({formula}) and {size(self.kv_read)} of KV "
-                "cache to produce one token: decode waits on memory, not arithmetic.")
+            formula = _("the native step's packed {format} weights, measured").format(
+                format=self.packed)
+        if self.speculative:
+            decode = _("Decode then took a median of {itl:.1f} ms per verify forward (speculative "
+                       "decoding: each emitted one or more tokens) — {ratio:.1f}× the prefill's "
+                       "{prefill:.2f} ms per prompt token (the prefill step alone, without "
+                       "tokenizing).")
+        else:
+            decode = _("Decode then took a median of {itl:.1f} ms per token (ITL) — {ratio:.1f}× "
+                       "the prefill's {prefill:.2f} ms per prompt token (the prefill step alone, "
+                       "without tokenizing).")
+        decode = decode.format(itl=self.itl_median_ms, ratio=self.itl_median_ms / per_prompt_token,
+                               prefill=per_prompt_token)
+        step = _("Decode step {step} read {weights} of weights ({formula}) and {kv} of KV cache to "
+                 "produce one token: decode waits on memory, not arithmetic.").format(
+            step=self.step, weights=size(self.weight_bytes), formula=formula, kv=size(self.kv_read))
+        return sentences(head, decode, step)
 
 
 def phase_notice(trace: Trace) -> PhaseNotice:
@@ -98,17 +113,27 @@ class KVNotice:
     @property
     def text(self) -> str:
         if not self.cache_on:
-            return ("This run had the KV cache off: nothing was kept, and every step recomputed "
-                    "the keys and values of the whole sequence. Switch it on to watch it grow.")
-        match = ("the same as the tensors' measured nbytes" if self.measured_bytes == self.formula_bytes
-                 else f"measured in the tensors: {self.measured_bytes:,} B")
-        at_limit = (f" At the model's {self.max_context:,}-token limit it would take "
-                    f"{size(self.per_token * self.max_context)}." if self.max_context else "")
-        return (f"After the last step the cache holds keys and values for {self.tokens} positions: "
-                f"2 · {self.layers} layers · {self.kv_heads} KV heads · {self.head_dim} head_dim · "
-                f"{self.dtype_bytes} B · {self.tokens} tokens = {self.formula_bytes:,} B "
-                f"({size(self.formula_bytes)}), {match}. Every new token adds "
-                f"{self.per_token:,} B.{at_limit}")
+            return _("This run had the KV cache off: nothing was kept, and every step recomputed "
+                     "the keys and values of the whole sequence. Switch it on to watch it grow.")
+        if self.measured_bytes == self.formula_bytes:
+            held = _("After the last step the cache holds keys and values for {tokens} positions: "
+                     "2 · {layers} layers · {kv_heads} KV heads · {head_dim} head_dim · {bytes} B · "
+                     "{tokens} tokens = {formula:,} B ({size}), the same as the tensors' measured "
+                     "nbytes.")
+        else:
+            held = _("After the last step the cache holds keys and values for {tokens} positions: "
+                     "2 · {layers} layers · {kv_heads} KV heads · {head_dim} head_dim · {bytes} B · "
+                     "{tokens} tokens = {formula:,} B ({size}), measured in the tensors: "
+                     "{measured:,} B.")
+        parts = [held.format(tokens=self.tokens, layers=self.layers, kv_heads=self.kv_heads,
+                             head_dim=self.head_dim, bytes=self.dtype_bytes,
+                             formula=self.formula_bytes, size=size(self.formula_bytes),
+                             measured=self.measured_bytes),
+                 _("Every new token adds {bytes:,} B.").format(bytes=self.per_token)]
+        if self.max_context:
+            parts.append(_("At the model's {limit:,}-token limit it would take {size}.").format(
+                limit=self.max_context, size=size(self.per_token * self.max_context)))
+        return sentences(*parts)
 
 
 def kv_notice(trace: Trace) -> KVNotice:

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from i18n import N_, _
+
 from ..quant.calculator import format_bits, stored_bytes
 from ..quant.scheme import FORMATS
 from ..records.trace import Trace
 from ..settings import FLOAT_WEIGHTS
 from ..spec import ModelSpec
 from ..timing.metrics import forward_median_ms, summarize
+from .notice import sentences
 from .wording import size
 
 STORY_FORMATS = ("fp32", "fp16", "int8", "q4_0")  # the explainer's four (4-bit as Q4_0)
@@ -45,7 +48,7 @@ def bits_label(spec: ModelSpec, name: str) -> str:
         bits = format_bits(name.removeprefix(AWQ_PREFIX), spec.hidden_size)
     except ValueError:
         return label(name)
-    return f"{label(name)} · {bits:.3g} bits"
+    return _("{format} · {bits:.3g} bits").format(format=label(name), bits=bits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +86,44 @@ def step_bytes(spec: ModelSpec, name: str) -> float:
 def formula(spec: ModelSpec) -> str:
     """The formula of step_bytes with this model's numbers, for the figure's caption."""
     parts = step_parts(spec)
-    return (f"fp32 / fp16: all {parts.total:,} weights a step reads × 32 or 16 bits / 8. "
-            f"int8 and Q4_0: the layers' {parts.layers:,} weights × their bits / 8 — int8 "
-            f"{format_bits('int8', spec.hidden_size):.2f} bits (8 + one float16 scale per row of "
-            f"{spec.hidden_size}), Q4_0 {format_bits('q4_0'):g} bits (4 + one float16 scale per 32) "
-            f"— + the embedding / LM head's {parts.embedding:,} × {format_bits(EMBEDDING_FORMAT):g} "
-            f"/ 8 (Q8_0) + the norms' {parts.norms:,} × {NORM_BYTES} B (float32)")
+    return _("fp32 / fp16: all {total:,} weights a step reads × 32 or 16 bits / 8. "
+             "int8 and Q4_0: the layers' {layers:,} weights × their bits / 8 — int8 "
+             "{int8_bits:.2f} bits (8 + one float16 scale per row of {hidden}), Q4_0 {q4_bits:g} "
+             "bits (4 + one float16 scale per 32) — + the embedding / LM head's {embedding:,} × "
+             "{embedding_bits:g} / 8 (Q8_0) + the norms' {norms:,} × {norm_bytes} B "
+             "(float32)").format(
+        total=parts.total, layers=parts.layers, int8_bits=format_bits("int8", spec.hidden_size),
+        hidden=spec.hidden_size, q4_bits=format_bits("q4_0"), embedding=parts.embedding,
+        embedding_bits=format_bits(EMBEDDING_FORMAT), norms=parts.norms, norm_bytes=NORM_BYTES)
+
+
+# WeightsNotice's first sentence: (what the bytes come from, the other format reads less) → it
+_READ_LINES = {
+    ("measured", True): N_(
+        "The native C step ran this run's decode on {own} weights: each step read {read} of them "
+        "(measured: the buffer it streams; the formula gives {formula}); stored as {other} the "
+        "same step would read {other_read}, {ratio:.1f}× less."),
+    ("measured", False): N_(
+        "The native C step ran this run's decode on {own} weights: each step read {read} of them "
+        "(measured: the buffer it streams; the formula gives {formula}); stored as {other} the "
+        "same step would read {other_read}, {ratio:.1f}× more."),
+    ("float_copy", True): N_(
+        "This run's weights were rounded to {own}, but torch eager multiplied by a float32 copy of "
+        "those values: each decode step read {read} (the native C step reads the {own} codes "
+        "themselves, {formula}); stored as {other} the same step would read {other_read}, "
+        "{ratio:.1f}× less."),
+    ("float_copy", False): N_(
+        "This run's weights were rounded to {own}, but torch eager multiplied by a float32 copy of "
+        "those values: each decode step read {read} (the native C step reads the {own} codes "
+        "themselves, {formula}); stored as {other} the same step would read {other_read}, "
+        "{ratio:.1f}× more."),
+    ("formula", True): N_(
+        "Each decode step of this run read {read} of weights ({own}); stored as {other} the same "
+        "step would read {other_read}, {ratio:.1f}× less."),
+    ("formula", False): N_(
+        "Each decode step of this run read {read} of weights ({own}); stored as {other} the same "
+        "step would read {other_read}, {ratio:.1f}× more."),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,33 +162,30 @@ class WeightsNotice:
     @property
     def text(self) -> str:
         if not self.read_bytes:
-            return (f"This run used “{self.weights}” weights, a format this story cannot count; "
-                    "the Quantization page measures every variant it knows.")
+            return _("This run used “{weights}” weights, a format this story cannot count; "
+                     "the Quantization page measures every variant it knows.").format(
+                weights=self.weights)
         own, other, other_bytes = label(self.weights), label(self.other), self.bytes_of(self.other)
         less = self.other == "q4_0"
         ratio = self.read_bytes / other_bytes if less else other_bytes / self.read_bytes
-        if self.measured_bytes is not None:
-            head = (f"The native C step ran this run's decode on {own} weights: each step read "
-                    f"{size(self.read_bytes)} of them (measured: the buffer it streams; the "
-                    f"formula gives {size(self.bytes_of(self.weights))})")
-        elif self.float_copy:
-            head = (f"This run's weights were rounded to {own}, but torch eager multiplied by a "
-                    f"float32 copy of those values: each decode step read {size(self.read_bytes)} "
-                    f"(the native C step reads the {own} codes themselves, "
-                    f"{size(self.bytes_of(self.weights))})")
-        else:
-            head = f"Each decode step of this run read {size(self.read_bytes)} of weights ({own})"
-        line = (head + f"; stored as {other} the same step would read {size(other_bytes)}, "
-                f"{ratio:.1f}× {'less' if less else 'more'}.")
+        kind = ("measured" if self.measured_bytes is not None
+                else "float_copy" if self.float_copy else "formula")
+        line = _(_READ_LINES[kind, less]).format(
+            own=own, other=other, read=size(self.read_bytes),
+            formula=size(self.bytes_of(self.weights)), other_read=size(other_bytes), ratio=ratio)
         if not self.decode_steps or self.itl_median_ms is None:
-            return line + " This run stopped after its first token, so it had no decode step to time."
+            return sentences(line, _("This run stopped after its first token, so it had no decode "
+                                     "step to time."))
         rate = self.read_bytes / self.itl_median_ms / 1e6  # bytes per ms → GB/s
-        line += (f" At its median ITL of {self.itl_median_ms:.1f} ms that is {rate:.1f} GB/s of "
-                 "weights (bytes per step ÷ ITL)")
         if less:
-            return line + (f": decode waits on memory, so {other} would raise the ceiling on "
-                           f"its speed {ratio:.1f}×.")
-        return line + "."
+            speed = _("At its median ITL of {itl:.1f} ms that is {rate:.1f} GB/s of weights (bytes "
+                      "per step ÷ ITL): decode waits on memory, so {other} would raise the ceiling "
+                      "on its speed {ratio:.1f}×.")
+        else:
+            speed = _("At its median ITL of {itl:.1f} ms that is {rate:.1f} GB/s of weights (bytes "
+                      "per step ÷ ITL).")
+        return sentences(line, speed.format(itl=self.itl_median_ms, rate=rate, other=other,
+                                            ratio=ratio))
 
 
 def weights_notice(trace: Trace) -> WeightsNotice:

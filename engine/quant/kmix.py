@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from i18n import N_
+
 from .kquants import BLOCKS, stored_type
 from .sites import decoder_linears, embedding_weights
 
@@ -29,17 +31,18 @@ K_VARIANTS = ("q4_k", "q6_k", "q4_k_m")
 RULES = {"q4_k": "llama.cpp's Q4_K_M rule without its Q6_K bumps", "q6_k": "llama.cpp's Q6_K rule",
          "q4_k_m": "llama.cpp's Q4_K_M rule"}
 # what the Quantization page says of each mix: its types and their stored bits per weight
+# English where defined (a record's storage); _(STORAGE_TEXT[name]) / _(BITS_TEXT[name]) shown
 STORAGE_TEXT = {
-    "q4_k": "GGML types per tensor (llama.cpp's rule): Q4_K (4.5 bits) where rows are whole "
-            "256-blocks, else its fallback Q5_0 (5.5)",
-    "q6_k": "GGML types per tensor (llama.cpp's rule): Q6_K (6.5625 bits) where rows are whole "
-            "256-blocks, else its fallback Q8_0 (8.5)",
-    "q4_k_m": "GGML types per tensor by llama.cpp's Q4_K_M rule: Q4_K (4.5 bits) or its fallback "
-              "Q5_0 (5.5); attn_v and ffn_down of the use_more_bits layers Q6_K (6.5625) or its "
-              "fallback Q8_0 (8.5)",
+    "q4_k": N_("GGML types per tensor (llama.cpp's rule): Q4_K (4.5 bits) where rows are whole "
+               "256-blocks, else its fallback Q5_0 (5.5)"),
+    "q6_k": N_("GGML types per tensor (llama.cpp's rule): Q6_K (6.5625 bits) where rows are whole "
+               "256-blocks, else its fallback Q8_0 (8.5)"),
+    "q4_k_m": N_("GGML types per tensor by llama.cpp's Q4_K_M rule: Q4_K (4.5 bits) or its fallback "
+                 "Q5_0 (5.5); attn_v and ffn_down of the use_more_bits layers Q6_K (6.5625) or its "
+                 "fallback Q8_0 (8.5)"),
 }
-BITS_TEXT = {"q4_k": "4.5 (Q4_K) or 5.5 (Q5_0)", "q6_k": "6.5625 (Q6_K) or 8.5 (Q8_0)",
-             "q4_k_m": "4.5 or 5.5; 6.5625 or 8.5 on a third of attn_v / ffn_down"}
+BITS_TEXT = {"q4_k": N_("4.5 (Q4_K) or 5.5 (Q5_0)"), "q6_k": N_("6.5625 (Q6_K) or 8.5 (Q8_0)"),
+             "q4_k_m": N_("4.5 or 5.5; 6.5625 or 8.5 on a third of attn_v / ffn_down")}
 DEFAULT_TYPE = {"q4_k": "Q4_K", "q6_k": "Q6_K", "q4_k_m": "Q4_K"}  # the file type's base type
 # the Hugging Face Llama module names → llama.cpp's tensor roles (GGUF names blk.N.<role>)
 ROLES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",

@@ -23,7 +23,10 @@ exactly params · b / 8 for the codes, plus 2 (or 4) bytes per group.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from i18n import N_, _
 
 SCALE_BITS = 16  # float16 scale (and float16 minimum, with a zero point) per group
 
@@ -91,10 +94,28 @@ class QuantFormat:
         return groups * self.group_bits // 8
 
     def describe(self) -> str:
-        per = "per output channel (one row)" if self.group is None else f"per group of {self.group}"
-        kind = ("float16 scale + float16 minimum" if self.zero_point else "float16 scale")
-        return f"{self.bits}-bit codes, GGML's rounding, {kind} {per}"
+        """English: what a record stores (WeightReport.storage) and errors name."""
+        return self._describe(str)
 
+    def shown(self) -> str:
+        """describe() in the session's language, for a page."""
+        return self._describe(_)
+
+    def _describe(self, translate: Callable[[str], str]) -> str:
+        text = _DESCRIPTIONS[(self.group is None, self.zero_point)]
+        return translate(text).format(bits=self.bits, group=self.group)
+
+
+
+# describe()'s sentences: (one group per row, zero point) → the message
+_DESCRIPTIONS = {
+    (True, False): N_("{bits}-bit codes, GGML's rounding, float16 scale per output channel (one row)"),
+    (True, True): N_("{bits}-bit codes, GGML's rounding, float16 scale + float16 minimum per output "
+                     "channel (one row)"),
+    (False, False): N_("{bits}-bit codes, GGML's rounding, float16 scale per group of {group}"),
+    (False, True): N_("{bits}-bit codes, GGML's rounding, float16 scale + float16 minimum per group "
+                      "of {group}"),
+}
 
 # The weight formats of the variants (Q8_0 is also every integer variant's embedding format, as
 # in the default GGUF). q4_0, q4_1, q8_0: GGML's formats of those names (engine/quant/ggml_blocks.py).
