@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from i18n import _
+
 from ..errors import InputError
 from ..loader import LoadedModel
 from . import VARIANT_NAMES
@@ -89,7 +91,8 @@ def base_format(name: str) -> str:
     base = name.removeprefix(AWQ_PREFIX)
     if name not in VARIANT_NAMES or not name.startswith(AWQ_PREFIX) or base not in FORMATS:
         awq = ", ".join(n for n in VARIANT_NAMES if n.startswith(AWQ_PREFIX))
-        raise InputError(f"unknown AWQ variant {name!r}: use one of {awq}")
+        raise InputError(_("unknown AWQ variant {name}: use one of {names}").format(
+            name=repr(name), names=awq))
     return base
 
 
@@ -101,12 +104,12 @@ def _parts(layer: Any) -> dict[str, Any]:
                  "q": attn.q_proj, "k": attn.k_proj, "v": attn.v_proj, "o": attn.o_proj,
                  "gate": mlp.gate_proj, "up": mlp.up_proj, "down": mlp.down_proj}
     except AttributeError as err:
-        raise InputError("AWQ here needs Llama-style decoder layers (input_layernorm, q/k/v/o, "
-                         "gate/up/down): this model's differ") from err
+        raise InputError(_("AWQ here needs Llama-style decoder layers (input_layernorm, q/k/v/o, "
+                           "gate/up/down): this model's differ")) from err
     for key in ("norm1", "norm2"):
         if getattr(parts[key], "bias", None) is not None or not hasattr(parts[key], "weight"):
-            raise InputError("AWQ here folds scales into RMSNorm weights: this model's norms "
-                             "have a bias or no weight")
+            raise InputError(_("AWQ here folds scales into RMSNorm weights: this model's norms "
+                               "have a bias or no weight"))
     return parts
 
 
@@ -146,7 +149,7 @@ def calibration_inputs(model: Any, ids: list[int]) -> tuple[list[dict[str, torch
     """Per layer, the input (tokens, in) of q_proj, o_proj, gate_proj and down_proj on `ids`,
     and the (tokens, V) logits, from one forward with hooks on `model` (removed after)."""
     layers = model.get_decoder().layers
-    found: list[dict[str, torch.Tensor]] = [{} for _ in layers]
+    found: list[dict[str, torch.Tensor]] = [{} for _layer in layers]
     handles = []
 
     def keep(i: int, key: str) -> Callable[..., None]:
@@ -231,7 +234,8 @@ def search_scales(model: Any, ids: list[int], base: str,
         found.append(groups)
         inputs[i] = {}  # free this layer's activations
         if progress is not None:
-            progress((i + 1) / len(layers), f"AWQ scale search: layer {i + 1} of {len(layers)}")
+            progress((i + 1) / len(layers), _("AWQ scale search: layer {layer} of {layers}").format(
+                layer=i + 1, layers=len(layers)))
     return AwqSearch(base, len(ids), tuple(found)), logits
 
 
@@ -286,8 +290,9 @@ def folded_model(lm: LoadedModel, name: str, progress: Progress | None = None,
         logits = work(input_ids=torch.tensor([ids], device=device)).logits[0].float()  # (S, V)
     drift = float((logits - reference).abs().max() / reference.abs().max().clamp(min=1e-30))
     if drift > FOLD_TOLERANCE:
-        raise InputError(f"folding AWQ's scales changed this model's logits (relative "
-                         f"{drift:.1e}): its layers are not Llama-style, not applied")
+        raise InputError(_("folding AWQ's scales changed this model's logits (relative "
+                           "{drift:.1e}): its layers are not Llama-style, not applied").format(
+            drift=drift))
     _SEARCHES.setdefault(lm.model, {})[(base, text)] = search
     return work, search
 
@@ -309,7 +314,7 @@ def apply_awq(lm: LoadedModel, name: str,
     base = base_format(name)
     work, search = folded_model(lm, name, progress)
     if progress is not None:
-        progress(1.0, f"rounding the scaled weights to {base}")
+        progress(1.0, _("rounding the scaled weights to {format}").format(format=base))
     model, report = round_variant(dataclasses.replace(lm, model=work), base)
     del work
     tied = "o_proj included" if all("o" in g for g in search.layers) else "o_proj unscaled"

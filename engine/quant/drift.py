@@ -24,6 +24,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from i18n import _, using
+
 from ..errors import EngineError
 from ..loader import LoadedModel
 from .apply import apply_variant
@@ -72,10 +74,12 @@ class DriftStudy:
         worst = max(self.variants, key=lambda d: d.kl[-1])
         layer, growth = worst.fastest
         last = self.layers
-        return (f"{worst.variant} drifts most: its logit lens moves furthest from float32's at "
-                f"layer {layer} (KL +{growth:.3g} nats, from {worst.kl[layer - 1]:.3g} to "
-                f"{worst.kl[layer]:.3g}); after layer {last} its KL is {worst.kl[-1]:.3g} nats "
-                f"and its residual stream's cosine to float32's {worst.cosine[-1]:.4f}.")
+        return _("{variant} drifts most: its logit lens moves furthest from float32's at layer "
+                 "{layer} (KL +{growth:.3g} nats, from {before:.3g} to {after:.3g}); after layer "
+                 "{last} its KL is {final:.3g} nats and its residual stream's cosine to float32's "
+                 "{cosine:.4f}.").format(
+            variant=worst.variant, layer=layer, growth=growth, before=worst.kl[layer - 1],
+            after=worst.kl[layer], last=last, final=worst.kl[-1], cosine=worst.cosine[-1])
 
 
 @torch.inference_mode()
@@ -86,8 +90,8 @@ def residual_streams(model: Any, ids: Sequence[int]) -> torch.Tensor:
     layers = getattr(inner, "layers", None)
     embed = getattr(inner, "embed_tokens", None)
     if layers is None or embed is None:
-        raise EngineError("this model has no decoder layers and embedding to read the "
-                          "residual stream from")
+        raise EngineError(_("this model has no decoder layers and embedding to read the "
+                            "residual stream from"))
     seen: list[torch.Tensor] = []
 
     def keep(_module: Any, _args: Any, output: Any) -> None:
@@ -103,7 +107,7 @@ def residual_streams(model: Any, ids: Sequence[int]) -> torch.Tensor:
         for hook in hooks:
             hook.remove()
     if len(seen) != len(layers) + 1:
-        raise EngineError("the forward did not pass every decoder layer once")
+        raise EngineError(_("the forward did not pass every decoder layer once"))
     return torch.stack(seen)  # (L + 1, S, H)
 
 
@@ -142,28 +146,31 @@ def measure_drift(lm: LoadedModel, names: Sequence[str], ids: Sequence[int], sou
     start = time.perf_counter()
     say = say or (lambda text, done: None)
     ref_model = lm.model if lm.spec.dtype == "float32" else apply_variant(lm, "fp32")[0]
-    say("Reading float32's residual stream at every layer…", 0.0)
+    say(_("Reading float32's residual stream at every layer…"), 0.0)
     ref = residual_streams(ref_model, ids)[:, scored]  # (L + 1, S', H)
     found: list[LayerDrift] = []
     for i, name in enumerate(names):
         if stop is not None and stop():
             break
-        say(f"{name}: quantizing, then reading its residual stream…", i / max(len(names), 1))
+        say(_("{variant}: quantizing, then reading its residual stream…").format(variant=name),
+            i / max(len(names), 1))
         model = ref_model if name == "fp32" else apply_variant(lm, name)[0]
         var = residual_streams(model, ids)[:, scored]  # (L + 1, S', H)
         cosine, kl = compare_streams(ref_model, ref, model, var)
         found.append(LayerDrift(name, cosine, kl))
         del model
     if not found:
-        raise EngineError("stopped before the first variant was measured")
+        raise EngineError(_("stopped before the first variant was measured"))
     return DriftStudy(lm.spec.name, source, int(ref.shape[1]), tuple(found),
                       time.perf_counter() - start)
 
 
 def drift_to_dict(study: DriftStudy) -> dict[str, Any]:
+    with using("en"):  # a record keeps the English line; the page shows study.notice() translated
+        english_notice = study.notice()
     return {"model": study.model, "source": study.source, "tokens": study.tokens,
             "seconds": round(study.seconds, 3), "layers": list(range(study.layers + 1)),
-            "variants": [d.to_dict() for d in study.variants], "notice": study.notice()}
+            "variants": [d.to_dict() for d in study.variants], "notice": english_notice}
 
 
 def drift_from_dict(data: Any, max_layers: int = 1024, max_variants: int = 32) -> DriftStudy:

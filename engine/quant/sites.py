@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from i18n import _
+
 from ..errors import InputError
 
 
@@ -27,5 +29,5 @@ def decoder_linears(model: Any) -> list[tuple[str, torch.nn.Linear]]:
     found = [(n, m) for n, m in model.named_modules()
              if isinstance(m, torch.nn.Linear) and ".layers." in f".{n}"]
     if not found:
-        raise InputError("this model has no Linear layers inside decoder layers to quantize")
+        raise InputError(_("this model has no Linear layers inside decoder layers to quantize"))
     return found

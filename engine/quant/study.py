@@ -29,6 +29,8 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import DynamicCache
 
+from i18n import N_, _
+
 from ..assets import asset
 from ..clock import MachineSample, clock_ms, others_share
 from ..errors import EngineError, InputError
@@ -57,7 +59,7 @@ DEFAULT_VARIANTS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3", *AWQ_NAMES)
 HOSTED_VARIANTS = ("fp32", "q4_0", *(n for n in AWQ_NAMES if n == "awq_q4_0"), "int8", "q3")
 NEW_TOKENS, HOSTED_NEW_TOKENS = 24, 16
 MAX_VARIANTS, MAX_PROMPTS, MAX_NEW_TOKENS = 16, 8, 256  # what a record may hold
-KV_FORMULA = "2 · layers · KV heads · head_dim · bytes per element · context"
+KV_FORMULA = N_("2 · layers · KV heads · head_dim · bytes per element · context")  # _() shown
 
 Progress = Callable[[str, float], None]
 
@@ -78,14 +80,16 @@ class StudyPlan:
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANT_NAMES]
         if unknown:
-            raise InputError(f"unknown weights variant {unknown[0]!r}: use one of "
-                             f"{', '.join(VARIANT_NAMES)}")
+            raise InputError(_("unknown weights variant {name}: use one of {names}").format(
+                name=repr(unknown[0]), names=", ".join(VARIANT_NAMES)))
         if not self.variants or len(self.variants) > MAX_VARIANTS:
-            raise InputError(f"choose 1 to {MAX_VARIANTS} weights variants")
+            raise InputError(_("choose 1 to {limit} weights variants").format(limit=MAX_VARIANTS))
         if not 1 <= len(self.prompts) <= MAX_PROMPTS or not all(p.strip() for p in self.prompts):
-            raise InputError(f"the study needs 1 to {MAX_PROMPTS} non-empty prompts")
+            raise InputError(_("the study needs 1 to {limit} non-empty prompts").format(
+                limit=MAX_PROMPTS))
         if not 2 <= self.new_tokens <= MAX_NEW_TOKENS:
-            raise InputError(f"new tokens must be between 2 and {MAX_NEW_TOKENS}")
+            raise InputError(_("new tokens must be between 2 and {limit}").format(
+                limit=MAX_NEW_TOKENS))
 
     @property
     def ordered(self) -> tuple[str, ...]:
@@ -230,7 +234,7 @@ def _greedy_runs(model: Any, prompts: list[list[int]], new_tokens: int, device: 
         for ids in prompts:
             cache = DynamicCache(config=model.config)
             start = clock_ms(device)
-            first, _ = prefill(model, torch.tensor([ids], device=device), cache)
+            first, _unused = prefill(model, torch.tensor([ids], device=device), cache)
             ttft.append(clock_ms(device) - start)
             if native is not None:
                 native.load_prefix(cache, len(ids))
@@ -287,7 +291,8 @@ def _variant_copy(lm: LoadedModel, name: str, say: Progress, done: float) -> tup
         return apply_variant(lm, name)
     from .awq import apply_awq
 
-    return apply_awq(lm, name, lambda _fraction, text: say(f"{name}: {text}…", done))
+    return apply_awq(lm, name, lambda _fraction, text: say(
+        _("{variant}: {step}…").format(variant=name, step=text), done))
 
 
 def _grid(lm: LoadedModel, layers: tuple[int, ...] | None) -> tuple[tuple[GridCheck, ...],
@@ -308,7 +313,7 @@ def run_study(lm: LoadedModel, plan: StudyPlan, bandwidth_gb_s: float | None,
     ids = text_ids(lm, read_text() if text is None else text)
     prompts = [prepare_prompt(lm.tokenizer, p, True) for p in plan.prompts]
     eos = eos_token_ids(lm)
-    say("Checking which grids the loaded weights already lie on…", 0.0)
+    say(_("Checking which grids the loaded weights already lie on…"), 0.0)
     grid, embedding_grid = _grid(lm, plan.grid_layers)
     results: list[VariantResult] = []
     ref = None
@@ -318,10 +323,11 @@ def run_study(lm: LoadedModel, plan: StudyPlan, bandwidth_gb_s: float | None,
             stopped = True
             break
         start = time.perf_counter()
-        say(f"{name}: quantizing a copy of the weights…", (i + 1) / total)
+        say(_("{variant}: quantizing a copy of the weights…").format(variant=name), (i + 1) / total)
         copy, report = _variant_copy(lm, name, say, (i + 1) / total)
         try:
-            say(f"{name}: quality on {text_name}…", (i + 1.3) / total)
+            say(_("{variant}: quality on {text}…").format(variant=name, text=text_name),
+                (i + 1.3) / total)
             logp, ppl_transformers = scored_forward(copy, ids)
             if ref is None:
                 ref = logp
@@ -329,7 +335,8 @@ def run_study(lm: LoadedModel, plan: StudyPlan, bandwidth_gb_s: float | None,
             top1 = (ref.argmax(-1) == logp.argmax(-1)).double().mean()
             ppl = perplexity(logp, ids)
             del logp
-            say(f"{name}: answering {len(prompts)} prompt(s), timing each step…", (i + 1.6) / total)
+            say(_("{variant}: answering {n} prompt(s), timing each step…").format(
+                variant=name, n=len(prompts)), (i + 1.6) / total)
             tokens, speed = measure_speed(lm, name, copy, prompts, plan.new_tokens)
         finally:
             del copy
@@ -339,7 +346,7 @@ def run_study(lm: LoadedModel, plan: StudyPlan, bandwidth_gb_s: float | None,
         # KL ≥ 0 in exact arithmetic; a rounding of −1e-12 for identical weights is 0
         results.append(VariantResult(report, ppl, ppl_transformers, max(float(kl.mean()), 0.0),
                                      float(top1), answers, speed, time.perf_counter() - start))
-    say("Done.", 1.0)
+    say(_("Done."), 1.0)
     return QuantStudy(lm.spec.name, lm.spec.dtype, str(lm.device), text_name, len(ids),
                       tuple(plan.prompts), plan.new_tokens, bandwidth_gb_s, grid, embedding_grid,
                       plan.grid_layers, tuple(results), stopped,

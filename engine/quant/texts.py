@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from i18n import _
+
 from ..assets import asset
 from ..errors import InputError
 from ..kv.cachelab import check_sequence
@@ -23,16 +25,17 @@ def read_text(path: str | Path | None = None) -> str:
     path = Path(path) if path is not None else DEFAULT_TEXT
     try:
         if path.stat().st_size > MAX_TEXT_BYTES:
-            raise InputError(f"the text file is larger than {MAX_TEXT_BYTES // 1024} KB: "
-                             f"{str(path)[:200]}")
+            raise InputError(_("the text file is larger than {limit} KB: {path}").format(
+                limit=MAX_TEXT_BYTES // 1024, path=str(path)[:200]))
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise InputError(f"cannot read the text file {str(path)[:200]}: "
-                         f"{err.strerror or err}") from err
+        raise InputError(_("cannot read the text file {path}: {error}").format(
+            path=str(path)[:200], error=err.strerror or err)) from err
     except UnicodeDecodeError as err:
-        raise InputError(f"the text file is not UTF-8 text: {str(path)[:200]}") from err
+        raise InputError(_("the text file is not UTF-8 text: {path}").format(
+            path=str(path)[:200])) from err
     if not text.strip():
-        raise InputError(f"the text file is empty: {str(path)[:200]}")
+        raise InputError(_("the text file is empty: {path}").format(path=str(path)[:200]))
     return text
 
 
@@ -40,6 +43,6 @@ def text_ids(lm: LoadedModel, text: str, max_tokens: int = MAX_TOKENS) -> list[i
     """The text's token ids as the tokenizer gives them (no chat template)."""
     ids = list(lm.tokenizer(text)["input_ids"])
     if len(ids) < 2:
-        raise InputError("the text needs at least 2 tokens: one to read, one to predict")
+        raise InputError(_("the text needs at least 2 tokens: one to read, one to predict"))
     check_sequence(lm, ids, max_tokens)
     return ids
