@@ -44,7 +44,8 @@ def start_language() -> str:
 
 
 # Streamlit draws its text in "Source Sans", which has no Chinese; the containers of the page's
-# words name the variant's CJK font after it (icons and code keep their own fonts: they set one).
+# words name the variant's CJK font after it, over Streamlit's own rules for those elements (icons
+# and code inside them keep their own fonts: they set one).
 TEXT = ('[data-testid="stApp"], [data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"], '
         '[data-testid="stWidgetLabel"], [data-testid="stSidebarNav"], [data-testid="stTooltipContent"], '
         '[data-testid="stMetricLabel"], [data-testid="stExpander"] summary, [data-testid="stTab"], '
@@ -52,7 +53,7 @@ TEXT = ('[data-testid="stApp"], [data-testid="stMarkdownContainer"], [data-testi
 
 
 def text_fonts(lang: str) -> str:
-    return f"{TEXT} {{ font-family: {font_stack(lang)}; }}"
+    return f"{TEXT} {{ font-family: {font_stack(lang)} !important; }}"
 
 
 def session_language() -> str | None:

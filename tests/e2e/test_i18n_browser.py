@@ -65,7 +65,7 @@ def test_switching_keeps_the_run_and_the_address_keeps_the_language(browser, url
     open_chinese_example(page, url, "zh-Hant")
     chips = page.locator(".ie-chips .ie-gen").count()
     assert chips > 0
-    page.get_by_test_id("stSidebar").get_by_role("button", name="简体中文").click()
+    page.get_by_test_id("stSidebar").get_by_text("简体中文", exact=True).click()
     page.get_by_role("heading", name=words("zh-Hans", "Generate")).first.wait_for()
     wait_for_app(page)
     assert "lang=zh-Hans" in page.url
@@ -74,7 +74,7 @@ def test_switching_keeps_the_run_and_the_address_keeps_the_language(browser, url
     wait_for_app(page)
     page.get_by_role("heading", name=words("zh-Hans", "Generate")).first.wait_for()
     assert page.locator(".ie-chips .ie-gen").count() == chips  # the session came back with it
-    page.get_by_test_id("stSidebar").get_by_role("button", name="English").click()
+    page.get_by_test_id("stSidebar").get_by_text("English", exact=True).click()
     page.get_by_role("heading", name="Generate").first.wait_for()
     wait_for_app(page)
     page.close()
