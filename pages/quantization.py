@@ -20,7 +20,7 @@ from engine.quant.calculator import (
     model_weights,
 )
 from engine.quant.kmix import BITS_TEXT, STORAGE_TEXT
-from engine.quant.scheme import FORMATS
+from engine.quant.scheme import FORMATS, shown_storage
 from engine.quant.study import (
     DEFAULT_VARIANTS,
     HOSTED_VARIANTS,
@@ -228,7 +228,7 @@ def results_table(study: QuantStudy) -> None:
         _("ITL (ms)"): number(format="%.2f"), _("MBU"): number(format="percent")})
     with st.expander(_("How each variant's bytes add up (storage and formula)")):
         show_table(pd.DataFrame([{_("variant"): v.name,
-                                    _("decoder Linears stored as"): v.report.storage,
+                                    _("decoder Linears stored as"): shown_storage(v.report.storage),
                                     _("bytes by formula"): v.report.formula,
                                     _("= bytes"): v.report.formula_bytes,
                                     _("measured bytes"): v.report.nbytes}

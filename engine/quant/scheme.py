@@ -127,3 +127,12 @@ FORMATS: dict[str, QuantFormat] = {
     "q3": QuantFormat("q3", 3, 32, True),
     "q2": QuantFormat("q2", 2, 32, True),
 }
+
+
+def shown_storage(text: str) -> str:
+    """A record's storage line (WeightReport.storage, English) in the session's language when it
+    is one of describe()'s; any other line as it is."""
+    for fmt in FORMATS.values():
+        if text == fmt.describe():
+            return fmt.shown()
+    return text
