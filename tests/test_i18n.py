@@ -79,10 +79,10 @@ def test_simplified_is_generated_by_opencc_then_reviewed():
 def test_the_language_reaches_every_call():
     with using("zh-Hant"):
         assert language() == "zh-Hant"
-        assert _("Glossary") == "詞彙對照"
+        assert _("Glossary") == "術語表"
         assert ngettext("{n} token", "{n} tokens", 2) in ("{n} 個 token", "{n} tokens")
     with using("zh-Hans"):
-        assert _("Glossary") == "词汇对照"
+        assert _("Glossary") == "术语表"
     assert language() == "en" and _("Glossary") == "Glossary"
 
 
