@@ -89,3 +89,16 @@ def test_presentation_mode_keeps_the_language(browser, url):
     assert fonts_used(page, "h1").get(FONT["zh-Hant"], 0) >= 2
     assert "lang=zh-Hant" in page.url and "present=1" in page.url
     page.close()
+
+
+def test_the_browsers_language_picks_the_first_visit(browser, url):
+    """A browser that asks for Traditional Chinese (Accept-Language: zh-TW) gets it with no
+    ?lang=, and the address then names it."""
+    context = browser.new_context(locale="zh-TW", viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(url)
+    wait_for_app(page)
+    page.get_by_role("heading", name=words("zh-Hant", "Generate")).first.wait_for()
+    wait_for_app(page)
+    assert "lang=zh-Hant" in page.url
+    context.close()
