@@ -190,41 +190,23 @@ def reproduces(from_run: bool, params: Mapping[str, str]) -> str:
     """What a re-run of the link's prompt gives, in words: the prompt and settings of the run
     shown (`from_run`), else the prompt box's and the sidebar's; on the model it names, if any."""
     greedy = float(params.get("temperature", "0")) == 0
-    if "model" in params:
-        said = {
-            (True, True): _("Carries the prompt and settings of the run shown; greedy decoding: "
-                            "Generate gives the same tokens on {model}. Another model (or weights "
-                            "dtype) loaded there may give other tokens."),
-            (True, False): _("Carries the prompt and settings of the run shown; sampled with seed "
-                             "{seed}: the same seed gives the same tokens on {model}. Another model "
-                             "(or weights dtype) loaded there may give other tokens."),
-            (False, True): _("Carries the prompt box and the sidebar's settings; greedy decoding: "
-                             "Generate gives the same tokens on {model}. Another model (or weights "
-                             "dtype) loaded there may give other tokens."),
-            (False, False): _("Carries the prompt box and the sidebar's settings; sampled with seed "
-                              "{seed}: the same seed gives the same tokens on {model}. Another "
-                              "model (or weights dtype) loaded there may give other tokens."),
-        }[(from_run, greedy)]
-    else:
-        said = {
-            (True, True): _("Carries the prompt and settings of the run shown; greedy decoding: "
-                            "Generate gives the same tokens on the same model. Another model (or "
-                            "weights dtype) loaded there may give other tokens."),
-            (True, False): _("Carries the prompt and settings of the run shown; sampled with seed "
-                             "{seed}: the same seed gives the same tokens on the same model. "
-                             "Another model (or weights dtype) loaded there may give other "
-                             "tokens."),
-            (False, True): _("Carries the prompt box and the sidebar's settings; greedy decoding: "
-                             "Generate gives the same tokens on the same model. Another model (or "
-                             "weights dtype) loaded there may give other tokens."),
-            (False, False): _("Carries the prompt box and the sidebar's settings; sampled with seed "
-                              "{seed}: the same seed gives the same tokens on the same model. "
-                              "Another model (or weights dtype) loaded there may give other "
-                              "tokens."),
-        }[(from_run, greedy)]
+    said = {
+        (True, True): _("Carries the prompt and settings of the run shown; greedy decoding: "
+                        "Generate gives the same tokens on {model}. Another model (or weights "
+                        "dtype) loaded there may give other tokens."),
+        (True, False): _("Carries the prompt and settings of the run shown; sampled with seed "
+                         "{seed}: the same seed gives the same tokens on {model}. Another model "
+                         "(or weights dtype) loaded there may give other tokens."),
+        (False, True): _("Carries the prompt box and the sidebar's settings; greedy decoding: "
+                         "Generate gives the same tokens on {model}. Another model (or weights "
+                         "dtype) loaded there may give other tokens."),
+        (False, False): _("Carries the prompt box and the sidebar's settings; sampled with seed "
+                          "{seed}: the same seed gives the same tokens on {model}. Another "
+                          "model (or weights dtype) loaded there may give other tokens."),
+    }[(from_run, greedy)]
     model = (plain(_("{model}, {dtype} weights").format(model=params["model"],
                                                         dtype=params["dtype"]))
-             if "model" in params else "")
+             if "model" in params else _("the same model"))
     return said.format(model=model, seed=params.get("seed", "0"))
 
 
