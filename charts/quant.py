@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from engine.quant.calculator import GroupOverhead, ModelWeights
 from engine.quant.drift import DriftStudy
-from engine.quant.study import QuantStudy
+from engine.quant.study import QuantStudy, shown_note
 from i18n import N_, _
 
 from .live import DELAYED_NAME, DELAYED_PATTERN
@@ -77,9 +77,9 @@ def study_chart(study: QuantStudy) -> go.Figure:
                 text=[_label(v.speed.itl_ms) for v in rows], textposition="outside",
                 cliponaxis=False,
                 customdata=[_("{note} · timed while other programs used {share} of the "
-                              "CPUs").format(note=v.speed.note,
+                              "CPUs").format(note=shown_note(v.speed.note),
                                              share=f"{v.speed.others_share:.0%}")
-                            if v.speed.disturbed else v.speed.note for v in rows],
+                            if v.speed.disturbed else shown_note(v.speed.note) for v in rows],
                 hovertemplate=_("%{x}: %{y:.2f} ms per token<br>%{customdata}<extra></extra>")),
                 row=2, col=1)
     if any(v.speed.disturbed for v in study.variants):  # a legend entry for the hatching

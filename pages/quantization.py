@@ -28,6 +28,7 @@ from engine.quant.study import (
     QuantStudy,
     StudyPlan,
     default_plan,
+    shown_note,
 )
 from engine.quant.variants import SCOPE
 from engine.timing.disturbance import ADVICE
@@ -258,7 +259,8 @@ def results_table(study: QuantStudy) -> None:
         if v.speed.decoder != "native":
             eager.setdefault(v.speed.note, []).append(v.name)
     for note, names in eager.items():
-        st.caption(_("{variants}: {note}.").format(variants=", ".join(names), note=plain(note)))
+        st.caption(_("{variants}: {note}.").format(variants=", ".join(names),
+                                                   note=plain(shown_note(note))))
     delayed = [v for v in study.variants if v.speed.disturbed]
     if delayed:
         st.warning(_("Other programs used the CPUs while {variants} decoded: their TTFT and ITL "

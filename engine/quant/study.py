@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -59,6 +60,11 @@ DEFAULT_VARIANTS = ("fp32", "fp16", "int8", "q4_0", "q4_1", "q3", *AWQ_NAMES)
 HOSTED_VARIANTS = ("fp32", "q4_0", *(n for n in AWQ_NAMES if n == "awq_q4_0"), "int8", "q3")
 NEW_TOKENS, HOSTED_NEW_TOKENS = 24, 16
 MAX_VARIANTS, MAX_PROMPTS, MAX_NEW_TOKENS = 16, 8, 256  # what a record may hold
+# why a variant's steps ran where they did (Speed.note, kept English in a record; shown_note shows)
+NOTE_FLOAT = N_("no native {name} step: torch eager on {name} weights")
+NOTE_NATIVE = N_("the native C step")
+NOTE_CODES = N_("the native C step reads the {base} codes and scales themselves")
+NOTE_FAILED = N_("the native step failed to start: {error}")
 KV_FORMULA = N_("2 · layers · KV heads · head_dim · bytes per element · context")  # _() shown
 
 Progress = Callable[[str, float], None]
@@ -205,13 +211,35 @@ def native_choice(lm: LoadedModel, name: str) -> tuple[bool, str]:
     from ..kernels.native import native_problem
 
     if name in FLOAT_VARIANTS and name != "fp32":
-        return False, f"no native {name} step: torch eager on {name} weights"
+        return False, NOTE_FLOAT.format(name=name)
     problem = native_problem(lm, name)
     if problem:
         return False, problem
     base = name.removeprefix(AWQ_PREFIX)
-    return True, ("the native C step" if base == "fp32"
-                  else f"the native C step reads the {base} codes and scales themselves")
+    return True, NOTE_NATIVE if base == "fp32" else NOTE_CODES.format(base=base)
+
+
+def _note_pattern(template: str) -> str:
+    """A regular expression matching `template` formatted: each {field} a group (a repeated
+    field the same text again)."""
+    seen: set[str] = set()
+
+    def field(match: re.Match) -> str:
+        name = match.group(1)
+        group = f"(?P={name})" if name in seen else f"(?P<{name}>.+?)"
+        seen.add(name)
+        return group
+    return re.sub(r"\\\{(\w+)\\\}", field, re.escape(template))
+
+
+def shown_note(note: str) -> str:
+    """A record's Speed.note (English) in the session's language when it is one of this
+    module's lines; any other line (the native step's own reasons) as it is."""
+    for template in (NOTE_FLOAT, NOTE_NATIVE, NOTE_CODES, NOTE_FAILED):
+        found = re.fullmatch(_note_pattern(template), note, re.DOTALL)
+        if found:
+            return _(template).format(**found.groupdict())
+    return note
 
 
 def _stepper(model: Any, native: Any, cache: DynamicCache, n: int,
@@ -257,7 +285,7 @@ def measure_speed(lm: LoadedModel, name: str, copy: Any, prompts: list[list[int]
         try:
             native = NativeDecoder(variant_lm, max(len(p) for p in prompts) + new_tokens, name)
         except EngineError as err:
-            use_native, note = False, f"the native step failed to start: {err}"
+            use_native, note = False, NOTE_FAILED.format(error=err)
     if name in FLOAT_VARIANTS and not use_native:  # the real dtype: 2 bytes per weight read
         run_model = cast_copy(lm.model, FLOAT_VARIANTS[name])
     else:
