@@ -49,7 +49,7 @@ from ..errors import InputError
 from ..loader import LoadedModel
 from . import VARIANT_NAMES
 from .formats import rounded as formats_rounded
-from .scheme import FORMATS, QuantFormat
+from .scheme import AWQ_O_INCLUDED, AWQ_O_UNSCALED, AWQ_STORAGE, FORMATS, QuantFormat
 from .texts import TEXTS_DIR, read_text, text_ids
 from .variants import AWQ_PREFIX, WeightReport, check_memory, embedding_weights, round_variant
 
@@ -317,7 +317,7 @@ def apply_awq(lm: LoadedModel, name: str,
         progress(1.0, _("rounding the scaled weights to {format}").format(format=base))
     model, report = round_variant(dataclasses.replace(lm, model=work), base)
     del work
-    tied = "o_proj included" if all("o" in g for g in search.layers) else "o_proj unscaled"
-    storage = (f"{report.storage}, after AWQ per-channel scales searched on "
-               f"{search.calibration_tokens} calibration tokens ({tied})")
+    tied = AWQ_O_INCLUDED if all("o" in g for g in search.layers) else AWQ_O_UNSCALED
+    storage = AWQ_STORAGE.format(storage=report.storage, tokens=search.calibration_tokens,
+                                 tied=tied)  # English: a record's (scheme.shown_storage shows it)
     return model, dataclasses.replace(report, variant=name, storage=storage)

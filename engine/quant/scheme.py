@@ -23,6 +23,7 @@ exactly params · b / 8 for the codes, plus 2 (or 4) bytes per group.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -129,9 +130,21 @@ FORMATS: dict[str, QuantFormat] = {
 }
 
 
+# an AWQ variant's storage line (engine/quant/awq.py), English in its record
+AWQ_STORAGE = N_("{storage}, after AWQ per-channel scales searched on {tokens} calibration tokens "
+                 "({tied})")
+AWQ_O_INCLUDED, AWQ_O_UNSCALED = N_("o_proj included"), N_("o_proj unscaled")
+_AWQ_LINE = re.compile(r"(?P<storage>.+), after AWQ per-channel scales searched on (?P<tokens>\d+) "
+                       r"calibration tokens \((?P<tied>o_proj included|o_proj unscaled)\)", re.DOTALL)
+
+
 def shown_storage(text: str) -> str:
     """A record's storage line (WeightReport.storage, English) in the session's language when it
-    is one of describe()'s; any other line as it is."""
+    is one of describe()'s (or an AWQ line around one); any other line as it is."""
+    awq = _AWQ_LINE.fullmatch(text)
+    if awq:
+        return _(AWQ_STORAGE).format(storage=shown_storage(awq["storage"]), tokens=awq["tokens"],
+                                     tied=_(awq["tied"]))
     for fmt in FORMATS.values():
         if text == fmt.describe():
             return fmt.shown()
