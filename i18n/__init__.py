@@ -3,7 +3,7 @@
 
 The source is written in English and every user-visible string goes through `_` (or `ngettext`,
 or `N_` where a constant is defined before a language is known and translated where it is shown).
-`scripts/i18n.py` extracts them with Babel, keeps the catalogs in step (Simplified generated from
+`scripts/catalogs.py` extracts them with Babel, keeps the catalogs in step (Simplified generated from
 Traditional with OpenCC's Taiwan → Mainland phrase conversion, then reviewed) and compiles them.
 
 The language is the session's: the app registers a resolver that reads it (`set_resolver`), and

@@ -12,7 +12,7 @@ import pytest
 from babel.messages.pofile import read_po
 
 from i18n import _, from_accept_language, language, ngettext, using
-from scripts import i18n as catalogs
+from scripts import catalogs
 from tests.english import english_sentences
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,7 +43,7 @@ SAMPLES = json.loads((Path(__file__).parents[2] / "assets" / "serving_streams.js
 STREAMS: dict[str, dict[str, Any]] = {s["title"]: s for s in SAMPLES["streams"]}
 SPECULATION: list[dict[str, Any]] = SAMPLES["speculation"]  # prompts: engine/serving/speculative.py
 SPECULATION_PROMPTS = {"rewrite": "REWRITE_PROMPT", "free": "FREE_PROMPT"}  # the bench's samples
-# The samples' titles and descriptions are in the catalogs (scripts/i18n.py extracts them): the
+# The samples' titles and descriptions are in the catalogs (scripts/catalogs.py extracts them): the
 # titles stay the widget's values and the record's keys; `_` translates them where shown.
 
 

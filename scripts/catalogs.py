@@ -1,7 +1,7 @@
 """Keep the catalogs in step with the source: extract, update, simplify, compile, check.
 
-    python scripts/i18n.py update [FRAGMENT.json ...]   # extract, fill, simplify, compile
-    python scripts/i18n.py check                        # exit 1 on anything out of step
+    python scripts/catalogs.py update [FRAGMENT.json ...]   # extract, fill, simplify, compile
+    python scripts/catalogs.py check                        # exit 1 on anything out of step
 
 - extract: Babel reads every `_`, `ngettext` and `N_` in app.py, pages/, ui/, charts/ and engine/ (and the
   English titles of assets/sample_prompts.json and assets/examples/examples.json, and the
@@ -238,7 +238,7 @@ def stale() -> list[str]:
 
 
 def check() -> int:
-    problems = [f"out of step with the source: {p} (run: python scripts/i18n.py update)"
+    problems = [f"out of step with the source: {p} (run: python scripts/catalogs.py update)"
                 for p in stale()]
     problems += [f"untranslated: {m[:100]}" for m in untranslated(po("zh_Hant"), "zh_Hant")]
     for line in problems:
