@@ -265,3 +265,10 @@ def test_every_engine_module_sits_in_one_layer(graph):
     layers = (core, within(*SUBSYSTEMS), within(*ENGINE_TOP))
     engine = [m for m in graph if within("engine")(m)]
     assert [m for m in engine if sum(layer(m) for layer in layers) != 1] == []
+
+
+def test_no_script_shadows_a_package():
+    """scripts/streamlit_app.py runs with scripts/ first on sys.path: a script named like a
+    package (scripts/i18n.py once) would be imported in its place."""
+    scripts = {p.stem for p in (ROOT / "scripts").glob("*.py")}
+    assert scripts.isdisjoint({*PACKAGES, "app"}), scripts & {*PACKAGES, "app"}
