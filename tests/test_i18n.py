@@ -26,7 +26,7 @@ def catalog(lang: str):
 
 
 def test_catalogs_are_in_step_with_the_source_and_complete():
-    assert catalogs.stale() == [], "run: python scripts/i18n.py update"
+    assert catalogs.stale() == [], "run: python scripts/catalogs.py update"
     for lang in ("zh_Hant", "zh_Hans"):
         messages = catalog(lang)
         assert len(messages) > 500
