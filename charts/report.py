@@ -15,17 +15,11 @@ Its command, outside the engine (which draws no charts): `python -m charts.repor
 from __future__ import annotations
 
 import argparse
-import functools
-import html
 import os
-import re
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-
-import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs as _read_plotlyjs
 
 from engine import __version__ as ENGINE_VERSION
 from engine.assets import asset
@@ -38,32 +32,28 @@ from engine.records.trace import Trace
 from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
 from engine.timing.disturbance import RULE, assess
 from engine.timing.metrics import summarize
-from i18n import N_, _, language
+from i18n import _, language
 
 from .attention import downsample, heatmap, sequence_labels
 from .formatting import count, duration, moment, rate, size
-from .kvcache import live_memory_chart, on_off_chart, variant_chart
-from .layout import legend_above
+from .kvcache import live_memory_chart
 from .live import step_chart
-from .timing import dtype_chart, sweep_chart, timeline_chart
+from .report_parts import (
+    Figures,
+    emphasis,
+    esc,
+    experiments_html,
+    get_plotlyjs,
+    key_value_table,
+)
+from .timing import timeline_chart
 from .tokens import token_chips_html
 
 HEATMAP_LIMIT = 96  # cells per side before blocks are averaged, as on the Attention page
-FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
-# key → (title, x axis, y axis, plot tokens/s): as the Prefill vs decode page labels its sweeps
-# (the titles marked for translation, translated where they are drawn)
-SWEEP_TITLES = {
-    "prompt_length": (N_("Prompt length → TTFT"), N_("prompt tokens"), N_("prefill time (ms)"), False),
-    "context": (N_("Context → ITL"), N_("tokens already in the KV cache"), N_("decode step (ms)"),
-                False),
-    "batch": (N_("Batch → throughput"), N_("sequences decoded together (batch)"),
-              N_("decode tokens/s (all sequences)"), True),
-}
 # The report's own layout (assets/report.css) and print step (assets/report.js: charts redrawn at
 # the A4 page's width); the token chips are styled by the app's own assets/style.css. All three
 # are copied into the page when it is made (the report must stand alone).
 APP_CSS, STYLE, PRINT_SCRIPT = asset("style.css"), asset("report.css"), asset("report.js")
-PAPER_TEMPLATE = "plotly_white"  # plotly's, white for paper, with automargin: not the process default
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,22 +65,6 @@ class Number:
     value: float | int | None
     shown: str
     how: str
-
-
-@functools.cache
-def get_plotlyjs() -> str:
-    """plotly.js (~4.7 MB), read from the package once per process, not once per report."""
-    return _read_plotlyjs()
-
-
-def esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _emphasis(markdown: str) -> str:
-    """The `**bold**` and `*italic*` of a rule written for the pages, as HTML (escaped first)."""
-    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", esc(markdown))
-    return re.sub(r"\*(.+?)\*", r"<em>\1</em>", text)
 
 
 def numbers(trace: Trace) -> list[Number]:
@@ -153,11 +127,6 @@ def _number_rows(found: list[Number]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _table(rows: list[tuple[str, object]]) -> str:
-    return "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
-                               for k, v in rows) + "</table>"
-
-
 def _decoder_row(trace: Trace) -> list[tuple[str, object]]:
     """Which weights and decoder ran the decode steps (traces since format 4)."""
     d = trace.decoder
@@ -169,7 +138,7 @@ def _decoder_row(trace: Trace) -> list[tuple[str, object]]:
 
 def _model(trace: Trace) -> str:
     m = trace.model
-    return _table([
+    return key_value_table([
         (_("Model"), m.name), (_("Architecture"), m.model_type),
         (_("Parameters"), f"{count(m.param_count)} ({m.param_count:,})"),
         (_("Weights"), f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"),
@@ -188,7 +157,7 @@ def _settings(trace: Trace) -> str:
               else _("layers {list}").format(list=", ".join(map(str, trace.attention_layers))))
     temperature = (_("{temperature} (greedy)") if g.greedy else "{temperature}").format(
         temperature=f"{g.temperature:g}")
-    return _table([
+    return key_value_table([
         (_("Max new tokens"), g.max_new_tokens),
         (_("Temperature"), temperature),
         ("Top-k", g.top_k or off), ("Top-p", off if g.top_p >= 1 else f"{g.top_p:g}"),
@@ -212,7 +181,7 @@ def _machine(trace: Trace) -> str:
                   else _("{share} of all CPUs' time").format(share=f"{machine.others_share:.1%}"))
         rows = [(_("Threads · cores"), f"{machine.threads} · {machine.cores}"),
                 (_("Load average (1 min)"), load), (_("Other programs during the run"), others)]
-    table = (_table(rows) if rows else
+    table = (key_value_table(rows) if rows else
              '<p class="note">{}</p>'.format(esc(_("This trace does not record the machine."))))
     warning = found.warning()
     if warning is not None:
@@ -227,31 +196,7 @@ def _machine(trace: Trace) -> str:
         verdict = '<p id="disturbance">{}</p>'.format(esc(_(
             "This trace does not record CPU time per step (an older file), so the rule below "
             "cannot say whether other work delayed it.")))
-    return f'{table}{verdict}<p class="note">{_emphasis(_(RULE))}</p>'
-
-
-def on_paper(fig: go.Figure) -> go.Figure:
-    """Margins from plotly's automargin whatever process makes the report: the charts' 10 px
-    margins are for a theme to grow, and in the app's process Streamlit's plotly template (no
-    automargin) is the default, which cuts the labels of a report made there (Generate's
-    download). A legend above a plot grows upward (when it wraps), as on screen (`legend_above`)."""
-    fig = legend_above(fig)
-    fig.update_layout(template=PAPER_TEMPLATE)
-    return fig.update_xaxes(automargin=True).update_yaxes(automargin=True)
-
-
-class _Figures:
-    """Figures as HTML fragments with numbered div ids; plotly.js is in the page's head, once."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, fig: go.Figure, caption: str) -> str:
-        self.count += 1
-        fig = on_paper(fig)
-        body = fig.to_html(full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG,
-                           div_id=f"figure-{self.count}")
-        return f"<figure>{body}<figcaption>{esc(caption)}</figcaption></figure>"
+    return f'{table}{verdict}<p class="note">{emphasis(_(RULE))}</p>'
 
 
 def attention_focus(trace: Trace) -> tuple[int, int, float] | None:
@@ -264,7 +209,7 @@ def attention_focus(trace: Trace) -> tuple[int, int, float] | None:
     return trace.attention_layers[slot], head, float(previous[slot, head])
 
 
-def _attention(trace: Trace, figure: _Figures) -> str:
+def _attention(trace: Trace, figure: Figures) -> str:
     focus = attention_focus(trace)
     if focus is None:
         return '<p class="note">{}</p>'.format(esc(_("This run was recorded without attention.")))
@@ -290,63 +235,11 @@ def _attention(trace: Trace, figure: _Figures) -> str:
         layer=layer, head=head, share=f"{previous:.0%}", t=t, block=block))
 
 
-def _experiments(found: Experiments, figure: _Figures) -> str:
-    """The experiment results saved with the trace, each with the app's own chart."""
-    parts = []
-    for key, points in found.sweeps.items():
-        title, x_title, y_title, as_rate = SWEEP_TITLES[key]
-        parts.append(f"<h3>{esc(_(title))}</h3>" + figure(
-            sweep_chart(points, _(x_title), _(y_title), as_rate),
-            _("Each point is the median of its repeats, measured round-robin over the sizes; "
-              "the bars span the fastest and slowest repeat.")))
-    if found.cache_on_off:
-        same, differ = (_("cache on {on} ms, off {off} ms: {speedup}× faster with it; tokens "
-                          "identical"),
-                        _("cache on {on} ms, off {off} ms: {speedup}× faster with it; tokens differ"))
-        rows = [(_("{n} new tokens").format(n=r.new_tokens), (same if r.same_tokens else differ).format(
-            on=f"{r.on_ms.sum():,.0f}", off=f"{r.off_ms.sum():,.0f}", speedup=f"{r.speedup:.2f}"))
-            for r in found.cache_on_off]
-        last = found.cache_on_off[-1]
-        heading = esc(_("KV cache on vs off"))
-        parts.append(f"<h3>{heading}</h3>" + _table(rows) + figure(
-            on_off_chart(last.on_ms, last.off_ms),
-            _("Per-step time for {n} new tokens: without the cache each step is a "
-              "prefill of the whole sequence.").format(n=last.new_tokens)))
-    if found.cache_variants:
-        runs = found.cache_variants
-        rows = [(r.config.label, _("{size} at the end, top-1 agreement with the full cache "
-                                   "{agreement}").format(size=size(int(r.kv_bytes[-1])),
-                                                         agreement=f"{r.agreement:.0%}"))
-                for r in runs]
-        heading = esc(_("Shrinking the KV cache"))
-        parts.append(f"<h3>{heading}</h3>" + _table(rows) + figure(
-            variant_chart(runs, "kv_bytes", _("KV cache (KiB)"), 1024),
-            _("Measured memory held by each cache variant after each generated token.")))
-    if found.dtype_comparison is not None:
-        result = found.dtype_comparison
-        heading = esc(_("Weights dtype"))
-        parts.append(f"<h3>{heading}</h3>" + figure(
-            dtype_chart(result),
-            _("The same greedy continuation ({n} tokens after a {prompt}-token prompt) with each "
-              "dtype's weights, {rounds} paired rounds.").format(
-                n=result.new_tokens, prompt=result.prompt_tokens, rounds=result.rounds)))
-    if found.decode_comparison is not None:
-        result = found.decode_comparison
-        rows = [(name, _("{duration} per token ({speedup}× eager)").format(
-            duration=duration(ms), speedup=f"{result.speedup(name):.2f}"))
-                for name, ms in result.steps.items()]
-        heading = esc(_("Decode kernels"))
-        tokens = esc(_("Greedy tokens identical in every round.") if result.same_tokens
-                     else _("Greedy tokens differ."))
-        parts.append(f"<h3>{heading}</h3>" + _table(rows) + f'<p class="note">{tokens}</p>')
-    return "".join(parts)
-
-
 def report_html(trace: Trace, experiments: Experiments | None = None,
                 made_at: str | None = None) -> str:
     """The whole report as one HTML document (UTF-8), plotly.js inlined once in its head."""
     made_at = made_at or datetime.now(timezone.utc).isoformat(timespec="seconds")
-    figure = _Figures()
+    figure = Figures()
     m = trace.model
     no_answer = esc(_("No answer: the run ended before its first token."))
     answer = (f'<pre class="text" id="answer">{esc(trace.output_text)}</pre>' if trace.output_text
@@ -361,7 +254,7 @@ def report_html(trace: Trace, experiments: Experiments | None = None,
             + figure(live_memory_chart(trace), _("KV cache bytes after each step, measured from "
                      "the tensors, against the formula 2 · layers · KV heads · head_dim · bytes · "
                      "tokens.")))
-    extra = _experiments(experiments, figure) if experiments is not None and not experiments.empty \
+    extra = experiments_html(experiments, figure) if experiments is not None and not experiments.empty \
         else ""
     title = _("Inference Explorer report — {model}").format(model=m.name)
     # The page's words, translated here (outside the f-string below, where no extractor sees them);
