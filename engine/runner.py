@@ -40,8 +40,8 @@ from .sampling import choose_token
 from .settings import FLOAT_WEIGHTS, GenerationSettings
 from .spec import ModelSpec
 
-# Why the decode steps ran in torch, as a trace records it: in the language of the session the run
-# was made in (English outside the app), so `_(REASON)` where one of these is shown.
+# Why the decode steps ran in torch, as a trace records it: in English, whatever the session's
+# language (a file is data); DecoderUsed.label translates a recorded reason where it is shown.
 TORCH_ASKED_REASON = N_("the torch decoder was asked for")
 KV_OFF_REASON = N_("the KV cache is off: the native step decodes against its cache")
 
@@ -190,17 +190,17 @@ class Run:
         self.native: DecodeStep | None = None
         problem = native_problem or self._static_problem()
         self._decided = problem is not None
-        self.decoder = self._torch(problem or _("the run has not started"))
+        self.decoder = self._torch(problem or N_("the run has not started"))
 
     def _static_problem(self) -> str | None:
         """Why the native step will not run, as far as can be told before the run starts."""
         s = self.settings
         if s.decoder == "torch":
-            return _(TORCH_ASKED_REASON)
+            return TORCH_ASKED_REASON
         if not s.kv_cache:
-            return _(KV_OFF_REASON)
+            return KV_OFF_REASON
         if self._native_source is None:
-            return _("no native decoder was given to this run")
+            return N_("no native decoder was given to this run")
         return None
 
     def _torch(self, reason: str) -> DecoderUsed:
@@ -215,7 +215,7 @@ class Run:
         try:
             native = source() if callable(source) and not hasattr(source, "step") else source
         except EngineError as err:
-            self.decoder = self._torch(str(err).splitlines()[0] if str(err) else _("unavailable"))
+            self.decoder = self._torch(str(err).splitlines()[0] if str(err) else N_("unavailable"))
             return
         need = len(self.prompt_ids) + self.settings.max_new_tokens
         if need > native.max_tokens:
@@ -366,7 +366,7 @@ class Run:
         """The decoder record: a finished run whose only step was the prefill decoded nothing
         natively, whatever was chosen."""
         if self.decoder.name == "native" and len(self.steps) <= 1 and self.stop_reason != "running":
-            return self._torch(_("no decode step ran: the run ended with the prefill's token"))
+            return self._torch(N_("no decode step ran: the run ended with the prefill's token"))
         return self.decoder
 
     def machine_load(self) -> MachineLoad:

@@ -84,9 +84,9 @@ def decoder_line(problem: str | None, kv_cache: bool, file_blocks: bool = False)
     from engine.runner import KV_OFF_REASON
 
     if problem is None and not kv_cache:
-        problem = _(KV_OFF_REASON)
+        problem = KV_OFF_REASON
     if problem is not None:
-        return _("torch eager — {reason}").format(reason=problem)
+        return _("torch eager — {reason}").format(reason=_(problem) if problem else problem)
     return _("native C step on the file's GGML blocks") if file_blocks else _("native C step")
 
 
