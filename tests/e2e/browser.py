@@ -119,6 +119,19 @@ WATCH_CHIPS = """
 """
 
 
+def run_then_open(page, url: str, prompt: str, name: str) -> None:
+    """A fresh session at `url` that generates `prompt`, then opens the page `name` (a module's
+    one generation, shared by its tests)."""
+    page.goto(url)
+    wait_for_app(page)
+    generate_and_wait(page, prompt)
+    go_to(page, name)
+
+
+def no_exception(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 def start_generation(page, prompt: str) -> float:
     """Type the prompt, submit with Ctrl+Enter; return the page clock at the keypress."""
     box = page.get_by_role("textbox", name="Prompt", exact=True)

@@ -10,7 +10,7 @@ import time
 import pytest
 from playwright.sync_api import sync_playwright
 
-from .browser import generate_and_wait, go_to, launch_chromium, wait_for_app
+from .browser import launch_chromium, no_exception, run_then_open, wait_for_app
 
 
 @pytest.fixture(scope="module")
@@ -19,16 +19,9 @@ def page(url):
     with sync_playwright() as pw:
         chromium = launch_chromium(pw)
         page = chromium.new_page(viewport={"width": 1440, "height": 900})
-        page.goto(url)
-        wait_for_app(page)
-        generate_and_wait(page, "Name three colours.")
-        go_to(page, "Attention")
+        run_then_open(page, url, "Name three colours.", "Attention")
         yield page
         chromium.close()
-
-
-def no_exception(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0
 
 
 def chosen(page, label: str) -> str:

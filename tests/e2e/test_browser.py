@@ -12,6 +12,7 @@ from .browser import (
     check_run,
     generate_and_wait,
     go_to,
+    no_exception,
     open_app,
     start_generation,
     wait_for_app,
@@ -36,10 +37,6 @@ WATCH_OLD = """(old) => {
 # How many times the page fetched each preloaded front-end file (ui/preload.py CHUNKS).
 CHUNK_LOADS = ("['/PlotlyChart.', '/StreamlitSyntaxHighlighter.'].map((name) => performance"
                ".getEntriesByType('resource').filter((r) => r.name.includes(name)).length)")
-
-
-def no_exception(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0
 
 
 def test_tokens_stream_while_generating(browser, url):

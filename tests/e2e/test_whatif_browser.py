@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from .browser import generate_and_wait, go_to, wait_for_app
+from .browser import no_exception, run_then_open, wait_for_app
 from .measure import TEXT_OUTSIDE, TEXT_SIZES
 
 
@@ -15,16 +15,9 @@ from .measure import TEXT_OUTSIDE, TEXT_SIZES
 def page(browser, url):
     """One session with a generated run, on the What if page (one generation for all tests)."""
     page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.goto(url)
-    wait_for_app(page)
-    generate_and_wait(page, "Name three fruits.")
-    go_to(page, "What if")
+    run_then_open(page, url, "Name three fruits.", "What if")
     yield page
     page.close()
-
-
-def no_exception(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0
 
 
 def tab(page, name: str) -> None:
