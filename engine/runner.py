@@ -40,8 +40,7 @@ from .sampling import choose_token
 from .settings import FLOAT_WEIGHTS, GenerationSettings
 from .spec import ModelSpec
 
-# Why the decode steps ran in torch, as a trace records it: in English, whatever the session's
-# language (a file is data); DecoderUsed.label translates a recorded reason where it is shown.
+# Why decode steps ran in torch, recorded in English (data); DecoderUsed.label translates it.
 TORCH_ASKED_REASON = N_("the torch decoder was asked for")
 KV_OFF_REASON = N_("the KV cache is off: the native step decodes against its cache")
 

@@ -37,15 +37,14 @@ from ui.state import (
 from ui.text import message, plain
 from ui.traces import open_example, open_trace_file, shipped_examples
 
-SAMPLE_LIST = json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())
-SAMPLES = {s["title"]: s["prompt"] for s in SAMPLE_LIST}
-SAMPLE_LANGUAGE = {s["title"]: s.get("lang", "en") for s in SAMPLE_LIST}
+SAMPLES = {s["title"]: s for s in  # title → its prompt and language
+           json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
 
 
 def samples_in_order() -> list[str]:
     """The samples' titles, those in the session's language first (a Chinese session opens on
     the Chinese prompts; the English ones follow)."""
-    return sorted(SAMPLES, key=lambda title: SAMPLE_LANGUAGE[title] != language())
+    return sorted(SAMPLES, key=lambda title: SAMPLES[title].get("lang", "en") != language())
 # The live chart redraws at most this often, the first time this long after the run starts: the
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
 # after a redraw runs several times slower than the others (the first-decode-step spike).
@@ -62,7 +61,7 @@ VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the sta
 
 
 def use_sample() -> None:
-    st.session_state[PROMPT] = SAMPLES[st.session_state[SAMPLE]]
+    st.session_state[PROMPT] = SAMPLES[st.session_state[SAMPLE]]["prompt"]
 
 
 def opened(error: str | None) -> None:
@@ -290,24 +289,17 @@ def replay_trace(trace: Trace, slots: LiveSlots) -> None:
 
 
 def summary(trace: Trace) -> None:
-    """Why the run ended, and on what."""
+    """Why the run ended, and on what: ", weights q4_0 (89.9 MB), decode steps by the native C
+    step" when the trace records its decoder."""
     reason = (_("{limit} was reached").format(limit=limit_text())
               if trace.stop_reason == "limit" else _(STOP_REASONS[trace.stop_reason]))
+    d = trace.decoder
+    decoder = "" if d is None else _(", weights {weights} ({mb} MB), decode steps by the {decoder}").format(
+        weights=plain(d.weights), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
     st.caption(_("{tokens} tokens generated after a {prompt}-token prompt; stopped because "
                  "{reason}. Model: {model} on {device}{decoder}.").format(
                      tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,
-                     model=plain(trace.model.name), device=plain(trace.device),
-                     decoder=decoded_by(trace)))
-
-
-def decoded_by(trace: Trace) -> str:
-    """", weights q4_0 (89.9 MB), decode steps by the native C step" — empty for a trace without
-    a decoder record."""
-    d = trace.decoder
-    if d is None:
-        return ""
-    return _(", weights {weights} ({mb} MB), decode steps by the {decoder}").format(
-        weights=plain(d.weights), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
+                     model=plain(trace.model.name), device=plain(trace.device), decoder=decoder))
 
 
 def why_this_token(trace: Trace) -> None:

@@ -19,6 +19,7 @@ from charts.serving import (
     throughput_chart,
 )
 from engine import EngineError
+from engine.errors import InputError
 from engine.serving.metrics import passed_over, peak_step, run_prefix, summarize_stream
 from engine.serving.record import ServingConfig, ServingRun
 from i18n import N_, _, chinese
@@ -56,10 +57,6 @@ OWN = N_("My own prompts")
 BLOCK_SIZES = (4, 8, 16, 32)
 ARRIVALS = (N_("all at once"), N_("Poisson"))  # the radio's values (English); `_` shows them
 SCHEDULERS = (N_("continuous"), N_("static"))
-
-
-class FormError(ValueError):
-    """What is wrong with the form, in one sentence to show."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +151,13 @@ def stream_form() -> StreamForm | None:
     try:
         lines = [line.strip() for line in prompts.splitlines() if line.strip()]
         if not lines:
-            raise FormError(_("Write at least one prompt (one per line)."))
+            raise InputError(_("Write at least one prompt (one per line)."))
         wanted = [int(x) for x in lengths.replace(" ", "").split(",") if x]
         if not wanted or any(not 1 <= n <= caps.new_tokens for n in wanted):
-            raise FormError(_("Max new tokens must be whole numbers from 1 to {n}, separated by "
+            raise InputError(_("Max new tokens must be whole numbers from 1 to {n}, separated by "
                               "commas.").format(n=caps.new_tokens))
         if int(block) * int(pool) > caps.pool_slots:
-            raise FormError(_("The pool holds at most {slots:,} token slots here: {pool} blocks × "
+            raise InputError(_("The pool holds at most {slots:,} token slots here: {pool} blocks × "
                               "{block} tokens is more.").format(slots=caps.pool_slots,
                                                                 pool=int(pool), block=int(block)))
         n = int(count)
@@ -168,7 +165,7 @@ def stream_form() -> StreamForm | None:
                           tuple(wanted[i % len(wanted)] for i in range(n)),
                           "poisson" if arrival == "Poisson" else "all", float(rate_per_s),
                           ServingConfig(scheduler, int(max_batch), int(block), int(pool), sharing))
-    except FormError as err:
+    except InputError as err:
         st.error(str(err))
         return None
     except ValueError as err:
