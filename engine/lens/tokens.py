@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..assets import asset
 from ..forward import text_ids
 from ..spec import ModelSpec
 
@@ -273,3 +274,20 @@ class TextCost:
 
 def text_cost(spec: ModelSpec, text: str, tokens: int) -> TextCost:
     return TextCost(tokens, len(text), spec.kv_bytes(tokens), 2.0 * spec.param_count * tokens)
+
+
+def sentence_costs(tokenizer: Any, spec: ModelSpec, texts: list[str]) -> list[TextCost]:
+    """What each text costs on this model: its tokens (the tokenizer's own count, no special
+    tokens added), characters, KV-cache bytes and prefill FLOPs — one sentence in several
+    languages side by side (the Tokens page, `python -m engine tokens`)."""
+    return [text_cost(spec, text, len(tokenizer(text).input_ids)) for text in texts]
+
+
+ARTICLE_FORMS = ("zh-Hant", "zh-Hans", "en")
+
+
+def article_sentences() -> dict[str, str]:
+    """The article's opening sentences by language — its Traditional Chinese, Simplified (OpenCC,
+    reviewed) and English (assets/multilingual.json)."""
+    article = json.loads(asset("multilingual.json").read_text())["article"]
+    return {form: article[form] for form in ARTICLE_FORMS}

@@ -4,35 +4,30 @@ article in 繁體中文, 简体中文 and English, tokenized by the loaded model
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
 from charts.embeddings import language_bars
 from charts.formatting import size
 from engine import LoadedModel
-from engine.lens.tokens import text_cost
+from engine.lens.tokens import article_sentences, sentence_costs
 from i18n import _
 from ui.common import show_chart
 from ui.tables import show_table
 from ui.text import plain
 
-ARTICLE = json.loads((Path(__file__).parents[2] / "assets" / "multilingual.json").read_text())["article"]
 FORMS = (("zh-Hant", "繁體中文"), ("zh-Hans", "简体中文"), ("en", "English"))
 
 
 def chinese_cost(lm: LoadedModel) -> None:
     st.subheader(_("The same sentence in Chinese and in English"))
-    tok, spec = lm.tokenizer, lm.spec
-    costs = {form: text_cost(spec, ARTICLE[form], len(tok(ARTICLE[form]).input_ids))
-             for form, _name in FORMS}
+    spec, article = lm.spec, article_sentences()  # `python -m engine tokens` prints the same
+    costs = dict(zip(article, sentence_costs(lm.tokenizer, spec, list(article.values()))))
     english = costs["en"]
     rows = [{_("form"): name, _("characters"): costs[form].characters, _("tokens"): costs[form].tokens,
              _("tokens per character"): round(costs[form].tokens_per_char, 2),
              _("× English tokens"): round(costs[form].tokens / english.tokens, 2),
-             _("KV cache"): size(costs[form].kv_bytes), _("sentence"): ARTICLE[form]}
+             _("KV cache"): size(costs[form].kv_bytes), _("sentence"): article[form]}
             for form, name in FORMS]
     show_chart(language_bars([name for _form, name in FORMS], [costs[f].tokens for f, _n in FORMS],
                              [costs[f].tokens / english.tokens for f, _n in FORMS]),
