@@ -37,13 +37,18 @@ ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader
                # reading a GGUF is loading a model (the loader opens a --model PATH.gguf);
                # engine.gguf's export and CLI quantize, so they are a subsystem below
                "engine.gguf.names", "engine.gguf.header", "engine.gguf.table",
-               "engine.gguf.reader", "engine.gguf.writer")
+               "engine.gguf.reader", "engine.gguf.writer",
+               # a GGUF opens memory-mapped and runs on its stored blocks: the map, the
+               # matrices multiplied in place and whether the file fits are how it is held
+               "engine.gguf.mapped", "engine.gguf.stored", "engine.gguf.fit", "engine.cbuild")
 CORE_PACKAGES = ("engine", "engine.gguf")  # package modules in the core (their own code only)
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
                    ("kernels", "kv", "quant", "serving", "remote", "lens", "timing",
                     "whatif", "gguf.export", "gguf.cli", "gguf.blocks"))
 ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",
-              "engine.models")
+              "engine.models",
+              # finding the GGUF files here weighs each at the model store's default context
+              "engine.gguf.discover", "engine.gguf.models_cli")
 
 Graph = dict[str, set[str]]
 Layer = Callable[[str], bool]

@@ -32,10 +32,6 @@ this class owns, so the live run can use it (engine/runner.py).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,9 +40,10 @@ from typing import Mapping
 import torch
 from transformers import DynamicCache
 
+from ..cbuild import build, compiler
 from ..errors import EngineError, InputError
 from ..forward import prefill, timed_greedy
-from ..loader import LoadedModel, cache_root
+from ..loader import LoadedModel
 from ..quant.kmix import K_VARIANTS, tensor_types
 from ..quant.variants import WeightReport
 from ..settings import FLOAT_DTYPES
@@ -111,7 +108,7 @@ def _formats(weights: str, model: torch.nn.Module) -> MatrixFormats:
 
 
 def _compiler() -> str | None:
-    return next((c for c in ("gcc", "cc", "clang") if shutil.which(c)), None)
+    return compiler()
 
 
 def native_problem(lm: LoadedModel, weights: str = "fp32") -> str | None:
@@ -165,27 +162,7 @@ def _config(lm: LoadedModel, max_tokens: int) -> Config:
 
 def build_library() -> ctypes.CDLL:
     """Compile native_decode.c for this machine (cached by source, flags and CPU) and load it."""
-    compiler = _compiler()
-    if compiler is None:
-        raise EngineError("the native decoder needs a C compiler with OpenMP (gcc); none was found")
-    cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags_line = next((line for line in cpu.splitlines() if line.startswith("flags")), "")
-    headers = [SOURCE.parent / h for h in HEADERS]  # a missing one fails the compile, clearly
-    sources = [SOURCE.read_text()] + [h.read_text() for h in headers if h.exists()]
-    key = hashlib.sha256("\n".join([*sources, compiler, *FLAGS, flags_line])
-                         .encode()).hexdigest()[:16]
-    target = cache_root() / "native" / f"native_decode-{key}.so"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f"{target.stem}.{os.getpid()}.tmp")
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial), "-lm"],
-                              capture_output=True, text=True)
-        if done.returncode:
-            lines = done.stderr.strip().splitlines() or ["no output"]
-            first = next((line for line in lines if "error" in line), lines[0])[:200]
-            raise EngineError(f"compiling the native decoder failed: {first}")
-        partial.replace(target)
-    lib = ctypes.CDLL(str(target))
+    lib = build(SOURCE, HEADERS, FLAGS, "native decoder")
     void_p, int64 = ctypes.c_void_p, ctypes.c_int64
     lib.scratch_floats.argtypes = [ctypes.POINTER(Config)]
     lib.scratch_floats.restype = int64

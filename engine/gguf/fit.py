@@ -1,0 +1,113 @@
+"""Does a GGUF fit here? What opening it costs, against the memory this process can really use.
+
+A model opened from a GGUF is memory-mapped and runs on its stored blocks (engine/gguf/mapped.py),
+so what it holds is: the file's tensor bytes (pages of the mapping, read in as the steps touch
+them), the KV cache at the chosen context (float32 keys and values, 2 · layers · KV heads ·
+head_dim · 4 bytes a position), the small float copies (norms, biases) and work buffers, and the
+recording budget. The memory available is the container's limit where there is one (cgroup v2
+`memory.max`, or v1 `memory.limit_in_bytes`) less what the container already uses, and never more
+than what the host has available: in a 6 GiB Docker or Space container the host's free memory
+says nothing about what the kernel will allow before it kills the process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelLoadError
+
+GB = 1e9
+# Work buffers of a forward beyond the weights and the cache: activations of a 512-token prompt
+# of an 8B model (512 · 14336 · 4 bytes per intermediate, a few of them) and the logits.
+WORK_BYTES = 256 * 2**20
+_CGROUP_V2 = Path("/sys/fs/cgroup")
+_CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Bytes this process may still use, and where that figure comes from."""
+
+    available: int
+    source: str  # "container limit" or "free memory"
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What opening a model at a context costs, in bytes."""
+
+    weights: int
+    kv: int
+    work: int
+    recording: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.work + self.recording
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def container_limit() -> tuple[int, int] | None:
+    """(limit, usage) of this process's memory cgroup, or None where there is no limit."""
+    for limit_file, usage_file in ((_CGROUP_V2 / "memory.max", _CGROUP_V2 / "memory.current"),
+                                   (_CGROUP_V1 / "memory.limit_in_bytes",
+                                    _CGROUP_V1 / "memory.usage_in_bytes")):
+        limit = _read_int(limit_file)
+        if limit is not None and limit < 1 << 60:  # v1 writes 2^63 - page for "no limit"
+            return limit, _read_int(usage_file) or 0
+    return None
+
+
+def host_available() -> int:
+    try:
+        import psutil
+    except ImportError:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.virtual_memory().available)
+
+
+def available_memory() -> Memory:
+    """The bytes this process can still take: the container's room where it is the smaller."""
+    host = host_available()
+    limit = container_limit()
+    if limit is not None and limit[0] - limit[1] < host:
+        return Memory(max(0, limit[0] - limit[1]), "container limit")
+    return Memory(host, "free memory")
+
+
+def kv_bytes(layers: int, kv_heads: int, head_dim: int, positions: int) -> int:
+    """Float32 keys and values: 2 · layers · KV heads · head_dim · 4 bytes per position."""
+    return 2 * layers * kv_heads * head_dim * 4 * positions
+
+
+def need(weight_bytes: int, layers: int, kv_heads: int, head_dim: int, context: int,
+         recording: int = 0) -> Need:
+    return Need(weight_bytes, kv_bytes(layers, kv_heads, head_dim, context), WORK_BYTES, recording)
+
+
+def fit_problem(name: str, cost: Need, memory: Memory | None = None) -> str | None:
+    """One line saying what `name` needs and what is free, when it does not fit; else None."""
+    memory = memory or available_memory()
+    if cost.total <= memory.available:
+        return None
+    return (f"{name} needs {cost.total / GB:.1f} GB ({cost.weights / GB:.1f} GB of weights as "
+            f"stored + {cost.kv / GB:.1f} GB of KV cache + {(cost.work + cost.recording) / GB:.1f}"
+            f" GB of work and recording buffers), but only {memory.available / GB:.1f} GB is "
+            f"available ({memory.source}): {(cost.total - memory.available) / GB:.1f} GB more is "
+            "needed")
+
+
+def check_fit(name: str, cost: Need) -> None:
+    """ModelLoadError (exit 2, a sidebar message) with `fit_problem`'s line, before any load."""
+    problem = fit_problem(name, cost)
+    if problem:
+        raise ModelLoadError(problem)

@@ -1,0 +1,411 @@
+/* Matrix products on GGML blocks as a GGUF file stores them (memory-mapped), and a whole decode
+ * step built from them — the kernels behind a model opened from the user's own file.
+ *
+ * Why 8-bit activations: a 4-bit weight unpacked and multiplied in float costs more instructions
+ * than the memory it saves, so a float decode step on 2 cores is compute-bound below the memory
+ * roof. Quantizing the activations to int8 (per 32 values, x ≈ dx·xq, as llama.cpp does) turns
+ * each 32-weight block's dot product into integer multiply-adds (AVX2 maddubs/madd: 32 products
+ * in two instructions) and one float multiply-add. The error this adds is the activations'
+ * rounding to 8 bits — the same llama.cpp makes — and tests bound it against float products.
+ *
+ * Activations of a row of K floats (`act_bytes(K)` bytes): xq int8[K] | dx float[K/32] | dx·Σxq
+ * float[K/32] | Σ xq per 16 int16[K/16] (the last two for the offsets: stored_blocks.h). Kernels come plain and AVX2, side
+ * by side (-DPLAIN_KERNELS forces the plain ones; tests compare both with the reference).
+ * The prompt's products (`stored_matmul`, M tokens) share each unpacked weight block among up to
+ * 8 tokens, summing their integer products into one vector (hadd transposition) scaled once.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__) && !defined(PLAIN_KERNELS)
+#include <immintrin.h>
+#define FAST 1
+#else
+#define FAST 0
+#endif
+
+#include "stored_blocks.h"
+
+#define TILE 8 /* tokens sharing an unpacked weight block in stored_matmul */
+
+int64_t act_bytes(int64_t K) { return K + K / 8 + K / 8 + K / 8; }
+static inline float* act_dx(const uint8_t* a, int64_t K) { return (float*)(a + K); }
+static inline float* act_ds(const uint8_t* a, int64_t K) { return (float*)(a + K + K / 8); }
+static inline int16_t* act_s16(const uint8_t* a, int64_t K) {
+  return (int16_t*)(a + K + K / 4);
+}
+
+/* x (K floats) → activations at `a`: per 32, dx = max|x| / 127, xq = round(x / dx). */
+void quantize_act(const float* x, int64_t K, uint8_t* a) {
+  int8_t* q = (int8_t*)a;
+  float* dx = act_dx(a, K);
+  int16_t* s16 = act_s16(a, K);
+  float* ds = act_ds(a, K);
+  for (int64_t j = 0; j < K / 32; ++j) {
+    float amax = 0.0f;
+    for (int l = 0; l < 32; ++l) amax = fmaxf(amax, fabsf(x[32 * j + l]));
+    const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+    dx[j] = d;
+    for (int g = 0; g < 2; ++g) {
+      int sum = 0;
+      for (int l = 16 * g; l < 16 * g + 16; ++l) {
+        q[32 * j + l] = (int8_t)nearbyintf(x[32 * j + l] * id);
+        sum += q[32 * j + l];
+      }
+      s16[2 * j + g] = (int16_t)sum;
+    }
+    ds[j] = d * (s16[2 * j] + s16[2 * j + 1]);
+  }
+}
+
+/* Plain: Σ_blocks a·dx·Σ s·c·xq (integer inner sums) + Σ_16 o·dx·S16 (the offsets). */
+static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
+  const int8_t* xq = (const int8_t*)act;
+  const float* dx = act_dx(act, K);
+  const int16_t* s16 = act_s16(act, K);
+  uint8_t c[32];
+  float a, o[2], sum = 0.0f;
+  int16_t s[2];
+  for (int64_t j = 0; j < K / 32; ++j) {
+    unpack32(t, row, j, c, &a, s, o);
+    int32_t isum = 0;
+    for (int g = 0; g < 2; ++g) {
+      int32_t part = 0;
+      for (int l = 16 * g; l < 16 * g + 16; ++l)
+        part += (t == T_Q8_0 ? (int8_t)c[l] : (int32_t)c[l]) * xq[32 * j + l];
+      isum += s[g] * part;
+    }
+    sum += a * dx[j] * (float)isum + dx[j] * (o[0] * s16[2 * j] + o[1] * s16[2 * j + 1]);
+  }
+  return sum;
+}
+
+#if FAST
+#define ALWAYS static inline __attribute__((always_inline))
+ALWAYS float h2f(const uint8_t* p) {
+  uint16_t h;
+  memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* Block j's codes as 32 bytes in weight order, its scale a, its offsets o per 16 and (Q6_K)
+ * the madd multipliers. */
+ALWAYS __m256i codes_avx2(int64_t t, const uint8_t* row, int64_t j, float* a, __m256i* mul,
+                                 float* o) {
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  if (t == T_Q4_0) {
+    const uint8_t* b = row + j * 18;
+    *a = h2f(b);
+    o[0] = o[1] = -8.0f * *a;
+    const __m128i q = _mm_loadu_si128((const __m128i*)(b + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);
+  }
+  if (t == T_Q8_0) {
+    const uint8_t* b = row + j * 34;
+    *a = h2f(b);
+    o[0] = o[1] = 0.0f;
+    return _mm256_loadu_si256((const __m256i*)(b + 2));
+  }
+  if (t == T_Q4_K) {
+    const int64_t sub = j % 8;
+    const uint8_t* b = row + (j / 8) * 144;
+    int sc, mn;
+    k_scale_min((int)sub, b + 4, &sc, &mn);
+    *a = h2f(b) * sc;
+    o[0] = o[1] = -h2f(b + 2) * mn;
+    const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * (sub / 2)));
+    return _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(q, 4) : q, low4);
+  }
+  if (t == T_Q6_K) {
+    const int64_t sub = j % 8;
+    const uint8_t* b = row + (j / 8) * 210;
+    const int h = (int)sub / 4, r = (int)sub % 4;
+    const int8_t* sc = (const int8_t*)(b + 192) + 8 * h + 2 * r;
+    *a = h2f(b + 208);
+    *mul = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+    o[0] = -32.0f * *a * sc[0];
+    o[1] = -32.0f * *a * sc[1];
+    const __m256i ql = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32 * (r % 2)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
+    const __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  }
+  uint8_t c[32];
+  int16_t s[2];
+  unpack32(t, row, j, c, a, s, o);
+  *mul = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+  return _mm256_loadu_si256((const __m256i*)c);
+}
+
+/* The 8 int32 partial sums of Σ s·c·xq for one block against one token's 32 int8s. */
+static inline __m256i block_isum(int64_t t, __m256i c, __m256i x, __m256i mul) {
+  if (t == T_Q8_0)
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c)),
+                             mul);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), mul);
+}
+
+/* The decode kernels, one per hot type: a row against one token's activations. */
+ALWAYS __m256i isum(__m256i c, const uint8_t* x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(c, _mm256_loadu_si256((const __m256i*)x)),
+                           _mm256_set1_epi16(1));
+}
+
+static float dot_q4_0(const uint8_t* row, const uint8_t* act, int64_t K) {
+  const float *dx = act_dx(act, K), *ds = act_ds(act, K);
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0.0f;
+  for (int64_t j = 0; j < K / 32; ++j) {
+    const uint8_t* b = row + j * 18;
+    const float d = h2f(b);
+    const __m128i q = _mm_loadu_si128((const __m128i*)(b + 2));
+    const __m256i c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(c, act + 32 * j)), _mm256_set1_ps(d * dx[j]), acc);
+    off += d * ds[j];
+  }
+  return hsum8(acc) - 8.0f * off;
+}
+
+static float dot_q8_0(const uint8_t* row, const uint8_t* act, int64_t K) {
+  const float* dx = act_dx(act, K);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t j = 0; j < K / 32; ++j) {
+    const uint8_t* b = row + j * 34;
+    const __m256i c = _mm256_loadu_si256((const __m256i*)(b + 2));
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 32 * j));
+    const __m256i p = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c)), _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b) * dx[j]), acc);
+  }
+  return hsum8(acc);
+}
+
+static float dot_q4_k(const uint8_t* row, const uint8_t* act, int64_t K) {
+  const float *dx = act_dx(act, K), *ds = act_ds(act, K);
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0.0f;
+  for (int64_t sb = 0; sb < K / 256; ++sb) {
+    const uint8_t* b = row + sb * 144;
+    const float d = h2f(b), dmin = h2f(b + 2);
+    float scale[8], mins = 0.0f;
+    for (int s = 0; s < 8; ++s) {
+      int sc, mn;
+      k_scale_min(s, b + 4, &sc, &mn);
+      scale[s] = d * sc * dx[8 * sb + s];
+      mins += mn * ds[8 * sb + s];
+    }
+    off += dmin * mins;
+    const uint8_t* x = act + 256 * sb;
+    for (int p = 0; p < 4; ++p) {
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * p));
+      const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(lo, x + 64 * p)), _mm256_broadcast_ss(scale + 2 * p), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(hi, x + 64 * p + 32)),
+                            _mm256_broadcast_ss(scale + 2 * p + 1), acc);
+    }
+  }
+  return hsum8(acc) - off;
+}
+
+static float dot_q6_k(const uint8_t* row, const uint8_t* act, int64_t K) {
+  const float* dx = act_dx(act, K);
+  const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
+  const __m256i m32 = _mm256_set1_epi8(32);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t sb = 0; sb < K / 256; ++sb) {
+    const uint8_t* b = row + sb * 210;
+    const int8_t* sc = (const int8_t*)(b + 192);
+    const float d = h2f(b + 208);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
+      for (int r = 0; r < 4; ++r) {
+        const __m256i ql = r % 2 ? ql1 : ql0;
+        const __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), three);
+        const __m256i c = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        const int64_t j = 8 * sb + 4 * h + r;
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 32 * j));
+        const __m256i prod = _mm256_sub_epi16(_mm256_maddubs_epi16(c, x), _mm256_maddubs_epi16(m32, x));
+        const __m256i mul = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * r + 1]),
+                                             _mm_set1_epi16(sc[8 * h + 2 * r]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(prod, mul)),
+                              _mm256_set1_ps(d * dx[j]), acc);
+      }
+    }
+  }
+  return hsum8(acc);
+}
+
+static float dot_any(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
+  const float* dx = act_dx(act, K);
+  const int16_t* s16 = act_s16(act, K);
+  __m256 acc = _mm256_setzero_ps();
+  float off = 0.0f;
+  for (int64_t j = 0; j < K / 32; ++j) {
+    uint8_t c[32];
+    float a, o[2];
+    int16_t s[2];
+    unpack32(t, row, j, c, &a, s, o);
+    const __m256i mul = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+    const __m256i p = _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i*)c),
+                             _mm256_loadu_si256((const __m256i*)(act + 32 * j))), mul);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(a * dx[j]), acc);
+    off += dx[j] * (o[0] * s16[2 * j] + o[1] * s16[2 * j + 1]);
+  }
+  return hsum8(acc) + off;
+}
+
+/* One vector of the 8 tokens' sums: lane i = Σ of v[i]'s 8 lanes. */
+static inline __m256i transpose_sum8(const __m256i* v) {
+  const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);
+  /* s0123 = [0 1 2 3 | 0 1 2 3] halves of tokens 0-3; s4567 likewise for 4-7 */
+  const __m256i lo = _mm256_permute2x128_si256(s0123, s4567, 0x20);
+  const __m256i hi = _mm256_permute2x128_si256(s0123, s4567, 0x31);
+  return _mm256_add_epi32(lo, hi);
+}
+#endif
+
+static inline float row_dot(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
+#if FAST
+  switch (t) {
+    case T_Q4_0: return dot_q4_0(row, act, K);
+    case T_Q8_0: return dot_q8_0(row, act, K);
+    case T_Q4_K: return dot_q4_k(row, act, K);
+    case T_Q6_K: return dot_q6_k(row, act, K);
+    default: return dot_any(t, row, act, K);
+  }
+#else
+  return dot_plain(t, row, act, K);
+#endif
+}
+
+/* A float row against float x (F32, F16, BF16 weights). */
+static float float_dot(int64_t t, const uint8_t* row, const float* x, int64_t K) {
+  float sum = 0.0f;
+  if (t == T_F32) {
+    const float* w = (const float*)row;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t k = 0; k < K; ++k) sum += w[k] * x[k];
+  } else if (t == T_F16) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t k = 0; k < K; ++k) sum += f16(row + 2 * k) * x[k];
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t k = 0; k < K; ++k) sum += bf16(row + 2 * k) * x[k];
+  }
+  return sum;
+}
+
+/* y[n] (+)= row n · x for rows [lo, hi) of one matrix; `act` = x quantized (unused for floats). */
+static void rows_dot(int64_t t, const uint8_t* w, int64_t K, int64_t lo, int64_t hi, const float* x,
+                     const uint8_t* act, float* y, int add) {
+  const int64_t rb = row_bytes(t, K);
+  for (int64_t n = lo; n < hi; ++n) {
+    const uint8_t* row = w + n * rb;
+    const float v = is_float_type(t) ? float_dot(t, row, x, K) : row_dot(t, row, act, K);
+    y[n] = add ? y[n] + v : v;
+  }
+}
+
+/* Y (M, N) = X (M, K) · Wᵀ, W (N, K) stored rows of type t; `work` holds matmul_work_bytes.
+ * The prompt's products: each thread takes a range of rows, CHUNK rows at a time, and runs every
+ * token through them while they sit in its cache, so the weights are read from memory once. */
+#define CHUNK 16
+void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const float* x, int64_t M,
+                   float* y, int threads, uint8_t* work) {
+  const int64_t ab = act_bytes(K), J = K / 32;
+  const int quantized = !is_float_type(t);
+  float* dxt = (float*)(work + M * ab); /* per tile of TILE tokens: [J][TILE] dx, dx·S16 ×2 */
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (quantized) {
+#pragma omp for schedule(static)
+      for (int64_t m = 0; m < M; ++m) quantize_act(x + m * K, K, work + m * ab);
+#pragma omp for schedule(static)
+      for (int64_t m0 = 0; m0 < M - M % TILE; m0 += TILE) {
+        float* d = dxt + m0 * J * 3;
+        for (int64_t j = 0; j < J; ++j)
+          for (int i = 0; i < TILE; ++i) {
+            const uint8_t* ai = work + (m0 + i) * ab;
+            d[j * TILE + i] = act_dx(ai, K)[j];
+            d[(J + j) * TILE + i] = act_dx(ai, K)[j] * act_s16(ai, K)[2 * j];
+            d[(2 * J + j) * TILE + i] = act_dx(ai, K)[j] * act_s16(ai, K)[2 * j + 1];
+          }
+      }
+    }
+    const int64_t lo = N * tid / nt, hi = N * (tid + 1) / nt;
+    for (int64_t r0 = lo; r0 < hi; r0 += CHUNK) {
+      const int64_t r1 = hi - r0 < CHUNK ? hi : r0 + CHUNK;
+      for (int64_t m0 = 0; m0 < M; m0 += TILE) {
+        const int64_t mt = M - m0 < TILE ? M - m0 : TILE;
+#if FAST
+        if (quantized && mt == TILE) {
+          const float *d = dxt + m0 * J * 3, *ds0 = d + J * TILE, *ds1 = d + 2 * J * TILE;
+          const __m256i ones = _mm256_set1_epi16(1);
+          for (int64_t n = r0; n < r1; ++n) {
+            const uint8_t* row = w + n * row_bytes(t, K);
+            __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+            for (int64_t j = 0; j < J; ++j) {
+              float a, o[2];
+              __m256i mul = ones, part[TILE];
+              const __m256i c = codes_avx2(t, row, j, &a, &mul, o);
+              for (int i = 0; i < TILE; ++i)
+                part[i] = block_isum(
+                    t, c, _mm256_loadu_si256((const __m256i*)(work + (m0 + i) * ab + 32 * j)), mul);
+              const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(a), _mm256_loadu_ps(d + j * TILE));
+              acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_sum8(part)), scale, acc);
+              off = _mm256_fmadd_ps(_mm256_set1_ps(o[0]), _mm256_loadu_ps(ds0 + j * TILE), off);
+              off = _mm256_fmadd_ps(_mm256_set1_ps(o[1]), _mm256_loadu_ps(ds1 + j * TILE), off);
+            }
+            float out[TILE];
+            _mm256_storeu_ps(out, _mm256_add_ps(acc, off));
+            for (int i = 0; i < TILE; ++i) y[(m0 + i) * N + n] = out[i];
+          }
+          continue;
+        }
+#endif
+        for (int64_t i = 0; i < mt; ++i)
+          rows_dot(t, w, K, r0, r1, x + (m0 + i) * K, work + (m0 + i) * ab, y + (m0 + i) * N, 0);
+      }
+    }
+  }
+}
+
+/* Work bytes stored_matmul needs. */
+int64_t matmul_work_bytes(int64_t K, int64_t M) {
+  return M * act_bytes(K) + M * (K / 32) * 3 * (int64_t)sizeof(float) + 64;
+}
+
+/* Rows `ids` (count) of a stored matrix dequantized to float32: the embedding lookup. */
+void stored_rows(const uint8_t* w, int64_t t, int64_t K, const int64_t* ids, int64_t count,
+                 float* out) {
+  const int64_t rb = row_bytes(t, K);
+  for (int64_t i = 0; i < count; ++i) dequant_row(t, w + ids[i] * rb, K, out + i * K);
+}
+
+/* One row's dot product with x by the kernel, or (plain) by the plain one: tests check both
+ * against float products of the dequantized weights and activations. */
+float stored_dot(const uint8_t* row, int64_t t, int64_t K, const float* x, uint8_t* act, int plain) {
+  if (is_float_type(t)) return float_dot(t, row, x, K);
+  quantize_act(x, K, act);
+  return plain ? dot_plain(t, row, act, K) : row_dot(t, row, act, K);
+}
+
+#include "stored_step.h"
