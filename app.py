@@ -20,6 +20,7 @@ wait_for_start_up()  # before this run imports what the start-up thread may be i
 import streamlit as st  # noqa: E402
 
 from engine import GenerationSettings  # noqa: E402
+from engine.loader import MAX_SOURCE_CHARS  # noqa: E402
 from engine.models import on_file_blocks  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
 from i18n import N_, _  # noqa: E402
@@ -27,6 +28,7 @@ from ui import shared  # noqa: E402
 from ui.address import write_address  # noqa: E402
 from ui.config import config  # noqa: E402
 from ui.experiment import run_experiment  # noqa: E402
+from ui.found_models import sidebar_found_models  # noqa: E402
 from ui.guard import model_refusal  # noqa: E402
 from ui.keys import MODEL_SOURCE, WEIGHTS  # noqa: E402
 from ui.language import language_switch, start_language, write_language  # noqa: E402
@@ -53,7 +55,6 @@ from ui.text import message  # noqa: E402
 
 LIMITS = config().limits
 ASSETS = Path(__file__).parent / "assets"
-MAX_SOURCE_CHARS = 200
 
 
 def no_model() -> None:
@@ -111,6 +112,7 @@ def sidebar_model() -> None:
                    "by the native step on its stored blocks, its tensor table on the "
                    "Quantization page."))
         source = custom.strip() or "default"
+        sidebar_found_models()  # this machine's GGUF files, its own server only
     weights = sidebar_weights()
     refusal = model_refusal(source)  # a shared server: no folder outside its allowlist, and
     if refusal is not None:  # no word on whether it exists

@@ -1,11 +1,11 @@
 """`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|loadtest|examples|
-export|gguf-info|branch|ablate|patch|tokens`: generate a trace from the shell, inspect one (its story
-lines, a comparison with another, the logit lens), compare dtypes, measure a weights variant's
-quality or the whole quantization study, serve a stream on the batched engine, load-test a serving
-engine (vLLM), record the shipped examples, export a weights variant as a GGUF file or print a
-GGUF file's tensor table, ask what the same sentence costs in several languages, and ask "what
-if" of a run (branch it, switch heads off, patch activations). The engine draws no charts: a
-trace's HTML report is `python -m charts.report`.
+export|gguf-info|models|branch|ablate|patch|tokens`: generate a trace from the shell, inspect one
+(its story lines, a comparison with another, the logit lens), compare dtypes, measure a weights
+variant's quality or the whole quantization study, serve a stream on the batched engine, load-test
+a serving engine (vLLM), record the shipped examples, export a weights variant as a GGUF file or
+print a GGUF file's tensor table, list the GGUF files already on this machine, ask what the same
+sentence costs in several languages, and ask "what if" of a run (branch it, switch heads off,
+patch activations). The engine draws no charts: a trace's HTML report is `python -m charts.report`.
 
 User mistakes (bad arguments, unknown model, damaged trace) exit with status 2 and one line on
 stderr, never a traceback.
@@ -28,6 +28,7 @@ from typing import Any, NoReturn, Sequence  # noqa: E402
 from .cli_run import add_run_parser, run_command  # noqa: E402
 from .errors import EngineError  # noqa: E402
 from .gguf import cli as gguf_cli  # noqa: E402
+from .gguf import models_cli  # noqa: E402
 from .lens import tokens_cli  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
 from .quant import cli as quant_cli  # noqa: E402
@@ -86,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     quant_cli.add_parser(sub)
     whatif_cli.add_parsers(sub)
     gguf_cli.add_parsers(sub)
+    models_cli.add_parser(sub)
     serving_cli.add_parser(sub)
     remote_cli.add_parser(sub)
     tokens_cli.add_parser(sub)
@@ -302,7 +304,7 @@ COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "d
             "quality": _quality, "story": _story, "compare": _compare,
             "quantize": quant_cli.run, "batch": serving_cli.run,
             "loadtest": remote_cli.run, **whatif_cli.COMMANDS, "export": gguf_cli.run_export,
-            "gguf-info": gguf_cli.run_info, "tokens": tokens_cli.run}
+            "gguf-info": gguf_cli.run_info, "models": models_cli.run, "tokens": tokens_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

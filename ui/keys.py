@@ -4,6 +4,8 @@ sidebar's generation settings have their keys in ui/sidebar_settings.py's table.
 
 # The sidebar
 MODEL_SOURCE = "model_source"  # Hugging Face id or local folder (local only)
+FOUND_MODEL = "found_model"  # a GGUF file found on this machine (local only): sets MODEL_SOURCE
+MODEL_FOLDERS = "model_folders"  # folders the user adds to that search
 WEIGHTS = "weights_variant"  # the weights variant
 PRESENT = "present"  # presentation mode (mirrored in the URL as ?present=1)
 CHART_FORMAT = "chart_format"  # what a chart's camera icon saves: "png" or "svg"

@@ -14,7 +14,10 @@ Modules, one job each:
 - `export`: a weights variant of a loaded model as GGUF tensors (the quantizers of engine/quant);
 - `cli`: `python -m engine export` and `python -m engine gguf-info`;
 - `blocks`: a file's tensors as stored (GGML blocks by the table's offsets), for the native step
-  to decode on (engine/models.py `native_decoder`).
+  to decode on (engine/models.py `native_decoder`);
+- `discover` and `models_cli`: the GGUF files already on this machine (Ollama, LM Studio, the
+  Hugging Face cache, the user's folders) and `python -m engine models`; each file weighed at the
+  model store's default context, so they sit at the engine's top.
 
 Reading is part of loading a model, so `names`, `header`, `table`, `reader` and `writer` sit in
 the engine's core (they import nothing above it); `export` and `cli` quantize and `blocks` feeds
