@@ -12,10 +12,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -34,6 +35,7 @@ DEFAULT_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized)"
 CACHE_ENV = "INFERENCE_EXPLORER_CACHE"
 MAX_SOURCE_CHARS = 1024  # hub ids are ≤ 96; local paths rarely approach PATH_MAX
 _COMPLETE_MARK = "complete.json"
+_OLLAMA_BLOB = re.compile(r"sha256-[0-9a-f]{64}")
 
 Progress = Callable[[str], None]
 
@@ -100,8 +102,10 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 
 
 def load_model(source: str | None = None, device: str | None = None, dtype: str | None = None,
-               progress: Progress | None = None) -> LoadedModel:
-    """Load `source` (None/"default", a local folder or a hub id) ready for the engine."""
+               progress: Progress | None = None, on_blocks: bool = True) -> LoadedModel:
+    """Load `source` (None/"default", a local folder or a hub id) ready for the engine. A GGUF
+    runs on its stored blocks on the CPU, unless `on_blocks` is False (a float copy, made only
+    to quantize its weights again: `export`)."""
     say = progress or (lambda _msg: None)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
@@ -111,25 +115,41 @@ def load_model(source: str | None = None, device: str | None = None, dtype: str 
         model, tokenizer, from_cache = _load_default(say)
         name = DEFAULT_NAME
     elif is_gguf_path(source):
-        model, tokenizer, table = _load_gguf_file(source, say)
+        model, tokenizer, table = _load_gguf_file(source, say, dev, torch_dtype, on_blocks)
         from_cache, name = False, Path(source).name
     else:
         model, tokenizer = _load_hf(source, say)
         from_cache, name = False, source
-    model = model.to(device=dev, dtype=torch_dtype).eval()
+    if table is None or not is_mapped_model(model):
+        model = model.to(device=dev, dtype=torch_dtype)
+    model = model.eval()
     model.requires_grad_(False)
     _use_sdpa(model)
     spec = spec_from_model(model, name)
+    if table is not None and is_mapped_model(model):  # the file's bytes, as its table lists them
+        spec = replace(spec, param_count=table.n_elements, weight_bytes=table.tensor_bytes)
     return LoadedModel(model, tokenizer, spec, source or DEFAULT_MODEL, dev,
                        time.perf_counter() - start, from_cache, table)
 
 
 def is_gguf_path(source: str) -> bool:
-    """A `--model` that names a GGUF file (opened from its own tensors, engine/gguf/reader.py)."""
-    return source.lower().endswith(".gguf") and len(source) <= MAX_SOURCE_CHARS
+    """A `--model` that names a GGUF file (opened from its own tensors, engine/gguf/reader.py):
+    a name ending in .gguf, or an Ollama blob (`sha256-<64 hex>`, no extension) that is one."""
+    if len(source) > MAX_SOURCE_CHARS:
+        return False
+    if source.lower().endswith(".gguf"):
+        return True
+    if not _OLLAMA_BLOB.fullmatch(os.path.basename(source)):
+        return False
+    try:
+        with open(os.path.expanduser(source), "rb") as f:
+            return f.read(4) == b"GGUF"
+    except (OSError, ValueError):
+        return False
 
 
-def _load_gguf_file(source: str, say: Progress) -> tuple[Any, Any, GGUFTable]:
+def _load_gguf_file(source: str, say: Progress, device: torch.device, dtype: torch.dtype,
+                    on_blocks: bool) -> tuple[Any, Any, GGUFTable]:
     from .gguf.reader import open_gguf
 
     try:
@@ -139,7 +159,15 @@ def _load_gguf_file(source: str, say: Progress) -> tuple[Any, Any, GGUFTable]:
         found = False
     if not found:
         raise ModelLoadError(f"GGUF file not found: {source[:200]!r}")
-    return open_gguf(path, say)
+    if on_blocks and device.type == "cpu" and dtype != torch.float32:
+        raise ModelLoadError("a GGUF runs on the CPU on its stored blocks, with float32 "
+                             "activations: fp16 / bf16 apply on a GPU (--device cuda)")
+    return open_gguf(path, say, device, dtype, on_blocks=on_blocks)
+
+
+def is_mapped_model(model: Any) -> bool:
+    """A GGUF's model on its mapped blocks (engine/gguf/mapped.py) rather than float tensors."""
+    return hasattr(model, "file_map")
 
 
 def _use_sdpa(model: Any) -> None:

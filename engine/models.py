@@ -92,38 +92,42 @@ class ModelEntry:
         return self.lm.spec.weight_bytes + int(extras)
 
 
+MAPPED_VARIANTS = ("a model opened from a GGUF file runs on the file's own blocks, as stored; "
+                   "the weights variants are copies of the default model's float32 weights")
+
+
 def on_file_blocks(lm: LoadedModel, weights: str) -> bool:
     """Whether the native step decodes on a GGUF file's own blocks: a model opened from a .gguf
-    with the weights as loaded (its float32 copy is exactly those blocks dequantized; any other
-    variant is a copy quantized again, packed from its own codes)."""
-    return lm.gguf_tensors is not None and weights_name(weights) == "fp32"
+    on the CPU (memory-mapped, engine/gguf/mapped.py), with the weights as loaded."""
+    from .kernels.stored_decoder import is_mapped
+
+    return is_mapped(lm) and weights_name(weights) == "fp32"
 
 
 def decoder_problem(lm: LoadedModel, weights: str) -> str | None:
-    """Why the native step cannot run these weights (one line), or None; for a GGUF file's own
-    weights also a type among its matrices the step has no kernel for (torch then decodes the
-    float32 copy: packing that copy would read four bytes a weight where the file stores fewer)."""
+    """Why the native step cannot run these weights (one line), or None. A model opened from a
+    GGUF on the CPU decodes on its mapped blocks (kernels/stored_decoder.py), as loaded."""
+    from .kernels.stored_decoder import is_mapped, stored_problem
+
+    if is_mapped(lm):
+        return stored_problem(lm) if weights_name(weights) == "fp32" else MAPPED_VARIANTS
     from .kernels.native import native_problem
 
-    problem = native_problem(lm, weights)
-    if problem is None and on_file_blocks(lm, weights):
-        from .gguf.blocks import blocks_problem
-
-        problem = blocks_problem(lm.gguf_tensors)
-    return problem
+    return native_problem(lm, weights)
 
 
 def native_decoder(lm: LoadedModel, weights: str = "fp32", max_tokens: int = NATIVE_TOKENS) -> Any:
-    """The native decoder of `lm`'s weights: on a GGUF file's stored blocks when they are the
-    file's own (`on_file_blocks`: read again by the table's offsets, gguf/blocks.py), else on the
-    packed torch weights; EngineError with the one-line reason it cannot run."""
+    """The native decoder of `lm`'s weights: the C step on a GGUF file's mapped blocks, or on
+    the packed torch weights; EngineError with the one-line reason it cannot run."""
+    from .kernels.stored_decoder import StoredDecoder, is_mapped
+
+    if is_mapped(lm):
+        problem = decoder_problem(lm, weights)
+        if problem:
+            raise EngineError(problem)
+        return StoredDecoder(lm, max_tokens=max_tokens)
     from .kernels.native import NativeDecoder
 
-    if on_file_blocks(lm, weights):
-        from .gguf.blocks import file_blocks
-
-        return NativeDecoder(lm, max_tokens=max_tokens, weights=weights,
-                             blocks=file_blocks(lm.gguf_tensors))
     return NativeDecoder(lm, max_tokens=max_tokens, weights=weights)
 
 
@@ -230,7 +234,10 @@ class ModelStore:
 
         if weights not in VARIANT_NAMES and not weights.startswith("awq_"):
             raise EngineError(f"unknown weights {weights!r}: use one of {', '.join(VARIANT_NAMES)}")
-        return self._variant(self.get(source, "fp32").lm, weights, self.native_tokens)
+        base = self.get(source, "fp32").lm
+        if base.gguf_tensors is not None:
+            raise EngineError(MAPPED_VARIANTS)
+        return self._variant(base, weights, self.native_tokens)
 
     def get(self, source: str, weights: str) -> ModelEntry:
         """The entry for this choice, loading it if needed (one load per key, even when several

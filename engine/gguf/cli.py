@@ -55,7 +55,7 @@ def run_export(args: argparse.Namespace) -> int:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    lm = load_model(args.model, device="cpu", dtype="float32")
+    lm = load_model(args.model, device="cpu", dtype="float32", on_blocks=False)  # to quantize
     done = export_gguf(lm, args.weights, target)
     t = done.table
     types = ", ".join(f"{k} ×{v}" for k, v in t.type_counts().items())

@@ -20,9 +20,11 @@ import torch
 
 # architecture in the file → the Hugging Face model type the reader builds. llama.cpp writes
 # Mistral (and SmolLM, a llama) under "llama"; a few older files say "mistral".
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3"}
 PERMUTED = frozenset({"llama", "mistral"})  # q/k rows in llama.cpp's pair order
 BIASED = frozenset({"qwen2"})  # q, k and v projections carry a bias
+QK_NORMED = frozenset({"qwen3"})  # an RMS norm over each head's query and key before RoPE
+ROPE_FREQS = "rope_freqs.weight"  # Llama 3.x: RoPE's per-frequency divisors (optional)
 
 # GGUF name (after "blk.N.") → Hugging Face name (after "model.layers.N.")
 _BLOCK = {
@@ -38,6 +40,8 @@ _BLOCK = {
 }
 _BIASES = {"attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
            "attn_v.bias": "self_attn.v_proj.bias"}
+_QK_NORMS = {"attn_q_norm.weight": "self_attn.q_norm.weight",
+             "attn_k_norm.weight": "self_attn.k_norm.weight"}
 _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
            "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 
@@ -66,6 +70,8 @@ def expected_tensors(arch: str, s: Shapes) -> dict[str, tuple[int, ...]]:
              "ffn_down.weight": (s.hidden, s.ffn)}
     if arch in BIASED:
         block |= {"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)}
+    if arch in QK_NORMED:
+        block |= {"attn_q_norm.weight": (s.head_dim,), "attn_k_norm.weight": (s.head_dim,)}
     found = {"token_embd.weight": (s.vocab, s.hidden), "output_norm.weight": (s.hidden,)}
     for i in range(s.layers):
         found |= {f"blk.{i}.{k}": v for k, v in block.items()}
@@ -80,7 +86,7 @@ def hf_name(gguf_name: str) -> str:
     index, _, leaf = rest.partition(".")
     if head != "blk" or not index.isdigit():
         raise KeyError(gguf_name)
-    return f"model.layers.{int(index)}.{(_BLOCK | _BIASES)[leaf]}"
+    return f"model.layers.{int(index)}.{(_BLOCK | _BIASES | _QK_NORMS)[leaf]}"
 
 
 def gguf_name(hf: str) -> str:

@@ -19,15 +19,25 @@ tensor), so a GGUF opened here tokenizes as the default model, which transformer
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from .fit import check_fit, need
 from .header import GGUFError, Header, read_header
-from .names import ARCHITECTURES, PERMUTED, Shapes, expected_tensors, heads_for, hf_name, unpermute
+from .mapped import mapped_model, rope_frequencies, stored_problem
+from .names import (
+    ARCHITECTURES,
+    PERMUTED,
+    ROPE_FREQS,
+    Shapes,
+    expected_tensors,
+    heads_for,
+    hf_name,
+    unpermute,
+)
 from .table import GGUFTable, GGUFTensor
 
 # architectures of encoder models llama.cpp writes (embeddings / rerankers): named as such
@@ -35,21 +45,38 @@ ENCODERS = frozenset({"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "j
                       "neo-bert", "modern-bert", "t5encoder", "t5", "roberta", "xlm-roberta",
                       "eurobert", "gte", "clip"})
 MAX_SETTING = 1 << 31  # any single size in the metadata (the shapes are checked against the file)
+CPU = torch.device("cpu")
+DEFAULT_CONTEXT = 4096  # positions the KV cache is sized for when asking whether a model fits
 
 
-def open_gguf(path: Path, say: Callable[[str], None] = lambda _m: None
+def open_gguf(path: Path, say: Callable[[str], None] = lambda _m: None,
+              device: torch.device = CPU, dtype: torch.dtype = torch.float32,
+              context: int = DEFAULT_CONTEXT, on_blocks: bool = True
               ) -> tuple[Any, Any, GGUFTable]:
-    """(model in float32, tokenizer, tensor table) of the llama-family GGUF at `path`."""
+    """(model, tokenizer, tensor table) of the llama-family GGUF at `path`. On the CPU the model
+    runs on the file's mapped blocks (engine/gguf/mapped.py); on a GPU, or asked for a float copy
+    (`on_blocks=False`: to quantize the weights again), each tensor is dequantized to `dtype` on
+    the device, one at a time. Either way it must fit first: the weights, the KV cache at
+    `context` positions and the work buffers (engine/gguf/fit.py)."""
     header = read_header(path)
     arch, shapes, config = check_model(header)
+    table = header.table
     say(f"Opening {path.name}: {arch}, {shapes.layers} layers, "
-        f"{len(header.table.tensors)} tensors ({', '.join(header.table.type_counts())})")
-    _check_memory(header.table, path)
+        f"{len(table.tensors)} tensors ({', '.join(table.type_counts())})")
+    on_blocks = on_blocks and device.type == "cpu"
+    if on_blocks:
+        problem = stored_problem(header)
+        if problem:
+            raise _fail(header, problem)
+    weights = table.tensor_bytes if on_blocks else table.n_elements * dtype.itemsize
+    check_fit(path.name, need(weights, shapes.layers, shapes.kv_heads, shapes.head_dim,
+                              min(context, config.max_position_embeddings)))
     if not isinstance(header.get("tokenizer.ggml.tokens"), tuple):
         raise _fail(header, "it has no vocabulary (tokenizer.ggml.tokens), so no tokenizer")
     tokenizer = _tokenizer(path)
-    model = _model(header, arch, shapes, config)
-    return model, tokenizer, header.table
+    if on_blocks:
+        return mapped_model(header, arch, shapes, config), tokenizer, table
+    return _model(header, arch, shapes, config, device, dtype), tokenizer, table
 
 
 def _fail(header: Header, what: str) -> GGUFError:
@@ -131,6 +158,11 @@ def _check_tensors(header: Header, arch: str, s: Shapes) -> None:
             raise _fail(header, f"tensor {name} is {_dims(have[name].shape)}, but the settings "
                                 f"({s.heads} heads × {s.head_dim}, {s.kv_heads} KV heads, width "
                                 f"{s.hidden}, FFN {s.ffn}, vocabulary {s.vocab}) need {_dims(shape)}")
+    if ROPE_FREQS in have:  # Llama 3.x: one divisor per frequency (head_dim / 2 of them)
+        want[ROPE_FREQS] = (s.head_dim // 2,)
+        if have[ROPE_FREQS].shape != want[ROPE_FREQS]:
+            raise _fail(header, f"tensor {ROPE_FREQS} is {_dims(have[ROPE_FREQS].shape)}, but "
+                                f"a head of {s.head_dim} has {s.head_dim // 2} frequencies")
     extra = [n for n in have if n not in want]
     if extra:
         raise _fail(header, f"tensor {extra[0]} is not part of a {arch} model"
@@ -157,38 +189,11 @@ def _config(arch: str, s: Shapes, context: int, eps: float, theta: float, tied: 
         **{k: v for k, v in ids.items() if isinstance(v, int)})
 
 
-def _check_memory(table: GGUFTable, path: Path) -> None:
-    """The float32 model takes 4 bytes per weight, whatever the file stores them in."""
-    need = table.n_elements * 4
-    free = _available_memory()
-    if need > free / 2:
-        raise GGUFError(f"{path.name}: its {table.n_elements:,} weights need {need / 1e9:.1f} GB "
-                        f"as float32, more than half of the {free / 1e9:.1f} GB of free memory")
-
-
-def _available_memory() -> int:
-    try:
-        import psutil
-    except ImportError:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return int(psutil.virtual_memory().available)
-
-
 def _tokenizer(path: Path) -> Any:
-    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
-        convert_gguf_tokenizer,
-        get_gguf_tokenizer,
-    )
-    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    """The file's tokenizer as llama.cpp reads its vocabulary (engine/gguf/vocab.py)."""
+    from .vocab import gguf_tokenizer
 
-    try:
-        arch, vocab, settings = get_gguf_tokenizer(str(path))
-        backend, extra = convert_gguf_tokenizer(arch, vocab)
-        return TokenizersBackend(tokenizer_object=backend, **settings, **extra)
-    except Exception as err:  # noqa: BLE001 — the file's vocabulary, whatever the converter
-        # or the tokenizers library (which raises plain Exception) makes of it, is a user's file
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise GGUFError(f"{path.name}: cannot build its tokenizer: {first}") from err
+    return gguf_tokenizer(path)
 
 
 def read_tensor(header: Header, name: str | GGUFTensor) -> np.ndarray:
@@ -211,24 +216,30 @@ def read_tensor(header: Header, name: str | GGUFTensor) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).reshape(t.shape)
 
 
-def _model(header: Header, arch: str, s: Shapes, config: Any) -> Any:
+def _model(header: Header, arch: str, s: Shapes, config: Any, device: torch.device,
+           dtype: torch.dtype) -> Any:
+    """Every tensor dequantized (gguf-py) and moved to `device` in `dtype` one at a time, so the
+    host never holds more than one tensor in float32."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
-                                                 attn_implementation="sdpa")
-    state = {}
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    state, factors = {}, None
     for t in header.table.tensors:
         w = torch.from_numpy(read_tensor(header, t).copy())
+        if t.name == ROPE_FREQS:
+            factors = w
+            continue
         n_head = heads_for(t.name, s.heads, s.kv_heads) if arch in PERMUTED else None
-        state[hf_name(t.name)] = w if n_head is None else unpermute(w, n_head).contiguous()
+        w = w if n_head is None else unpermute(w, n_head)
+        state[hf_name(t.name)] = w.to(device=device, dtype=dtype).contiguous()
     loaded = model.load_state_dict(state, strict=False, assign=True)
     if loaded.unexpected_keys:
         raise _fail(header, f"the {arch} model has no place for {loaded.unexpected_keys[0]}")
     if config.tie_word_embeddings:
         model.tie_weights()
-    inner = model.model
-    inner.rotary_emb = type(inner.rotary_emb)(config=config)  # its buffers, on the CPU
+    rope_frequencies(model, config, factors)
+    model.model.rotary_emb.to(device)
     left = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if left:  # _check_tensors makes this unreachable; a model class with more parts would not be
         raise _fail(header, f"the file has no tensor for {left[0]}")

@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <string.h>
 #if defined(__AVX2__) && !defined(PLAIN_KERNELS)
-#include <immintrin.h>
 #define FAST 1
 #else
 #define FAST 0
@@ -82,210 +81,17 @@ static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_
 }
 
 #if FAST
-#define ALWAYS static inline __attribute__((always_inline))
-ALWAYS float h2f(const uint8_t* p) {
-  uint16_t h;
-  memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-static inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-/* Block j's codes as 32 bytes in weight order, its scale a, its offsets o per 16 and (Q6_K)
- * the madd multipliers. */
-ALWAYS __m256i codes_avx2(int64_t t, const uint8_t* row, int64_t j, float* a, __m256i* mul,
-                                 float* o) {
-  const __m256i low4 = _mm256_set1_epi8(0xF);
-  if (t == T_Q4_0) {
-    const uint8_t* b = row + j * 18;
-    *a = h2f(b);
-    o[0] = o[1] = -8.0f * *a;
-    const __m128i q = _mm_loadu_si128((const __m128i*)(b + 2));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);
-  }
-  if (t == T_Q8_0) {
-    const uint8_t* b = row + j * 34;
-    *a = h2f(b);
-    o[0] = o[1] = 0.0f;
-    return _mm256_loadu_si256((const __m256i*)(b + 2));
-  }
-  if (t == T_Q4_K) {
-    const int64_t sub = j % 8;
-    const uint8_t* b = row + (j / 8) * 144;
-    int sc, mn;
-    k_scale_min((int)sub, b + 4, &sc, &mn);
-    *a = h2f(b) * sc;
-    o[0] = o[1] = -h2f(b + 2) * mn;
-    const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * (sub / 2)));
-    return _mm256_and_si256(sub % 2 ? _mm256_srli_epi16(q, 4) : q, low4);
-  }
-  if (t == T_Q6_K) {
-    const int64_t sub = j % 8;
-    const uint8_t* b = row + (j / 8) * 210;
-    const int h = (int)sub / 4, r = (int)sub % 4;
-    const int8_t* sc = (const int8_t*)(b + 192) + 8 * h + 2 * r;
-    *a = h2f(b + 208);
-    *mul = _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
-    o[0] = -32.0f * *a * sc[0];
-    o[1] = -32.0f * *a * sc[1];
-    const __m256i ql = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32 * (r % 2)));
-    const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
-    const __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), _mm256_set1_epi8(3));
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-  }
-  uint8_t c[32];
-  int16_t s[2];
-  unpack32(t, row, j, c, a, s, o);
-  *mul = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
-  return _mm256_loadu_si256((const __m256i*)c);
-}
-
-/* The 8 int32 partial sums of Σ s·c·xq for one block against one token's 32 int8s. */
-static inline __m256i block_isum(int64_t t, __m256i c, __m256i x, __m256i mul) {
-  if (t == T_Q8_0)
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c)),
-                             mul);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), mul);
-}
-
-/* The decode kernels, one per hot type: a row against one token's activations. */
-ALWAYS __m256i isum(__m256i c, const uint8_t* x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(c, _mm256_loadu_si256((const __m256i*)x)),
-                           _mm256_set1_epi16(1));
-}
-
-static float dot_q4_0(const uint8_t* row, const uint8_t* act, int64_t K) {
-  const float *dx = act_dx(act, K), *ds = act_ds(act, K);
-  const __m256i low4 = _mm256_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0.0f;
-  for (int64_t j = 0; j < K / 32; ++j) {
-    const uint8_t* b = row + j * 18;
-    const float d = h2f(b);
-    const __m128i q = _mm_loadu_si128((const __m128i*)(b + 2));
-    const __m256i c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low4);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(c, act + 32 * j)), _mm256_set1_ps(d * dx[j]), acc);
-    off += d * ds[j];
-  }
-  return hsum8(acc) - 8.0f * off;
-}
-
-static float dot_q8_0(const uint8_t* row, const uint8_t* act, int64_t K) {
-  const float* dx = act_dx(act, K);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t j = 0; j < K / 32; ++j) {
-    const uint8_t* b = row + j * 34;
-    const __m256i c = _mm256_loadu_si256((const __m256i*)(b + 2));
-    const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 32 * j));
-    const __m256i p = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c)), _mm256_set1_epi16(1));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(h2f(b) * dx[j]), acc);
-  }
-  return hsum8(acc);
-}
-
-static float dot_q4_k(const uint8_t* row, const uint8_t* act, int64_t K) {
-  const float *dx = act_dx(act, K), *ds = act_ds(act, K);
-  const __m256i low4 = _mm256_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0.0f;
-  for (int64_t sb = 0; sb < K / 256; ++sb) {
-    const uint8_t* b = row + sb * 144;
-    const float d = h2f(b), dmin = h2f(b + 2);
-    float scale[8], mins = 0.0f;
-    for (int s = 0; s < 8; ++s) {
-      int sc, mn;
-      k_scale_min(s, b + 4, &sc, &mn);
-      scale[s] = d * sc * dx[8 * sb + s];
-      mins += mn * ds[8 * sb + s];
-    }
-    off += dmin * mins;
-    const uint8_t* x = act + 256 * sb;
-    for (int p = 0; p < 4; ++p) {
-      const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * p));
-      const __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(lo, x + 64 * p)), _mm256_broadcast_ss(scale + 2 * p), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(hi, x + 64 * p + 32)),
-                            _mm256_broadcast_ss(scale + 2 * p + 1), acc);
-    }
-  }
-  return hsum8(acc) - off;
-}
-
-static float dot_q6_k(const uint8_t* row, const uint8_t* act, int64_t K) {
-  const float* dx = act_dx(act, K);
-  const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-  const __m256i m32 = _mm256_set1_epi8(32);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t sb = 0; sb < K / 256; ++sb) {
-    const uint8_t* b = row + sb * 210;
-    const int8_t* sc = (const int8_t*)(b + 192);
-    const float d = h2f(b + 208);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
-      for (int r = 0; r < 4; ++r) {
-        const __m256i ql = r % 2 ? ql1 : ql0;
-        const __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), three);
-        const __m256i c = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-        const int64_t j = 8 * sb + 4 * h + r;
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 32 * j));
-        const __m256i prod = _mm256_sub_epi16(_mm256_maddubs_epi16(c, x), _mm256_maddubs_epi16(m32, x));
-        const __m256i mul = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * r + 1]),
-                                             _mm_set1_epi16(sc[8 * h + 2 * r]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(prod, mul)),
-                              _mm256_set1_ps(d * dx[j]), acc);
-      }
-    }
-  }
-  return hsum8(acc);
-}
-
-static float dot_any(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
-  const float* dx = act_dx(act, K);
-  const int16_t* s16 = act_s16(act, K);
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0.0f;
-  for (int64_t j = 0; j < K / 32; ++j) {
-    uint8_t c[32];
-    float a, o[2];
-    int16_t s[2];
-    unpack32(t, row, j, c, &a, s, o);
-    const __m256i mul = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
-    const __m256i p = _mm256_madd_epi16(
-        _mm256_maddubs_epi16(_mm256_loadu_si256((const __m256i*)c),
-                             _mm256_loadu_si256((const __m256i*)(act + 32 * j))), mul);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(a * dx[j]), acc);
-    off += dx[j] * (o[0] * s16[2 * j] + o[1] * s16[2 * j + 1]);
-  }
-  return hsum8(acc) + off;
-}
-
-/* One vector of the 8 tokens' sums: lane i = Σ of v[i]'s 8 lanes. */
-static inline __m256i transpose_sum8(const __m256i* v) {
-  const __m256i s01 = _mm256_hadd_epi32(v[0], v[1]), s23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i s45 = _mm256_hadd_epi32(v[4], v[5]), s67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i s0123 = _mm256_hadd_epi32(s01, s23), s4567 = _mm256_hadd_epi32(s45, s67);
-  /* s0123 = [0 1 2 3 | 0 1 2 3] halves of tokens 0-3; s4567 likewise for 4-7 */
-  const __m256i lo = _mm256_permute2x128_si256(s0123, s4567, 0x20);
-  const __m256i hi = _mm256_permute2x128_si256(s0123, s4567, 0x31);
-  return _mm256_add_epi32(lo, hi);
-}
+#include "stored_avx2.h"
 #endif
 
 static inline float row_dot(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
 #if FAST
   switch (t) {
-    case T_Q4_0: return dot_q4_0(row, act, K);
-    case T_Q8_0: return dot_q8_0(row, act, K);
+    case T_Q4_0: return dot8(T_Q4_0, row, act, K);
+    case T_Q8_0: return dot8(T_Q8_0, row, act, K);
+    case T_Q4_1: return dot8(T_Q4_1, row, act, K);
+    case T_Q5_0: return dot8(T_Q5_0, row, act, K);
+    case T_Q5_1: return dot8(T_Q5_1, row, act, K);
     case T_Q4_K: return dot_q4_k(row, act, K);
     case T_Q6_K: return dot_q6_k(row, act, K);
     default: return dot_any(t, row, act, K);

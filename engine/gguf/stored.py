@@ -25,7 +25,7 @@ from ..cbuild import build
 from ..errors import EngineError
 
 SOURCE = Path(__file__).with_name("stored.c")
-HEADERS = ("stored_blocks.h", "stored_step.h")
+HEADERS = ("stored_blocks.h", "stored_avx2.h", "stored_step.h")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 # GGML type name → (type number, weights a block, bytes a block): the types stored.c reads
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
