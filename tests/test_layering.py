@@ -37,7 +37,7 @@ ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader
                # reading a GGUF is loading a model (the loader opens a --model PATH.gguf);
                # engine.gguf's export and CLI quantize, so they are a subsystem below
                "engine.gguf.names", "engine.gguf.header", "engine.gguf.table",
-               "engine.gguf.reader", "engine.gguf.writer",
+               "engine.gguf.reader", "engine.gguf.writer", "engine.gguf.vocab",
                # a GGUF opens memory-mapped and runs on its stored blocks: the map, the
                # matrices multiplied in place and whether the file fits are how it is held
                "engine.gguf.mapped", "engine.gguf.stored", "engine.gguf.fit", "engine.cbuild")
