@@ -228,6 +228,8 @@ def write_synthetic(path: Path | str, shape: str, arch: str, qtype: str, vocab: 
 
     if shape not in SHAPES or arch not in ARCHS or qtype not in TYPES or vocab not in VOCABS:
         raise ValueError(f"unknown shape / arch / type / vocab: {shape} {arch} {qtype} {vocab}")
+    if layers is not None and layers < 1:
+        raise ValueError(f"a model needs at least one layer, not {layers}")
     s = SHAPES[shape] if layers is None else replace(SHAPES[shape], layers=layers)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.partial")
@@ -252,8 +254,11 @@ def write_synthetic(path: Path | str, shape: str, arch: str, qtype: str, vocab: 
             for first, count in row_chunks(rows, per_row):
                 _values(rng, t, s, first, count).tofile(out)
         w.write_padding(out, out.tell(), ALIGNMENT)
-    finally:
+    except BaseException:
         w.close()
+        tmp.unlink(missing_ok=True)  # never half a file
+        raise
+    w.close()
     tmp.replace(path)
     return tensors
 
@@ -279,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         tensors = write_synthetic(a.out, a.shape, a.arch, a.qtype, a.vocab, a.seed, a.layers)
-    except VocabMissing as err:
+    except (VocabMissing, ValueError) as err:
         print(f"synth_gguf: {err}", file=sys.stderr)
         return 2
     mix = ", ".join(f"{n} {k}" for k, n in type_mix(tensors).items())
