@@ -192,7 +192,7 @@ def sidebar_settings() -> None:
         max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k),
         top_p=float(top_p),
         seed=int(seed), chat_template=chat, kv_cache=kv, record_attention=attn,
-        max_prompt_tokens=LIMITS.prompt_tokens))
+        max_prompt_tokens=LIMITS.prompt_tokens, attention_budget_mb=LIMITS.record_mb))
 
 
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")

@@ -26,7 +26,8 @@ class GenerationSettings:
 
     top_k 0 and top_p 1.0 switch those filters off. `seed` None draws a fresh seed, which the run
     records so a sampled trace can be reproduced. `attention_layers` None records every layer
-    whose prefill attention fits `attention_budget_mb` (float16); beyond it, evenly spaced layers.
+    whose attention over the whole run (the prefill's matrices and every decode step's rows,
+    float16) fits `attention_budget_mb`; beyond it, evenly spaced layers.
     `decoder` "native" runs the decode steps on the hand-written C step (engine/kernels/native.py)
     wherever it can run — the run records which one ran and, if torch, why — and "torch" always
     runs them in transformers (eager PyTorch); the prefill is torch either way.

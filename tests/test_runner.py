@@ -135,13 +135,34 @@ def test_long_prompt_attention_stays_within_budget(tiny_lm):
 
     spec = tiny_lm.spec.__class__(**{**tiny_lm.spec.to_dict(), "layers": 30, "heads": 9,
                                      "kv_heads": 3})
-    full = recorded_layers(spec, GenerationSettings(), 256)
+    one = GenerationSettings(max_new_tokens=1)  # the prefill alone
+    full = recorded_layers(spec, one, 256)
     assert full == tuple(range(30))  # 30 · 9 · 256² · 2 B = 35 MB fits 64 MB
-    some = recorded_layers(spec, GenerationSettings(), 512)  # 4.7 MB a layer: 14 fit
+    some = recorded_layers(spec, one, 512)  # 4.7 MB a layer: 14 fit
     assert len(some) == 14 and some[0] == 0 and some[-1] == 29
     assert len(some) * 9 * 512 * 512 * 2 <= 64 * 2**20
     assert recorded_layers(spec, GenerationSettings(attention_layers=(3,)), 512) == (3,)
     assert recorded_layers(spec, GenerationSettings(record_attention=False), 8) == ()
+
+
+def test_the_budget_counts_every_decode_steps_rows_on_an_8b_shape(tiny_lm):
+    """32 layers × 32 heads, a 300-token prompt and 256 new tokens: the prefill alone would fit
+    all 32 layers in 256 MB, the decode rows would not: fewer layers are kept, and what they
+    hold — summed step by step as the run records it — stays within the budget."""
+    from engine.runner import attention_bytes, recorded_layers
+
+    spec = tiny_lm.spec.__class__(**{**tiny_lm.spec.to_dict(), "layers": 32, "heads": 32,
+                                     "kv_heads": 8})
+    settings = GenerationSettings(max_new_tokens=256, attention_budget_mb=256)
+    layers = recorded_layers(spec, settings, 300)
+    assert 32 * 32 * 300 * 300 * 2 <= 256 * 2**20 and len(layers) < 32
+    per_layer = 32 * 2 * (300 * 300 + sum(300 + i for i in range(1, 256)))
+    assert attention_bytes(32, 300, 256) == per_layer
+    assert len(layers) * per_layer <= 256 * 2**20 < (len(layers) + 1) * per_layer
+    assert layers[0] == 0 and layers[-1] == 31
+
+
+def test_a_long_prompt_records_one_layer_on_a_small_budget(tiny_lm):
     trace = generate_trace(tiny_lm, "word " * 400, GenerationSettings(max_new_tokens=2,
                                                                       attention_budget_mb=1))
     t = len(trace.prompt_token_ids)

@@ -27,6 +27,7 @@ class Limits:
     click_s: float | None = None  # model time one click may take (None: no limit)
     kernel_rounds: int = 3  # paired rounds of the decode-kernel comparison
     file_growth: float = 64.0  # how many times its size an opened file may grow when decoded
+    record_mb: int = 64  # attention one run records (float16): GenerationSettings.attention_budget_mb
 
     @property
     def sequence_tokens(self) -> int:
@@ -54,7 +55,8 @@ class AppConfig:
                                        file_growth=8.0),
                        HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128,
                        uploads_mb=200)
-        return cls(False, Limits(1024, 256, 50, 512, 8192), 4096, 2048, 12 * 3600.0)
+        return cls(False, Limits(1024, 256, 50, 512, 8192, record_mb=256), 4096, 2048,
+                   12 * 3600.0)
 
     @property
     def weights_choices(self) -> tuple[str, ...]:

@@ -116,23 +116,26 @@ ALWAYS float dot8(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) 
   const float *dx = act_dx(act, K), *ds = act_ds(act, K);
   const int64_t J = K / 32, bytes = type_block_bytes(t);
   const int min_at = (t == T_Q4_1 || t == T_Q5_1) ? 2 : 0;
-  __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  __m256 off = _mm256_setzero_ps();
   int64_t j0 = 0;
   for (; j0 + 8 <= J; j0 += 8) {
-    __m256i part[8];
     uint16_t dh[8], mh[8];
     for (int i = 0; i < 8; ++i) {
-      const uint8_t* b = row + (j0 + i) * bytes;
-      float a, o[2];
-      __m256i mul = _mm256_set1_epi16(1);
-      memcpy(dh + i, b, 2);
-      if (min_at) memcpy(mh + i, b + min_at, 2);
-      part[i] = block_isum(t, codes_avx2(t, row, j0 + i, &a, &mul, o),
-                           _mm256_loadu_si256((const __m256i*)(act + 32 * (j0 + i))), mul);
+      memcpy(dh + i, row + (j0 + i) * bytes, 2);
+      if (min_at) memcpy(mh + i, row + (j0 + i) * bytes + min_at, 2);
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)dh));
-    const __m256 sums = _mm256_cvtepi32_ps(transpose_sum8(part));
-    acc = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, _mm256_loadu_ps(dx + j0)), acc);
+    float scale[8];
+    _mm256_storeu_ps(scale, _mm256_mul_ps(d, _mm256_loadu_ps(dx + j0)));
+    for (int i = 0; i < 8; ++i) {
+      float a, o[2];
+      __m256i mul = _mm256_set1_epi16(1);
+      const __m256i p = block_isum(t, codes_avx2(t, row, j0 + i, &a, &mul, o),
+                                   _mm256_loadu_si256((const __m256i*)(act + 32 * (j0 + i))), mul);
+      acc[i % 4] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(scale + i), acc[i % 4]);
+    }
     const __m256 o = min_at ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)mh)) : d;
     if (t != T_Q8_0) off = _mm256_fmadd_ps(o, _mm256_loadu_ps(ds + j0), off);
   }
@@ -146,7 +149,8 @@ ALWAYS float dot8(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) 
                 block_isum(t, c, _mm256_loadu_si256((const __m256i*)(act + 32 * j0)), mul))) *
                 a * dx[j0] + o[0] * ds[j0];
   }
-  return hsum8(acc) + per * hsum8(off) + tail;
+  const __m256 sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+  return hsum8(sum) + per * hsum8(off) + tail;
 }
 
 ALWAYS __m256i isum(__m256i c, const uint8_t* x) {
