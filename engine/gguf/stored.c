@@ -163,26 +163,16 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
         const int64_t mt = M - m0 < TILE ? M - m0 : TILE;
 #if FAST
         if (quantized && mt == TILE) {
-          const float *d = dxt + m0 * J * 3, *ds0 = d + J * TILE, *ds1 = d + 2 * J * TILE;
-          const __m256i ones = _mm256_set1_epi16(1);
-          for (int64_t n = r0; n < r1; ++n) {
-            const uint8_t* row = w + n * row_bytes(t, K);
-            __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
-            for (int64_t j = 0; j < J; ++j) {
-              float a, o[2];
-              __m256i mul = ones, part[TILE];
-              const __m256i c = codes_avx2(t, row, j, &a, &mul, o);
-              for (int i = 0; i < TILE; ++i)
-                part[i] = block_isum(
-                    t, c, _mm256_loadu_si256((const __m256i*)(work + (m0 + i) * ab + 32 * j)), mul);
-              const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(a), _mm256_loadu_ps(d + j * TILE));
-              acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_sum8(part)), scale, acc);
-              off = _mm256_fmadd_ps(_mm256_set1_ps(o[0]), _mm256_loadu_ps(ds0 + j * TILE), off);
-              off = _mm256_fmadd_ps(_mm256_set1_ps(o[1]), _mm256_loadu_ps(ds1 + j * TILE), off);
-            }
-            float out[TILE];
-            _mm256_storeu_ps(out, _mm256_add_ps(acc, off));
-            for (int i = 0; i < TILE; ++i) y[(m0 + i) * N + n] = out[i];
+          const float* d = dxt + m0 * J * 3;
+          const uint8_t* a0 = work + m0 * ab;
+          switch (t) {
+            case T_Q4_0: tile_rows(T_Q4_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q8_0: tile_rows(T_Q8_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q4_K: tile_rows(T_Q4_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q6_K: tile_rows(T_Q6_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q4_1: tile_rows(T_Q4_1, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q5_0: tile_rows(T_Q5_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            default: tile_rows(t, w, K, r0, r1, a0, ab, d, y + m0 * N, N);
           }
           continue;
         }

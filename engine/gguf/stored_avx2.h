@@ -260,3 +260,30 @@ static float dot_any(int64_t t, const uint8_t* row, const uint8_t* act, int64_t 
   }
   return hsum8(acc) + off;
 }
+
+/* The prompt's products for rows [r0, r1) against TILE tokens (their activations `act`, `ab`
+ * bytes apart; `d` their dx, dx·S16 even and odd, transposed [J][TILE]): each row's block is
+ * unpacked once for the TILE tokens, whose integer sums become one vector (transpose_sum8). */
+ALWAYS void tile_rows(int64_t t, const uint8_t* w, int64_t K, int64_t r0, int64_t r1,
+                      const uint8_t* act, int64_t ab, const float* d, float* y, int64_t N) {
+  const int64_t J = K / 32;
+  const float *ds0 = d + J * 8, *ds1 = d + 2 * J * 8;
+  for (int64_t n = r0; n < r1; ++n) {
+    const uint8_t* row = w + n * row_bytes(t, K);
+    __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+    for (int64_t j = 0; j < J; ++j) {
+      float a, o[2];
+      __m256i mul = _mm256_set1_epi16(1), part[8];
+      const __m256i c = codes_avx2(t, row, j, &a, &mul, o);
+      for (int i = 0; i < 8; ++i)
+        part[i] = block_isum(t, c, _mm256_loadu_si256((const __m256i*)(act + i * ab + 32 * j)), mul);
+      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(a), _mm256_loadu_ps(d + j * 8));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_sum8(part)), scale, acc);
+      off = _mm256_fmadd_ps(_mm256_set1_ps(o[0]), _mm256_loadu_ps(ds0 + j * 8), off);
+      off = _mm256_fmadd_ps(_mm256_set1_ps(o[1]), _mm256_loadu_ps(ds1 + j * 8), off);
+    }
+    float out[8];
+    _mm256_storeu_ps(out, _mm256_add_ps(acc, off));
+    for (int i = 0; i < 8; ++i) y[i * N + n] = out[i];
+  }
+}
