@@ -56,7 +56,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def tokenizers(files) -> dict[str, Any]:
-    return {vocab: gguf_tokenizer(path) for vocab, path in files.items()}
+    from engine.gguf.header import read_header
+
+    # as the loader builds it: from the header it has already read (checked equal below)
+    return {vocab: gguf_tokenizer(path, read_header(path).metadata) for vocab, path in files.items()}
 
 
 def _differing(tokenizer: Any, texts: list[str], ids: list[list[int]], special: bool) -> list[str]:
@@ -138,3 +141,10 @@ def test_llamacpp_live_equals_the_recording(vocab, files):
     assert live["prompt_ids"] == rec["prompt_ids"]
     assert live["special_ids"] == rec["special_ids"]
     assert live["chat_template"] == read_header(files[vocab]).get("tokenizer.chat_template")
+
+
+@pytest.mark.parametrize("vocab", ["llama3_1", "qwen3", "llama2"])
+def test_built_from_the_header_or_from_the_file_it_is_the_same_tokenizer(vocab, files, tokenizers):
+    again = gguf_tokenizer(files[vocab])  # transformers' own reading of the file
+    assert again.backend_tokenizer.to_str() == tokenizers[vocab].backend_tokenizer.to_str()
+    assert again.chat_template == tokenizers[vocab].chat_template

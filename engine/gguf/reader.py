@@ -73,7 +73,7 @@ def open_gguf(path: Path, say: Callable[[str], None] = lambda _m: None,
                               min(context, config.max_position_embeddings)))
     if not isinstance(header.get("tokenizer.ggml.tokens"), tuple):
         raise _fail(header, "it has no vocabulary (tokenizer.ggml.tokens), so no tokenizer")
-    tokenizer = _tokenizer(path)
+    tokenizer = _tokenizer(path, header)
     if on_blocks:
         return mapped_model(header, arch, shapes, config), tokenizer, table
     return _model(header, arch, shapes, config, device, dtype), tokenizer, table
@@ -189,11 +189,12 @@ def _config(arch: str, s: Shapes, context: int, eps: float, theta: float, tied: 
         **{k: v for k, v in ids.items() if isinstance(v, int)})
 
 
-def _tokenizer(path: Path) -> Any:
-    """The file's tokenizer as llama.cpp reads its vocabulary (engine/gguf/vocab.py)."""
+def _tokenizer(path: Path, header: Header | None = None) -> Any:
+    """The file's tokenizer as llama.cpp reads its vocabulary (engine/gguf/vocab.py), from the
+    header already read when there is one."""
     from .vocab import gguf_tokenizer
 
-    return gguf_tokenizer(path)
+    return gguf_tokenizer(path, None if header is None else header.metadata)
 
 
 def read_tensor(header: Header, name: str | GGUFTensor) -> np.ndarray:

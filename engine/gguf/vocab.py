@@ -57,9 +57,10 @@ FIM_TEXTS = {
 }
 
 
-def gguf_tokenizer(path: Path) -> Any:
+def gguf_tokenizer(path: Path, metadata: dict[str, Any] | None = None) -> Any:
     """The tokenizer of the GGUF at `path` (a transformers TokenizersBackend); GGUFError with the
-    first line of whatever the conversion raised."""
+    first line of whatever the conversion raised. `metadata`: the file's, already read and
+    checked (engine/gguf/header.py), so the vocabulary is not parsed a second time."""
     from transformers.integrations.gguf.gguf_tokenizer_mapping import (
         convert_gguf_tokenizer,
         get_gguf_tokenizer,
@@ -67,8 +68,13 @@ def gguf_tokenizer(path: Path) -> Any:
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
     try:
-        arch, vocab, settings = get_gguf_tokenizer(str(path))
-        vocab["token_type"] = _control_by_text(path, vocab)
+        if metadata is None:
+            arch, vocab, settings = get_gguf_tokenizer(str(path))
+            named = _named_fim(_metadata_keys(path))
+        else:
+            arch, vocab, settings = _tokenizer_parts(metadata)
+            named = _named_fim(metadata)
+        vocab["token_type"] = _control_by_text(named, vocab)
         backend, extra = convert_gguf_tokenizer(arch, vocab)
         if vocab.get("tokenizer_type") == "llama":
             _sentencepiece_spaces(backend, vocab.get("add_prefix_space", True) is not False)
@@ -79,13 +85,41 @@ def gguf_tokenizer(path: Path) -> Any:
         raise GGUFError(f"{Path(path).name}: cannot build its tokenizer: {first}") from err
 
 
-def _control_by_text(path: Path, vocab: dict[str, Any]) -> list[int] | None:
-    """The file's token types with llama.cpp's by-text control tokens marked control."""
+def _tokenizer_parts(metadata: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """What transformers' `get_gguf_tokenizer` returns, from metadata already read: the
+    architecture, the vocabulary's fields and the tokenizer settings (its own mapping tables)."""
+    from transformers.integrations.gguf import gguf_tokenizer_mapping as mapping
+
+    def plain(value: Any) -> Any:
+        return value.tolist() if hasattr(value, "tolist") else (
+            list(value) if isinstance(value, tuple) else value)
+
+    grouped = {group: {name: plain(metadata[f"tokenizer.{key}"]) for key, name in renames.items()
+                       if f"tokenizer.{key}" in metadata}
+               for group, renames in mapping.GGUF_TOKENIZER_MAPPING.items()}
+    tokenizer, config = grouped["tokenizer"], grouped["tokenizer_config"]
+    if tokenizer.get("tokenizer_type") == "llama":
+        config.setdefault("add_bos_token", True)
+    for name, key in mapping._SPECIAL_TOKENS.items():
+        token_id = metadata.get(f"tokenizer.ggml.{key}")
+        config[name] = tokenizer["tokens"][token_id] if token_id is not None else None
+    return metadata["general.architecture"], tokenizer, config
+
+
+def _metadata_keys(path: Path) -> dict[str, Any]:
+    from transformers.integrations.gguf.reader import read_gguf_metadata
+
+    metadata, _names = read_gguf_metadata(str(path))  # its arrays as counts: the keys only
+    return metadata
+
+
+def _control_by_text(named: set[str], vocab: dict[str, Any]) -> list[int] | None:
+    """The file's token types with llama.cpp's by-text control tokens marked control (`named`:
+    the fill-in-the-middle kinds the file names by id, which are not looked for by text)."""
     types = vocab.get("token_type")
     if types is None:
         return None
     texts = set(EOG_TEXTS)
-    named = _named_fim(path)
     for kind, candidates in FIM_TEXTS.items():
         if kind not in named:
             texts.update(candidates)
@@ -96,13 +130,10 @@ def _control_by_text(path: Path, vocab: dict[str, Any]) -> list[int] | None:
     return types
 
 
-def _named_fim(path: Path) -> set[str]:
+def _named_fim(metadata: dict[str, Any]) -> set[str]:
     """The fill-in-the-middle tokens the file names by id (tokenizer.ggml.fim_pre_token_id, …;
     the old prefix / suffix / middle keys count too)."""
-    from transformers.integrations.gguf.reader import read_gguf_metadata
-
     old = {"prefix": "fim_pre", "suffix": "fim_suf", "middle": "fim_mid"}
-    metadata, _names = read_gguf_metadata(str(path))  # its arrays as counts: the keys only
     named = {k.removeprefix("tokenizer.ggml.").removesuffix("_token_id") for k in metadata
              if k.startswith("tokenizer.ggml.") and k.endswith("_token_id")}
     return {old.get(k, k) for k in named}
