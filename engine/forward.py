@@ -114,7 +114,9 @@ def forward_full(model: Any, all_ids: torch.Tensor, want_hidden: bool = False) -
 
 def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
     """Every id that ends a generation: the generation config's (one or many) and the
-    tokenizer's."""
+    tokenizer's; for a GGUF's model also every end-of-generation token llama.cpp stops at
+    (`<|eot_id|>`, `<|im_end|>`, `<|endoftext|>`, … where the vocabulary has them as control
+    tokens), so a run ends where llama.cpp's would."""
     ids: set[int] = set()
     configured = getattr(lm.model.generation_config, "eos_token_id", None)
     if isinstance(configured, int):
@@ -123,6 +125,12 @@ def eos_token_ids(lm: LoadedModel) -> frozenset[int]:
         ids.update(configured)
     if lm.tokenizer.eos_token_id is not None:
         ids.add(lm.tokenizer.eos_token_id)
+    if lm.gguf_tensors is not None:  # llama.cpp ends at every end-of-generation token it knows
+        from .gguf.vocab import EOG_TEXTS
+
+        added = getattr(lm.tokenizer, "added_tokens_decoder", None) or {}
+        ids.update(i for i, t in added.items()
+                   if t.special and t.content in EOG_TEXTS and i < lm.spec.vocab_size)
     return frozenset(ids)
 
 

@@ -100,3 +100,15 @@ def test_the_fixture_is_what_llamacpp_computes_now(name, folder):
     live = json.loads(done.stdout.splitlines()[1])
     assert live["tokens"] == REFERENCE[name]["tokens"]
     assert [i for i, _ in live["top"]] == [i for i, _ in REFERENCE[name]["top10"]]
+
+
+def test_a_run_ends_at_every_end_of_generation_token_llamacpp_knows(folder):
+    """Llama 3's <|eot_id|> and <|end_of_text|> both end a run, as in llama.cpp, whichever the
+    file names as its eos; ids past the vocabulary never appear."""
+    from engine.forward import eos_token_ids
+    from engine.loader import load_model
+
+    lm = load_model(str(_file("llama3-q4_0", folder)))
+    names = {lm.tokenizer.convert_ids_to_tokens(i) for i in eos_token_ids(lm)}
+    assert {"<|eot_id|>", "<|end_of_text|>"} <= names
+    assert all(i < lm.spec.vocab_size for i in eos_token_ids(lm))
