@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # (each test worker, server and CLI run) compile torch, transformers and streamlit again.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup run test test-first test-rest test-fast check-wheel lint bench model browser space examples clean llamacpp vllm vllm-start vocab
+.PHONY: setup run test test-first test-rest test-fast check-wheel lint bench bench-gguf model browser space examples clean llamacpp vllm vllm-start vocab
 
 setup: $(STAMP)
 
@@ -71,7 +71,8 @@ $(VOCAB_DIR)/.installed-$(VOCAB_VERSION):
 # The fast tier first (-x: a break fails within the first minute), then the rest: the browser,
 # the real model, torch.compile and vLLM, whose server starts in the background meanwhile. Both
 # on TEST_WORKERS pytest-xdist workers, a whole module per worker at a time (tests/xdist_units.py).
-FAST := not browser and not real_model and not compile and not vllm
+# big_model (1B-8B GGUF files of real shape, GBs each) is in neither tier: `make bench` runs it.
+FAST := not browser and not real_model and not compile and not vllm and not big_model
 TEST_WORKERS ?= 2
 PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
@@ -91,7 +92,7 @@ test-first: model browser lint vocab
 	cat $(VENV)/vllm-setup.log
 
 test-rest: model browser lint vocab vllm
-	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST))" tests
+	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST)) and not big_model" tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM. On one
 # worker more than cores: its tests also wait (stalled streams, starting servers), and a third
@@ -133,13 +134,22 @@ $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION):
 	  $(LLAMACPP_VENV)/bin/python -m pip install -q llama-cpp-python==$(LLAMACPP_VERSION)
 	touch $@
 
-bench: model
+# The big_model tests run one at a time (each may map an 8 GB file): no xdist workers.
+bench: model vocab
 	$(BIN)/python -m bench.engine_bench
 	$(BIN)/python -m bench.lowbit_bench
 	$(BIN)/python -m bench.serving_bench --transformers-cb
 	$(BIN)/python -m bench.spec_bench
 	$(BIN)/python -m bench.vllm_bench
 	$(BIN)/python -m bench.browser_bench
+	$(BIN)/python -m pytest -q -p no:xdist -m big_model tests
+
+# This engine against llama.cpp on synthetic GGUF files of real shape (135M, 1B, 3B, 8B; Q4_0,
+# Q8_0, Q4_K_M), written once into ~/.cache/inference-explorer/synth (about 28 GB for all twelve).
+# GGUF_BENCH adds options, e.g. GGUF_BENCH="--shapes 1b --rounds 5" (docs/benchmarks.md).
+GGUF_BENCH ?=
+bench-gguf: setup vocab llamacpp
+	$(BIN)/python -m bench.gguf_bench --markdown --json bench/out/gguf.json $(GGUF_BENCH)
 
 # Record the example traces in assets/examples/ again (after a trace-format change; tests say so).
 examples: model

@@ -2,10 +2,12 @@
 
 Runs in its own venv (`make llamacpp`), as a worker the benchmark starts once and drives over
 stdin/stdout, so the model loads once and each round's run sits between the native runs of the
-same round. Protocol: one JSON line in {"ids": [...], "tokens": N}, one JSON line out
-{"tokens": [...], "prefill_ms": x, "step_ms": [...]} (with "top": k in, also the first step's
-k best [id, logit] and each step's margin between its best two); "quit" ends it. A step is one
-`eval([token])` and the argmax of its logits — what the native step's timed loop does too.
+same round. Once loaded it says {"ready": true, "version", "load_s" (the model's load, the
+import excluded), "n_vocab"}. Protocol: one JSON line in {"ids": [...], "tokens": N}, one JSON
+line out {"tokens": [...], "prefill_ms": x, "step_ms": [...]} (with "top": k in, also the first
+step's k best [id, logit] — every logit with k ≥ n_vocab — and each step's margin between its
+best two); "quit" ends it. A step is one `eval([token])` and the argmax of its logits — what the
+native step's timed loop does too.
 
     .venv-llamacpp/bin/python bench/llamacpp_peer.py MODEL.gguf THREADS [--no-extra-buffers]
 
@@ -77,9 +79,12 @@ def main() -> None:
     path, threads = sys.argv[1], int(sys.argv[2])
     if "--no-extra-buffers" in sys.argv[3:]:
         bindings.llama_model_default_params = _without_extra_buffers
+    start = time.perf_counter()
     llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, verbose=False)
-    print(json.dumps({"ready": True, "version": llama_cpp.__version__}), flush=True)
+    load_s = time.perf_counter() - start
+    print(json.dumps({"ready": True, "version": llama_cpp.__version__, "load_s": load_s,
+                      "n_vocab": llm.n_vocab()}), flush=True)
     for line in sys.stdin:
         if line.strip() == "quit":
             break

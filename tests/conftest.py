@@ -5,8 +5,9 @@ Tiers are pytest markers (registered in pyproject.toml) applied here by path and
 test file does not repeat them: tests/e2e/ → `browser`, the `lm` fixture → `real_model`. A test
 that loads the real model some other way (the app, the CLI) or compiles says so itself
 (`pytestmark = pytest.mark.real_model`, `@pytest.mark.compile`). The fast tier:
-    pytest -m "not browser and not real_model and not compile and not vllm"
-`make test` runs it first, then the rest, on pytest-xdist workers (tests/xdist_units.py).
+    pytest -m "not browser and not real_model and not compile and not vllm and not big_model"
+`make test` runs it first, then the rest but `big_model` (`make bench` runs those), on
+pytest-xdist workers (tests/xdist_units.py).
 """
 
 from __future__ import annotations
