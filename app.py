@@ -20,7 +20,7 @@ wait_for_start_up()  # before this run imports what the start-up thread may be i
 import streamlit as st  # noqa: E402
 
 from engine import GenerationSettings  # noqa: E402
-from engine.loader import MAX_SOURCE_CHARS  # noqa: E402
+from engine.loader import MAX_SOURCE_CHARS, is_gguf_path  # noqa: E402
 from engine.models import on_file_blocks  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
 from i18n import N_, _  # noqa: E402
@@ -82,11 +82,20 @@ def loading_in_background(source: str, weights: str) -> None:
     rerun_when_loaded(source, weights)
 
 
-def sidebar_weights() -> str:
-    """The weights variant this session runs (hosted: the ones its memory cap holds together)."""
-    choices = config().weights_choices
+def sidebar_weights(gguf: bool = False) -> str:
+    """The weights variant this session runs (hosted: the ones its memory cap holds together;
+    a GGUF file: its own, since every other variant is a copy of float32 weights it does not
+    hold — engine/models.py MAPPED_VARIANTS)."""
+    choices = ("fp32",) if gguf else config().weights_choices
     if st.session_state.get(WEIGHTS) not in choices:  # a forged or stale value
         st.session_state[WEIGHTS] = choices[0]
+    if gguf:
+        return st.sidebar.selectbox(
+            _("Weights"), choices, key=WEIGHTS, disabled=True,
+            format_func=lambda name: _("the file's own, as stored"),
+            help=_("A model opened from a GGUF file runs on the file's own weights, as stored; "
+                   "the other weights variants are copies of the default model's float32 "
+                   "weights, which a GGUF file does not hold."))
     scope = (_("Hosted demo: float32 or q4_0, each shared by every visitor who picks it; run "
                "the app locally for the others.") + " " if config().hosted else "")
     return st.sidebar.selectbox(
@@ -113,8 +122,9 @@ def sidebar_model() -> None:
                    "Quantization page."))
         source = custom.strip() or "default"
         sidebar_found_models()  # this machine's GGUF files, its own server only
-    weights = sidebar_weights()
     refusal = model_refusal(source)  # a shared server: no folder outside its allowlist, and
+    gguf = refusal is None and is_gguf_path(source)
+    weights = sidebar_weights(gguf)
     if refusal is not None:  # no word on whether it exists
         st.sidebar.error(message(refusal), icon=":material/block:")
         no_model()
@@ -146,7 +156,7 @@ def sidebar_model() -> None:
                          "heads, {weights} weights: {mb} MB stored; loaded in {seconds} s"))
         st.caption(loaded_line.format(
             params=f"{spec.param_count / 1e6:.0f}", layers=spec.layers, heads=spec.heads,
-            kv_heads=spec.kv_heads, weights=weights_label(weights),
+            kv_heads=spec.kv_heads, weights=_("the file's own") if gguf else weights_label(weights),
             mb=f"{entry.stored_bytes / 1e6:,.0f}", seconds=f"{lm.load_seconds:.1f}"))
     model = SessionModel(source, weights, entry)
     set_session_model(model)

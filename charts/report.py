@@ -27,6 +27,7 @@ from engine.errors import EngineError
 from engine.experiments import Experiments
 from engine.files import read_trace_file
 from engine.lens.attention_stats import full_attention, has_attention, head_summary
+from engine.lens.weights_notice import run_weights
 from engine.outfile import add_out_options, out_file
 from engine.records.trace import Trace
 from engine.records.tracefile import FORMAT_NAME, FORMAT_VERSION
@@ -128,12 +129,13 @@ def _number_rows(found: list[Number]) -> str:
 
 
 def _decoder_row(trace: Trace) -> list[tuple[str, object]]:
-    """Which weights and decoder ran the decode steps (traces since format 4)."""
+    """Which weights and decoder ran the decode steps (traces since format 4); a GGUF file's own
+    blocks are recorded as the weights as loaded, fp32, and named GGUF here."""
     d = trace.decoder
     if d is None:
         return []
     return [(_("Decode steps"), _("{decoder}; {weights} weights, {size} read ({bytes} B)").format(
-        decoder=d.label, weights=d.weights, size=size(d.weight_bytes), bytes=f"{d.weight_bytes:,}"))]
+        decoder=d.label, weights=run_weights(trace), size=size(d.weight_bytes), bytes=f"{d.weight_bytes:,}"))]
 
 
 def _model(trace: Trace) -> str:
@@ -141,7 +143,10 @@ def _model(trace: Trace) -> str:
     return key_value_table([
         (_("Model"), m.name), (_("Architecture"), m.model_type),
         (_("Parameters"), f"{count(m.param_count)} ({m.param_count:,})"),
-        (_("Weights"), f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"),
+        (_("Weights"), f"{m.dtype}, {size(m.weight_bytes)} ({m.weight_bytes:,} B)"
+         if m.stored_bits is None else
+         _("the GGUF file's own blocks, {size} ({bytes} B): {bits:.3g} bits per weight").format(
+             size=size(m.weight_bytes), bytes=f"{m.weight_bytes:,}", bits=m.stored_bits)),
         *_decoder_row(trace),
         (_("Device"), trace.device),
         (_("Layers · heads · KV heads · head_dim"), f"{m.layers} · {m.heads} · {m.kv_heads} · "

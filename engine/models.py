@@ -19,8 +19,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from i18n import N_, _
+
 from .errors import EngineError
-from .loader import LoadedModel, load_model
+from .loader import LoadedModel, is_mapped_model, load_model
 from .records.trace import Trace
 from .settings import FLOAT_DTYPES, GenerationSettings, weights_name
 
@@ -92,8 +94,8 @@ class ModelEntry:
         return self.lm.spec.weight_bytes + int(extras)
 
 
-MAPPED_VARIANTS = ("a model opened from a GGUF file runs on the file's own blocks, as stored; "
-                   "the weights variants are copies of the default model's float32 weights")
+MAPPED_VARIANTS = N_("a model opened from a GGUF file runs on the file's own blocks, as stored; "
+                     "the weights variants are copies of the default model's float32 weights")
 
 
 def on_file_blocks(lm: LoadedModel, weights: str) -> bool:
@@ -155,6 +157,8 @@ def build_variant(base: LoadedModel, weights: str, native_tokens: int = NATIVE_T
 
     if weights in FLOAT_DTYPES and weights != "fp32":
         raise EngineError(f"{weights} weights load the model in {FLOAT_DTYPES[weights]}: no copy")
+    if weights != "fp32" and is_mapped_model(base.model):  # no float32 weights to copy
+        raise EngineError(_(MAPPED_VARIANTS))
     if with_native and weights in K_VARIANTS and native_problem(base, weights) is None:
         # A K-quant copy does not always requantize to its own blocks (the Q4_K / Q6_K searches
         # land elsewhere on a few rows of SmolLM2), so the decoder makes the copy itself and
@@ -236,7 +240,7 @@ class ModelStore:
             raise EngineError(f"unknown weights {weights!r}: use one of {', '.join(VARIANT_NAMES)}")
         base = self.get(source, "fp32").lm
         if base.gguf_tensors is not None:
-            raise EngineError(MAPPED_VARIANTS)
+            raise EngineError(_(MAPPED_VARIANTS))
         return self._variant(base, weights, self.native_tokens)
 
     def get(self, source: str, weights: str) -> ModelEntry:

@@ -56,6 +56,14 @@ class ModelSpec:
         return dtype_bytes(self.dtype)
 
     @property
+    def stored_bits(self) -> float | None:
+        """Mean bits per weight when the weights are stored in fewer bytes than the float
+        dtype's — a GGUF file's own blocks, run as stored (engine/gguf/mapped.py) — else None."""
+        if not self.param_count or self.weight_bytes >= 0.9 * self.param_count * self.dtype_bytes:
+            return None
+        return 8 * self.weight_bytes / self.param_count
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """2 (K and V) · layers · kv_heads · head_dim · bytes per value."""
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes

@@ -31,6 +31,7 @@ from engine.lens.compare import (
     rerun_settings,
     setting_rows,
 )
+from engine.loader import is_mapped_model
 from engine.records.examples import examples
 from engine.settings import weights_name
 from engine.timing.disturbance import assess
@@ -213,6 +214,12 @@ def rerun_form(a: Trace) -> None:
     if change == "dtype" and config().hosted:
         st.info(_("This hosted demo runs one float32 model for every visitor: float16 weights "
                   "need the app run locally."))
+        return
+    chosen = session_model()
+    if change == "dtype" and chosen is not None and is_mapped_model(chosen.lm.model):
+        st.info(_("A model opened from a GGUF file runs on its stored blocks, with float32 "
+                  "activations, and has no float16 version here: change the weights dtype on the "
+                  "default model."))
         return
     limits = config().limits
     st.caption(_("Run B re-runs run A's prompt and settings (its seed, its recorded layers) on "

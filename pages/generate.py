@@ -14,6 +14,7 @@ from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import duration, rate, size
 from charts.live import empty_step_chart
 from engine import Run, Trace, TraceFormatError, summarize
+from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
 from i18n import N_, _, language
 from ui.common import disturbance_warning, show_chart
@@ -295,7 +296,7 @@ def summary(trace: Trace) -> None:
               if trace.stop_reason == "limit" else _(STOP_REASONS[trace.stop_reason]))
     d = trace.decoder
     decoder = "" if d is None else _(", weights {weights} ({mb} MB), decode steps by the {decoder}").format(
-        weights=plain(d.weights), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
+        weights=plain(run_weights(trace)), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
     st.caption(_("{tokens} tokens generated after a {prompt}-token prompt; stopped because "
                  "{reason}. Model: {model} on {device}{decoder}.").format(
                      tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,

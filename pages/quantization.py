@@ -9,6 +9,7 @@ from charts.quant import calculator_chart, overhead_chart, study_chart
 from charts.tokens import chip, piece_text
 from engine import LoadedModel
 from engine.kernels.microbench import cached_ceilings, ceilings
+from engine.loader import is_mapped_model
 from engine.quant import VARIANT_NAMES
 from engine.quant.calculator import (
     EXPLAINER_FORMATS,
@@ -25,6 +26,7 @@ from engine.quant.study import (
     DEFAULT_VARIANTS,
     HOSTED_VARIANTS,
     KV_FORMULA,
+    STUDY_MAPPED,
     QuantStudy,
     StudyPlan,
     default_plan,
@@ -84,8 +86,9 @@ def what_is_quantized(lm: LoadedModel | None, study: QuantStudy | None) -> None:
                       "lie on a 4-bit grid. So re-quantizing to Q4_1 with the file's own groups "
                       "should give the same weights back, and any other grid should move them:"))
     if study is None:
-        st.caption(_("Run the comparison below: it measures, on the loaded weights, which grids "
-                     "rebuild them exactly."))
+        if lm is None or not is_mapped_model(lm.model):
+            st.caption(_("Run the comparison below: it measures, on the loaded weights, which "
+                         "grids rebuild them exactly."))
         return
     layers = (_("all layers") if study.grid_layers is None
               else _("layers {numbers}").format(numbers=", ".join(map(str, study.grid_layers))))
@@ -161,6 +164,9 @@ def run_comparison(lm: LoadedModel | None) -> None:
     st.subheader(_("Run the comparison"))
     if lm is None:
         st.info(_("The comparison runs the model: load one in the sidebar."))
+        return
+    if is_mapped_model(lm.model):
+        st.info(_(STUDY_MAPPED))
         return
     hosted = config().hosted
     plan = default_plan(hosted, lm.spec.layers)

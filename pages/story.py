@@ -203,6 +203,10 @@ def weights_figure(trace: Trace, fact: Any) -> None:
         st.caption(_("Weight bytes = params × bits / 8, each format's scales included: "
                      "{formula}. An untied input embedding is only looked up, one row per token, "
                      "so its other rows are left out. Blue: this run's weights.").format(formula=formula))
+    if fact.weights == weights_notice.GGUF:
+        st.caption(_("GGUF: this run read the file's own blocks, as stored: {bits:.3g} bits per "
+                     "weight on average (the file's tensor bytes ÷ its weights).").format(
+            bits=trace.model.stored_bits))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,10 @@ gets to the bandwidth ceiling (MBU), which the Timing page and bench/engine_benc
 gpt-fast style: a StaticCache (fixed shapes, so the graph compiles once), an eager prefill, and a
 compiled one-token decode step; the eager baseline runs the very same function uncompiled on the
 same cache, so the comparison isolates the compiler. The compiled graph holds a packed copy of
-the weights (frozen constants): about one more model's worth of memory.
+the weights (frozen constants): about one more model's worth of memory. A model opened from a
+GGUF file is not compiled (`COMPILE_MAPPED`): its matrices are multiplied by C kernels on the
+file's blocks, which dynamo cannot trace, and freezing them would be that float copy; its eager
+step still runs against the native one.
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from typing import Callable
 import torch
 from transformers import StaticCache
 
+from i18n import N_, _
+
 from ..errors import EngineError, InputError
 from ..forward import prefill, timed_greedy
-from ..loader import LoadedModel
+from ..loader import LoadedModel, is_mapped_model
 from ..timing.roofline import Work, forward_work
 from .microbench import bandwidth_buffer, read_gb_s
 from .native import NativeDecoder
@@ -40,6 +45,9 @@ from .native import NativeDecoder
 # speedup), the patched global config did.
 CPU_INDUCTOR = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
 STATIC_CACHE_TOKENS = 256  # fixed cache length: one compiled graph for every prompt that fits
+COMPILE_MAPPED = N_("torch.compile cannot compile a model opened from a GGUF file: its matrices are "
+                    "multiplied on the file's stored blocks by C kernels the compiler cannot "
+                    "trace. Eager and native C compare here; the default model compiles.")
 
 Progress = Callable[[str, float], None]
 
@@ -152,6 +160,8 @@ class CompiledDecoder:
             return 0.0
         if self._epoch != _epoch:
             raise EngineError("a newer compiled decoder replaced this one; create it again")
+        if is_mapped_model(self.lm.model):
+            raise EngineError(_(COMPILE_MAPPED))
         problem = compile_problem(self.lm.device)
         if problem:
             raise EngineError(problem)

@@ -21,6 +21,7 @@ from ..records.trace import Trace
 from ..settings import GenerationSettings
 from ..timing.metrics import LatencySummary, summarize
 from .attention_stats import has_attention
+from .weights_notice import run_weights
 
 Change = Literal["kv_cache", "chat_template", "dtype", "prompt"]
 CHANGES: dict[Change, str] = {  # what "run again with one change" offers, as the page names it
@@ -131,7 +132,7 @@ def _layers(trace: Trace) -> str:
 
 _SETTINGS: tuple[tuple[str, Callable[[Trace], object]], ...] = (
     ("model", lambda t: t.model.name),
-    ("weights", lambda t: t.decoder.weights if t.decoder is not None else t.model.dtype),
+    ("weights", lambda t: run_weights(t) if t.decoder is not None else t.model.dtype),
     ("decode steps by", lambda t: t.decoder.label if t.decoder is not None else "not recorded"),
     ("device", lambda t: t.device),
     ("prompt", lambda t: t.prompt),
@@ -234,12 +235,15 @@ def decoder_note(a: Trace, b: Trace) -> str | None:
     ITL then differs by the kernel too, not only by what the user changed. None when the same
     (or not recorded in both)."""
     da, db = a.decoder, b.decoder
-    if da is None or db is None or (da.name, da.weights) == (db.name, db.weights):
+    if da is None or db is None:
+        return None
+    wa, wb = run_weights(a), run_weights(b)  # a GGUF file's blocks are not fp32's
+    if (da.name, wa) == (db.name, wb):
         return None
     return _("Run A's decode steps ran on the {label_a} ({weights_a} weights) and run B's on the "
              "{label_b} ({weights_b} weights): their step times differ by the decoder too, not "
-             "only by the change.").format(label_a=da.label, weights_a=da.weights,
-                                           label_b=db.label, weights_b=db.weights)
+             "only by the change.").format(label_a=da.label, weights_a=wa,
+                                           label_b=db.label, weights_b=wb)
 
 
 def rerun_settings(trace: Trace, change: Change, max_new_tokens: int, max_prompt_tokens: int

@@ -1,6 +1,7 @@
 """"What to notice" about what a run cost: prefill vs decode (time, weight bytes a decode step
 read) and the KV cache (formula against the measured bytes) — the last two stages of the story
-(engine/lens/notice.py has the others)."""
+(engine/lens/notice.py has the others). A model opened from a GGUF file reads its own blocks:
+its bytes per parameter are the file's, not its float dtype's (`ModelSpec.stored_bits`)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from .wording import size
 # ---------------------------------------------------------------- prefill vs decode
 
 def weights_read(spec: ModelSpec) -> int:
-    """Weight bytes one forward reads: parameters × bytes per parameter; an untied input
-    embedding is only looked up (one row per token), so all but one of its rows are left out."""
+    """Weight bytes one forward reads: parameters × bytes per parameter (a GGUF file's: its
+    stored bytes ÷ its parameters); an untied input embedding is only looked up (one row per
+    token), so all but one of its rows are left out."""
     params = spec.param_count
     if not spec.tie_word_embeddings:
         params -= (spec.vocab_size - 1) * spec.hidden_size
+    if spec.stored_bits is not None:
+        return params * spec.weight_bytes // spec.param_count
     return params * spec.dtype_bytes
 
 
@@ -41,6 +45,7 @@ class PhaseNotice:
     kv_read: int  # KV bytes that step read: bytes per token · its context
     packed: str | None = None  # "q4_0": the decode steps read the native step's packed weights
     speculative: bool = False  # decode ran as verify forwards: times are per forward, not token
+    stored_bits: float | None = None  # a GGUF file's blocks: their mean bits per weight
 
     @property
     def text(self) -> str:
@@ -55,7 +60,11 @@ class PhaseNotice:
                    if self.tied else
                    _("(parameters − the input embedding's unread rows) × {bytes} B").format(
                        bytes=self.dtype_bytes))
-        if self.packed is not None:
+        if self.stored_bits is not None:
+            formula = (_("the GGUF file's own blocks, measured") if self.packed is not None else
+                       _("the GGUF file's own blocks, {bits:.3g} bits per weight").format(
+                           bits=self.stored_bits))
+        elif self.packed is not None:
             formula = _("the native step's packed {format} weights, measured").format(
                 format=self.packed)
         if self.speculative:
@@ -89,7 +98,7 @@ def phase_notice(trace: Trace) -> PhaseNotice:
                        spec.param_count, spec.dtype_bytes, spec.tie_word_embeddings,
                        native_weight_bytes(trace) or weights_read(spec), kv_read,
                        trace.decoder.weights if native_weight_bytes(trace) else None,
-                       trace.speculation is not None)
+                       trace.speculation is not None, spec.stored_bits)
 
 
 # ---------------------------------------------------------------- the KV cache

@@ -39,9 +39,9 @@ def logit_lens(lm: Any, hidden: np.ndarray, chosen: int, k: int = 5) -> tuple[Le
         raise EngineError(f"hidden states of shape {hidden.shape} do not fit this model")
     if not 0 <= chosen < lm.spec.vocab_size:
         raise EngineError(f"token id {chosen} is outside this model's vocabulary")
-    weight = head.weight
+    like = norm.weight  # the head's device and dtype: a GGUF's stored head has no float weight
     with torch.inference_mode():
-        h = torch.from_numpy(np.ascontiguousarray(hidden)).to(weight.device, weight.dtype)
+        h = torch.from_numpy(np.ascontiguousarray(hidden)).to(like.device, like.dtype)
         normed = norm(h)  # (L+1, hidden): the residual stream, through the model's final norm
         probs = torch.softmax(head(normed).float(), dim=-1)  # (L+1, V)
         top = torch.topk(probs, k, dim=-1)

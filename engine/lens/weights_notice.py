@@ -12,6 +12,11 @@ format's scales), over the parts the variants quantize (engine/quant/variants.py
 An untied input embedding is only looked up, one row per token, so its other rows are left out
 (as cost_notice.weights_read does). When the trace records the native decoder, its
 measured bytes (the packed buffer it streamed) and the median ITL it achieved are used.
+
+A model opened from a GGUF file runs on the file's own blocks: its trace names the weights as
+loaded ("fp32": no variant was made) but its spec stores fewer bytes than float32's
+(`ModelSpec.stored_bits`). Its run then reads `GGUF` — the file's mean bits per weight over the
+weights a step reads — and the line compares it with fp32.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ STORY_FORMATS = ("fp32", "fp16", "int8", "q4_0")  # the explainer's four (4-bit 
 EMBEDDING_FORMAT = "q8_0"  # the integer variants' embedding / LM head (engine/quant/variants.py)
 NORM_BYTES = 4  # the norms stay float32 in every integer variant
 AWQ_PREFIX = "awq_"  # awq_<format> stores its base format (engine/quant/variants.py)
+GGUF = "GGUF"  # a GGUF file's own blocks, as stored (no variant name of its own)
 
 
 def label(name: str) -> str:
@@ -44,6 +50,8 @@ def label(name: str) -> str:
 
 def bits_label(spec: ModelSpec, name: str) -> str:
     """A format and its stored bits per layer weight, scales included: "Q4_0 · 4.5 bits"."""
+    if name == GGUF and spec.stored_bits is not None:
+        return _("{format} · {bits:.3g} bits").format(format=label(name), bits=spec.stored_bits)
     try:
         bits = format_bits(name.removeprefix(AWQ_PREFIX), spec.hidden_size)
     except ValueError:
@@ -77,6 +85,8 @@ def step_bytes(spec: ModelSpec, name: str) -> float:
     (ValueError for a name the calculator does not know)."""
     parts = step_parts(spec)
     base = name.removeprefix(AWQ_PREFIX)
+    if base == GGUF and spec.stored_bits is not None:  # the file's blocks, at their mean bits
+        return parts.total * spec.stored_bits / 8
     if base not in FORMATS:  # fp32 / fp16 / bf16
         return stored_bytes(parts.total, base)
     return (stored_bytes(parts.layers, base, spec.hidden_size)
@@ -155,9 +165,9 @@ class WeightsNotice:
     @property
     def other(self) -> str:
         """The format the line compares with: Q4_0 for a run that read float weights, fp32 for
-        one whose native step read the codes of an integer format."""
+        one whose native step read the codes of an integer format, or a GGUF file's blocks."""
         integer = self.weights.removeprefix(AWQ_PREFIX) in FORMATS
-        return "fp32" if integer and not self.float_copy else "q4_0"
+        return "fp32" if (integer and not self.float_copy) or self.weights == GGUF else "q4_0"
 
     @property
     def text(self) -> str:
@@ -188,10 +198,18 @@ class WeightsNotice:
                                             ratio=ratio))
 
 
+def run_weights(trace: Trace) -> str:
+    """The weights a run decoded with: its record's variant (the dtype's for traces from before
+    the record), or `GGUF` for a GGUF file's own blocks (recorded as loaded: fp32)."""
+    spec, record = trace.model, trace.decoder
+    weights = record.weights if record is not None else FLOAT_WEIGHTS.get(spec.dtype, spec.dtype)
+    return GGUF if weights == "fp32" and spec.stored_bits is not None else weights
+
+
 def weights_notice(trace: Trace) -> WeightsNotice:
     spec = trace.model
     record = trace.decoder
-    weights = record.weights if record is not None else FLOAT_WEIGHTS.get(spec.dtype, spec.dtype)
+    weights = run_weights(trace)
     formats = STORY_FORMATS + (() if weights in STORY_FORMATS else (weights,))
     counted = []
     for name in formats:

@@ -24,14 +24,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from i18n import _, using
+from i18n import N_, _, using
 
 from ..errors import EngineError
 from ..loader import LoadedModel
-from .apply import apply_variant
+from .apply import apply_variant, refuse_mapped
 
 Say = Callable[[str, float], None]  # (what is happening, share done)
 _LENS_ROWS = 256  # positions put through the LM head at once: (rows, vocabulary) float32 each
+DRIFT_MAPPED = N_("The drift compares each quantized copy with the float32 weights; a model opened "
+                  "from a GGUF file runs on its stored blocks and holds no float32 weights to "
+                  "copy: load the default model to measure it.")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -142,7 +145,9 @@ def measure_drift(lm: LoadedModel, names: Sequence[str], ids: Sequence[int], sou
     """Variants `names` against the loaded model's float32 weights on token ids `ids`, layer by
     layer, averaged over the positions `scored` (all; the quality table scores a text's
     positions that have a next token, `slice(0, -1)`). The reference is the loaded model when
-    it is float32, otherwise its float32 copy. `stop()` true: the variants measured so far."""
+    it is float32, otherwise its float32 copy. `stop()` true: the variants measured so far.
+    A model on a GGUF file's blocks is refused (`DRIFT_MAPPED`)."""
+    refuse_mapped(lm, DRIFT_MAPPED)
     start = time.perf_counter()
     say = say or (lambda text, done: None)
     ref_model = lm.model if lm.spec.dtype == "float32" else apply_variant(lm, "fp32")[0]

@@ -43,7 +43,7 @@ from ..timing.disturbance import OTHERS_LIMIT
 from ..timing.dtype_compare import cast_copy
 from ..timing.roofline import forward_work
 from . import VARIANT_NAMES
-from .apply import apply_variant
+from .apply import apply_variant, refuse_mapped
 from .gguf_grid import GridCheck, embedding_grids, linear_grids
 from .quality import kl_per_position, perplexity, scored_forward
 from .texts import read_text, text_ids
@@ -66,6 +66,10 @@ NOTE_NATIVE = N_("the native C step")
 NOTE_CODES = N_("the native C step reads the {base} codes and scales themselves")
 NOTE_FAILED = N_("the native step failed to start: {error}")
 KV_FORMULA = N_("2 · layers · KV heads · head_dim · bytes per element · context")  # _() shown
+STUDY_MAPPED = N_("The comparison quantizes float32 copies of the weights; a model opened from a "
+                  "GGUF file runs on its stored blocks, already quantized: its own weights are "
+                  "the reference, and it holds no float32 weights to quantize. Load the default "
+                  "model to compare variants.")
 
 Progress = Callable[[str, float], None]
 
@@ -333,7 +337,9 @@ def run_study(lm: LoadedModel, plan: StudyPlan, bandwidth_gb_s: float | None,
               say: Progress | None = None, stop: Callable[[], bool] | None = None,
               text: str | None = None, text_name: str = "gettysburg.txt") -> QuantStudy:
     """Measure every variant of `plan` (fp32 first). `stop()` is checked before each variant:
-    the variants finished so far are returned, with `stopped` set."""
+    the variants finished so far are returned, with `stopped` set. A model on a GGUF file's
+    blocks is refused (`STUDY_MAPPED`): every variant would be a float32 copy of it."""
+    refuse_mapped(lm, STUDY_MAPPED)
     say = say or (lambda _text, _done: None)
     stop = stop or (lambda: False)
     names = plan.ordered

@@ -1,12 +1,13 @@
 """One forward over a batch of requests whose K/V live in the block pool.
 
 The model's own modules and weights do the work (embedding, norms, activation, rotary embedding)
-and the projections use its weight tensors (packed for small batches, linear.py) — so whatever
-weights the session loaded run here unchanged; attention is ours, because it reads K/V through
-block tables. Every request's new tokens are laid end to end in one row
-(vLLM's "flattened" batch), so each Linear reads its weights once per step for the whole batch:
-that is why a decode step of 8 requests costs little more than a step of 1. Attention then gathers
-each request's context from the pool by its slots and runs padded with a mask.
+and the projections use its weight tensors (packed for small batches, linear.py; a GGUF's stored
+matrices multiply on their own blocks) — so whatever weights the session loaded run here
+unchanged; attention is ours, because it reads K/V through block tables. Every request's new
+tokens are laid end to end in one row (vLLM's "flattened" batch), so each Linear reads its weights
+once per step for the whole batch: that is why a decode step of 8 requests costs little more than
+a step of 1. Attention then gathers each request's context from the pool by its slots and runs
+padded with a mask.
 
 Order inside each layer: write the step's new K/V into the pool, do any copy-on-write block copies
 (and write again, so a request's own values win), then gather. A request may therefore attend to a
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .linear import Linear
+from .linear import Linear, has_float_weight
 
 SUPPORTED = ("llama",)
 
@@ -49,18 +50,27 @@ def serving_problem(lm: Any) -> str | None:
     return None
 
 
+def packs_weights(lm: Any) -> bool:
+    """Whether the runner packs a copy of the weights (float Linears; a GGUF's stored ones are
+    multiplied as they are)."""
+    return has_float_weight(lm.model.lm_head)
+
+
 def check_pool_memory(lm: Any, slots: int) -> None:
     """Refuse, before allocating, a pool plus packed weights over half the free memory."""
     from ..errors import InputError
     from ..quant.variants import available_memory
 
     pool = slots * lm.spec.kv_bytes_per_token
-    need = pool + lm.spec.weight_bytes  # the pool and the packed copy of the weights
+    packed = lm.spec.weight_bytes if packs_weights(lm) else 0
+    need = pool + packed  # the pool and the packed copy of the weights
     free = available_memory()
     if need > free / 2:
-        raise InputError(f"a pool of {slots:,} token slots ({pool / 1e9:.1f} GB of K/V) plus a "
-                         f"packed copy of the weights needs {need / 1e9:.1f} GB, more than half "
-                         f"of the {free / 1e9:.1f} GB of free memory: not started")
+        what = (f"a pool of {slots:,} token slots ({pool / 1e9:.1f} GB of K/V) plus a packed copy "
+                f"of the weights needs {need / 1e9:.1f} GB" if packed else
+                f"a pool of {slots:,} token slots needs {pool / 1e9:.1f} GB of K/V")
+        raise InputError(f"{what}, more than half of the {free / 1e9:.1f} GB of free memory: "
+                         "not started")
 
 
 class PagedModelRunner:
@@ -75,7 +85,7 @@ class PagedModelRunner:
         self.spec = lm.spec
         self.device = lm.device
         inner = lm.model.model
-        dtype = inner.embed_tokens.weight.dtype
+        dtype = inner.norm.weight.dtype  # the model's float dtype (a GGUF's embedding is stored)
         shape = (lm.spec.layers, num_blocks * block_size, lm.spec.kv_heads, lm.spec.head_dim)
         self.k_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=lm.device)

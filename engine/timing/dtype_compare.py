@@ -6,7 +6,9 @@ arithmetic, or a conversion back to fp32 on every load). Each round decodes the 
 greedily in each dtype, one after the other (the order rotating from round to round, like the
 kernel comparison of engine/kernels/compiled.py), so a drift of the shared machine touches all alike.
 Each dtype runs on a copy of the loaded model's weights cast to it, made for its run and dropped
-after it: at most one extra copy is alive at a time (none for the loaded model's own dtype).
+after it: at most one extra copy is alive at a time (none for the loaded model's own dtype). A
+model opened from a GGUF file runs on its stored blocks, which have no float dtype to cast: it
+is refused in one line (`DTYPES_MAPPED`) rather than copied.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ from typing import Any, Callable, Sequence
 import torch
 from transformers import DynamicCache
 
-from ..errors import InputError
+from i18n import N_, _
+
+from ..errors import EngineError, InputError
 from ..forward import decode_one_token, prefill, timed_greedy
-from ..loader import LoadedModel
+from ..loader import LoadedModel, is_mapped_model
 
 DTYPES = ("float32", "float16", "bfloat16")
+DTYPES_MAPPED = N_("The comparison casts copies of the float32 weights to float16 and bfloat16; a "
+                   "model opened from a GGUF file runs on its stored blocks, with float32 "
+                   "activations, and holds no float weights to cast: use the default model.")
 
 Progress = Callable[[str, float], None]
 
@@ -85,6 +92,8 @@ def compare_dtypes(lm: LoadedModel, prompt_ids: Sequence[int], new_tokens: int =
     """Paired, interleaved rounds: each round decodes `new_tokens` greedy tokens after the
     prompt in every dtype. `stop()` is checked after each round (a time budget): the rounds
     completed so far are reported (at least one)."""
+    if is_mapped_model(lm.model):
+        raise EngineError(_(DTYPES_MAPPED))
     if new_tokens < 2 or rounds < 1:
         raise InputError("the comparison needs at least 2 new tokens and 1 round")
     if not prompt_ids:

@@ -8,7 +8,8 @@ table) and the embedding handled explicitly, as gpt-fast's `_get_model_size` doe
 - attention FLOPs = 4 · layers · heads · head_dim · Σ context seen by each new token
   (q·kᵀ and weights·v, 2 FLOPs per multiply-add each);
 - bytes moved = every weight once per forward, except that an untied input embedding is read one
-  row per new token (a lookup), not whole  +  the KV cache read (all cached positions, the new
+  row per new token (a lookup), not whole (a row at the dtype's bytes per weight, or a GGUF
+  file's mean: `ModelSpec.stored_bits`)  +  the KV cache read (all cached positions, the new
   ones included). Tied: the LM head reads the whole shared table, the lookups read rows of it
   again (counted once). Activations are ignored (they are small next to the weights here).
 """
@@ -52,7 +53,8 @@ def forward_work(spec: ModelSpec, new_tokens: int, cached: int, kv_cache: bool =
     attention = 4 * spec.layers * spec.heads * spec.head_dim * seen
     weights = spec.weight_bytes
     if not spec.tie_word_embeddings:  # the input table is only looked up: one row per token
-        weights += (new_tokens - spec.vocab_size) * spec.hidden_size * spec.dtype_bytes
+        per_weight = spec.dtype_bytes if spec.stored_bits is None else spec.stored_bits / 8
+        weights += (new_tokens - spec.vocab_size) * spec.hidden_size * per_weight
     if streamed is not None:
         weights = streamed
     kv_read = spec.kv_bytes_per_token * (cached + new_tokens) if kv_cache else 0

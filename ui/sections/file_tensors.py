@@ -1,9 +1,9 @@
 """Quantization's "This file's tensors": the tensor table of a model opened from a GGUF file.
 
-Why on this page: the torch model holds float32 copies, so only the file's table
-(`LoadedModel.gguf_tensors`, engine/gguf/table.py) still says how each tensor is stored — which
-is what "What is quantized" asks of a model that arrived already quantized, tensor by tensor
-(a Q4_K_M file mixes Q4_K, Q6_K, Q5_0 and Q8_0 in one layer).
+Why on this page: the file's table (`LoadedModel.gguf_tensors`, engine/gguf/table.py) says how
+each tensor is stored — which is what "What is quantized" asks of a model that arrived already
+quantized, tensor by tensor (a Q4_K_M file mixes Q4_K, Q6_K, Q5_0 and Q8_0 in one layer). On the
+CPU the model runs on these blocks as stored (memory-mapped); on a GPU it holds them dequantized.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import streamlit as st
 
 from engine import LoadedModel
 from engine.lens.wording import size
+from engine.loader import is_mapped_model
 from i18n import _
 from ui.tables import show_table
 from ui.text import plain
@@ -36,7 +37,12 @@ def file_tensors(lm: LoadedModel | None) -> None:
     number = st.column_config.NumberColumn
     show_table(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
         _("bytes"): number(format="localized"), _("bits per weight"): number(format="%.3f")})
-    st.caption(_("As the file stores them (GGUF's own table; `python -m engine gguf-info FILE` "
-                 "prints it). The app's torch model holds these tensors dequantized to float32; "
-                 "with the weights as loaded, the native decode step multiplies by the file's "
-                 "blocks themselves."))
+    if is_mapped_model(lm.model):
+        st.caption(_("As the file stores them (GGUF's own table; `python -m engine gguf-info FILE` "
+                     "prints it). The file is memory-mapped and every matrix stays in these "
+                     "blocks: the prefill, the pages' own forwards and the native decode step all "
+                     "multiply by them; only the norms (and biases) are held as float32."))
+    else:
+        st.caption(_("As the file stores them (GGUF's own table; `python -m engine gguf-info FILE` "
+                     "prints it). On a GPU the app's model holds these tensors dequantized; the "
+                     "stored blocks run on the CPU."))

@@ -7,8 +7,9 @@ import streamlit as st
 
 from charts.quant import NO_DRIFT, drift_chart
 from engine import LoadedModel, Trace
+from engine.loader import is_mapped_model
 from engine.quant import VARIANT_NAMES
-from engine.quant.drift import DriftStudy
+from engine.quant.drift import DRIFT_MAPPED, DriftStudy
 from engine.quant.study import sample_prompts
 from i18n import N_, _
 from ui.common import show_chart
@@ -96,6 +97,8 @@ def where_the_error_enters(lm: LoadedModel | None) -> None:
     study = current_experiments().quant_drift
     if lm is None:
         st.info(_("The drift is measured on the model: load one in the sidebar."))
+    elif is_mapped_model(lm.model):
+        st.info(_(DRIFT_MAPPED))
     else:
         hosted = config().hosted
         options = [n for n in VARIANT_NAMES if n != "fp32"]

@@ -1,5 +1,7 @@
 """The Prefill vs decode page's measured comparisons of one decode step: in float32, float16
-and bfloat16 weights (`dtype_section`), and eager, compiled and in plain C (`kernels_section`)."""
+and bfloat16 weights (`dtype_section`), and eager, compiled and in plain C (`kernels_section`).
+A model opened from a GGUF file runs on its stored blocks: no float weights to cast or to freeze
+into a compiled graph, so those two say why in one line and eager vs native C still runs."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ import streamlit as st
 
 from charts.timing import dtype_chart
 from engine import EngineError
-from engine.kernels.compiled import STATIC_CACHE_TOKENS, compare_decode
+from engine.kernels.compiled import COMPILE_MAPPED, STATIC_CACHE_TOKENS, compare_decode
 from engine.kernels.microbench import raise_bandwidth
 from engine.kv.cachelab import check_sequence
-from engine.timing.dtype_compare import DTYPES, DtypeComparison, compare_dtypes
+from engine.loader import is_mapped_model
+from engine.timing.dtype_compare import DTYPES, DTYPES_MAPPED, DtypeComparison, compare_dtypes
 from engine.timing.roofline import utilization
 from i18n import N_, _
 from ui.common import show_chart
@@ -114,7 +117,9 @@ def kernels_section(trace, lm, comparison, ceil) -> None:
                               "prompt eagerly and natively, {tokens} tokens × {rounds} paired "
                               "rounds.").format(tokens=NEW_TOKENS, rounds=rounds)):
             _compare(trace, lm, compile=False)
-        if config().hosted:
+        if is_mapped_model(lm.model):
+            right.info(_(COMPILE_MAPPED))
+        elif config().hosted:
             right.info(_("Compiling takes minutes and holds the shared model: run the app "
                          "locally to try it."))
         elif right.button(_("Compile and compare"), icon=":material/bolt:", key="compare_compiled",
@@ -215,7 +220,9 @@ def dtype_section(trace, lm) -> None:
                  "greedily, {tokens} tokens, once per dtype, the order rotating between rounds; "
                  "each dtype runs on a copy of the loaded weights cast to it, made for its run "
                  "and dropped after it.").format(prompt=DTYPE_PROMPT, tokens=DTYPE_TOKENS))
-    if st.button(_("Compare float32, float16 and bfloat16"), icon=":material/compare_arrows:",
+    if is_mapped_model(lm.model):
+        st.info(_(DTYPES_MAPPED))
+    elif st.button(_("Compare float32, float16 and bfloat16"), icon=":material/compare_arrows:",
                  key="compare_dtypes",
                  help=_("{dtypes} dtypes × {rounds} rounds of {tokens} tokens (seconds to a "
                         "minute on a laptop CPU).").format(
