@@ -217,7 +217,7 @@ def test_timing_page_eager_vs_native_runs_hosted_without_compiling(tiny_lm, monk
 
 
 def test_timing_page_says_why_native_cannot_run(monkeypatch):
-    monkeypatch.setattr("engine.kernels.native.shutil.which", lambda _name: None)
+    monkeypatch.setattr("engine.cbuild.shutil.which", lambda _name: None)
     # the shared decoder an earlier live run built (or its reason) goes for this test only
     monkeypatch.setattr(MODELS.get("default", "fp32"), "extras", {})
     at = generate(fresh(monkeypatch).run(), "Name a colour.", tokens=3)

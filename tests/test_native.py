@@ -152,7 +152,7 @@ def test_unsupported_models_get_one_line_reasons(tiny_lm, monkeypatch):
                                           num_hidden_layers=1, num_attention_heads=2,
                                           num_key_value_heads=1, head_dim=8))  # q+k+v = 32
     assert "query width" in native_problem(replace(tiny_lm, model=narrow))
-    monkeypatch.setattr("engine.kernels.native.shutil.which", lambda _name: None)
+    monkeypatch.setattr("engine.cbuild.shutil.which", lambda _name: None)
     assert "C compiler" in native_problem(tiny_lm)
 
 
