@@ -47,9 +47,10 @@ def reference_weights(m: stored.StoredMatrix) -> np.ndarray:
     return dequantize(m.data, GGMLQuantizationType[m.type_name]).reshape(m.rows, m.cols)
 
 
-def rounded(x: np.ndarray) -> np.ndarray:
-    """The activations as the kernel sees them: per 32, dx = max|x| / 127, round(x / dx)·dx."""
-    blocks = x.reshape(-1, 32).astype(np.float32)
+def rounded(x: np.ndarray, group: int = 32) -> np.ndarray:
+    """The activations as the kernel sees them: per `group` values (32; 256 for the K-quants),
+    dx = max|x| / 127, round(x / dx)·dx."""
+    blocks = x.reshape(-1, group).astype(np.float32)
     d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
     inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
     return (np.rint(blocks * inv) * d).reshape(x.shape).astype(np.float64)
@@ -61,7 +62,8 @@ def test_row_product_is_the_dequantized_weights_times_the_rounded_activations(ty
     m = random_matrix(type_name, 4, 576 if type_name not in ("Q4_K", "Q5_K", "Q6_K") else 512)
     w = reference_weights(m).astype(np.float64)
     x = np.random.default_rng(1).normal(0, 1, m.cols).astype(np.float32)
-    seen = x.astype(np.float64) if type_name in ("F16", "BF16", "F32") else rounded(x)
+    seen = (x.astype(np.float64) if type_name in ("F16", "BF16", "F32")
+            else rounded(x, 256 if type_name.endswith("_K") else 32))
     for r in range(m.rows):
         want = float(w[r] @ seen)
         got = stored.dot(m, r, torch.from_numpy(x), plain=plain)

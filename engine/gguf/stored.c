@@ -28,23 +28,38 @@
 
 #define TILE 8 /* tokens sharing an unpacked weight block in stored_matmul */
 
-int64_t act_bytes(int64_t K) { return K + K / 8 + K / 8 + K / 8; }
+/* One rounding of the activations (a "view"): xq int8[K] | dx float[K/32] | dx·Σxq float[K/32] |
+ * Σxq per 16 int16[K/16]. Two views follow each other: scales per 32 values (for the 32-weight
+ * formats, as llama.cpp's Q8_0 / Q8_1) and, where K is a multiple of 256, one scale per 256 (for
+ * the K-quants, as llama.cpp's Q8_K: dx is then the same for a super-block's eight blocks, so
+ * their integer sums add up before a single float multiply). */
+static inline int64_t view_bytes(int64_t K) { return K + K / 8 + K / 8 + K / 8; }
+int64_t act_bytes(int64_t K) { return view_bytes(K) * (K % 256 ? 1 : 2); }
+static inline int is_k_type(int64_t t) { return t == T_Q4_K || t == T_Q5_K || t == T_Q6_K; }
+/* The view a type's kernels read. */
+static inline const uint8_t* act_view(int64_t t, const uint8_t* a, int64_t K) {
+  return is_k_type(t) ? a + view_bytes(K) : a;
+}
 static inline float* act_dx(const uint8_t* a, int64_t K) { return (float*)(a + K); }
 static inline float* act_ds(const uint8_t* a, int64_t K) { return (float*)(a + K + K / 8); }
 static inline int16_t* act_s16(const uint8_t* a, int64_t K) {
   return (int16_t*)(a + K + K / 4);
 }
 
-/* x (K floats) → activations at `a`: per 32, dx = max|x| / 127, xq = round(x / dx). */
-void quantize_act(const float* x, int64_t K, uint8_t* a) {
+/* x (K floats) → one view at `a`, G values a scale: dx = max|x| / 127, xq = round(x / dx). */
+static void quantize_view(const float* x, int64_t K, int64_t G, uint8_t* a) {
   int8_t* q = (int8_t*)a;
   float* dx = act_dx(a, K);
   int16_t* s16 = act_s16(a, K);
   float* ds = act_ds(a, K);
+  float d = 0.0f, id = 0.0f;
   for (int64_t j = 0; j < K / 32; ++j) {
-    float amax = 0.0f;
-    for (int l = 0; l < 32; ++l) amax = fmaxf(amax, fabsf(x[32 * j + l]));
-    const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+    if ((32 * j) % G == 0) {
+      float amax = 0.0f;
+      for (int64_t l = 32 * j; l < 32 * j + G; ++l) amax = fmaxf(amax, fabsf(x[l]));
+      d = amax / 127.0f;
+      id = d ? 1.0f / d : 0.0f;
+    }
     dx[j] = d;
     for (int g = 0; g < 2; ++g) {
       int sum = 0;
@@ -56,6 +71,12 @@ void quantize_act(const float* x, int64_t K, uint8_t* a) {
     }
     ds[j] = d * (s16[2 * j] + s16[2 * j + 1]);
   }
+}
+
+/* x (K floats) → both views at `a` (act_bytes(K) bytes). */
+void quantize_act(const float* x, int64_t K, uint8_t* a) {
+  quantize_view(x, K, 32, a);
+  if (K % 256 == 0) quantize_view(x, K, 256, a + view_bytes(K));
 }
 
 /* Plain: Σ_blocks a·dx·Σ s·c·xq (integer inner sums) + Σ_16 o·dx·S16 (the offsets). */
@@ -122,6 +143,7 @@ static float float_dot(int64_t t, const uint8_t* row, const float* x, int64_t K)
 static void rows_dot(int64_t t, const uint8_t* w, int64_t K, int64_t lo, int64_t hi, const float* x,
                      const uint8_t* act, float* y, int add) {
   const int64_t rb = row_bytes(t, K);
+  act = act_view(t, act, K);
   for (int64_t n = lo; n < hi; ++n) {
     const uint8_t* row = w + n * rb;
     const float v = is_float_type(t) ? float_dot(t, row, x, K) : row_dot(t, row, act, K);
@@ -143,13 +165,15 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
     const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
     if (quantized) {
 #pragma omp for schedule(static)
-      for (int64_t m = 0; m < M; ++m) quantize_act(x + m * K, K, work + m * ab);
+      for (int64_t m = 0; m < M; ++m)  /* only the view this type reads */
+        quantize_view(x + m * K, K, is_k_type(t) ? 256 : 32,
+                      (uint8_t*)act_view(t, work + m * ab, K));
 #pragma omp for schedule(static)
       for (int64_t m0 = 0; m0 < M - M % TILE; m0 += TILE) {
         float* d = dxt + m0 * J * 3;
         for (int64_t j = 0; j < J; ++j)
           for (int i = 0; i < TILE; ++i) {
-            const uint8_t* ai = work + (m0 + i) * ab;
+            const uint8_t* ai = act_view(t, work + (m0 + i) * ab, K);
             d[j * TILE + i] = act_dx(ai, K)[j];
             d[(J + j) * TILE + i] = act_dx(ai, K)[j] * act_s16(ai, K)[2 * j];
             d[(2 * J + j) * TILE + i] = act_dx(ai, K)[j] * act_s16(ai, K)[2 * j + 1];
@@ -164,12 +188,12 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
 #if FAST
         if (quantized && mt == TILE) {
           const float* d = dxt + m0 * J * 3;
-          const uint8_t* a0 = work + m0 * ab;
+          const uint8_t* a0 = act_view(t, work + m0 * ab, K);
           switch (t) {
             case T_Q4_0: tile_rows(T_Q4_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q8_0: tile_rows(T_Q8_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
-            case T_Q4_K: tile_rows(T_Q4_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
-            case T_Q6_K: tile_rows(T_Q6_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q4_K: tile_rows_k(T_Q4_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q6_K: tile_rows_k(T_Q6_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_1: tile_rows(T_Q4_1, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q5_0: tile_rows(T_Q5_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             default: tile_rows(t, w, K, r0, r1, a0, ab, d, y + m0 * N, N);
@@ -201,7 +225,8 @@ void stored_rows(const uint8_t* w, int64_t t, int64_t K, const int64_t* ids, int
 float stored_dot(const uint8_t* row, int64_t t, int64_t K, const float* x, uint8_t* act, int plain) {
   if (is_float_type(t)) return float_dot(t, row, x, K);
   quantize_act(x, K, act);
-  return plain ? dot_plain(t, row, act, K) : row_dot(t, row, act, K);
+  const uint8_t* view = act_view(t, act, K);
+  return plain ? dot_plain(t, row, view, K) : row_dot(t, row, view, K);
 }
 
 #include "stored_step.h"

@@ -170,60 +170,58 @@ ALWAYS __m128i k_scales(const uint8_t* packed) {
   return _mm_set_epi32((int)m_hi, (int)m_lo, (int)sc_hi, (int)sc_lo);
 }
 
+/* Q4_K against the per-256 view: a super-block's activations share one dx, so its eight
+ * sub-blocks' integer sums, each multiplied by its 6-bit scale inside madd, add up in int32
+ * (at most 8 · 2 · 15 · 127 · 63 · 16 per lane) and meet the float scale d·dx once; the
+ * minimums are one madd of the eight mins against the activations' per-16 sums. */
 static float dot_q4_k(const uint8_t* row, const uint8_t* act, int64_t K) {
-  const float *dx = act_dx(act, K), *ds = act_ds(act, K);
+  const float* dx = act_dx(act, K);
+  const int16_t* s16 = act_s16(act, K);
   const __m256i low4 = _mm256_set1_epi8(0xF);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
-  __m256 off = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / 256; ++sb) {
     const uint8_t* b = row + sb * 144;
     const __m128i sm = k_scales(b + 4);
-    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
-    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
-    float scale[8];
-    _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_mul_ps(sc, _mm256_set1_ps(h2f(b))),
-                                          _mm256_loadu_ps(dx + 8 * sb)));
-    off = _mm256_fmadd_ps(_mm256_mul_ps(mn, _mm256_set1_ps(h2f(b + 2))),
-                          _mm256_loadu_ps(ds + 8 * sb), off);
+    /* sc0..sc7 as 16-bit, in both lanes; mins doubled: m0 m0 m1 m1 … (one per 16 weights) */
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+    const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_srli_si128(sm, 8), _mm_srli_si128(sm, 8)));
+    const __m256i mins = _mm256_madd_epi16(mn, _mm256_loadu_si256((const __m256i*)(s16 + 16 * sb)));
+    const float d = dx[8 * sb];
+    off = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(h2f(b + 2) * d), off);
     const uint8_t* x = act + 256 * sb;
+    __m256i sum = _mm256_setzero_si256();
     for (int p = 0; p < 4; ++p) {
       const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * p));
       const __m256i lo = _mm256_and_si256(q, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      acc[2 * (p % 2)] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(lo, x + 64 * p)),
-                                         _mm256_broadcast_ss(scale + 2 * p), acc[2 * (p % 2)]);
-      acc[2 * (p % 2) + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum(hi, x + 64 * p + 32)),
-                                             _mm256_broadcast_ss(scale + 2 * p + 1),
-                                             acc[2 * (p % 2) + 1]);
+      const __m256i s_lo = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0404 * p)));
+      const __m256i s_hi = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0302 + 0x0404 * p)));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(
+          _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(x + 64 * p))), s_lo));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(
+          _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(x + 64 * p + 32))), s_hi));
     }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(h2f(b) * d), acc);
   }
-  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) -
-         hsum8(off);
+  return hsum8(acc) - hsum8(off);
 }
 
-/* Q6_K: the −32 of every code is taken out once per super-block (Σ sc·32·Σ xq from the
- * activations' per-16 sums), and each quarter's two 16-weight scales reach madd by one shuffle
- * of the super-block's scales (evens in the low lane, odds in the high one). */
+/* Q6_K against the per-256 view: the quarters' integer sums, each multiplied by its two 16-weight
+ * scales inside madd, add up in int32 per super-block; the −32 of every code is taken out once
+ * per super-block (Σ sc·32·Σ xq from the per-16 sums). */
 static float dot_q6_k(const uint8_t* row, const uint8_t* act, int64_t K) {
   const float* dx = act_dx(act, K);
   const int16_t* s16 = act_s16(act, K);
   const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
   const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                   _mm256_setzero_ps()};
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / 256; ++sb) {
     const uint8_t* b = row + sb * 210;
     const __m128i sc8 = _mm_loadu_si128((const __m128i*)(b + 192));
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8); /* sc0..sc15 */
     const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, split));
-    /* per 32 weights j: sc[2j]·S16[2j] + sc[2j+1]·S16[2j+1] */
-    const __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i*)(s16 + 16 * sb)));
-    const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(h2f(b + 208)), _mm256_loadu_ps(dx + 8 * sb));
-    acc[0] = _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(offs), _mm256_set1_ps(32.0f)), dd,
-                             acc[0]);
-    float ddj[8];
-    _mm256_storeu_ps(ddj, dd);
+    const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                           _mm256_loadu_si256((const __m256i*)(s16 + 16 * sb)));
+    __m256i sum = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offs, 5));
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b + 64 * h));
       const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32));
@@ -236,12 +234,12 @@ static float dot_q6_k(const uint8_t* row, const uint8_t* act, int64_t K) {
         const __m256i c = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
         const __m256i x = _mm256_loadu_si256((const __m256i*)(act + 256 * sb + 32 * j));
         const __m256i mul = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * j)));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(c, x), mul)),
-                                 _mm256_broadcast_ss(ddj + j), acc[r]);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), mul));
       }
     }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(h2f(b + 208) * dx[8 * sb]), acc);
   }
-  return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  return hsum8(acc);
 }
 
 /* Q5_K (and any type codes_avx2 unpacks in plain C): one offset for its 32 weights. */
@@ -284,6 +282,83 @@ ALWAYS void tile_rows(int64_t t, const uint8_t* w, int64_t K, int64_t r0, int64_
     }
     float out[8];
     _mm256_storeu_ps(out, _mm256_add_ps(acc, off));
+    for (int i = 0; i < 8; ++i) y[i * N + n] = out[i];
+  }
+}
+
+/* The prompt's products for Q4_K and Q6_K rows [r0, r1) against 8 tokens' per-256 views: per
+ * super-block each token's sub-block sums add up in int32 (scales inside madd, as dot_q4_k /
+ * dot_q6_k do), and the 8 tokens' sums are transposed into one vector once per super-block. */
+ALWAYS void tile_rows_k(int64_t t, const uint8_t* w, int64_t K, int64_t r0, int64_t r1,
+                        const uint8_t* act, int64_t ab, const float* d, float* y, int64_t N) {
+  const __m256i low4 = _mm256_set1_epi8(0xF), three = _mm256_set1_epi8(3);
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const int64_t rb = row_bytes(t, K);
+  for (int64_t n = r0; n < r1; ++n) {
+    const uint8_t* row = w + n * rb;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < K / 256; ++sb) {
+      const __m256 dx = _mm256_loadu_ps(d + 8 * sb * 8); /* the 8 tokens' dx of this super-block */
+      __m256i sum[8], low[8];
+      if (t == T_Q4_K) {
+        const uint8_t* b = row + sb * 144;
+        const __m128i sm = k_scales(b + 4);
+        const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+        const __m128i m8 = _mm_srli_si128(sm, 8);
+        const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+        for (int i = 0; i < 8; ++i) {
+          sum[i] = _mm256_setzero_si256();
+          low[i] = _mm256_madd_epi16(
+              mn, _mm256_loadu_si256((const __m256i*)(act_s16(act + i * ab, K) + 16 * sb)));
+        }
+        for (int p = 0; p < 4; ++p) {
+          const __m256i q = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * p));
+          const __m256i lo = _mm256_and_si256(q, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+          const __m256i s_lo = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0100 + 0x0404 * p)));
+          const __m256i s_hi = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((int16_t)(0x0302 + 0x0404 * p)));
+          for (int i = 0; i < 8; ++i) {
+            const uint8_t* x = act + i * ab + 256 * sb + 64 * p;
+            sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(
+                _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)x)), s_lo));
+            sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(x + 32))), s_hi));
+          }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_sum8(sum)),
+                              _mm256_mul_ps(dx, _mm256_set1_ps(h2f(b))), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(transpose_sum8(low)),
+                               _mm256_mul_ps(dx, _mm256_set1_ps(h2f(b + 2))), acc);
+      } else {
+        const uint8_t* b = row + sb * 210;
+        const __m128i sc8 = _mm_loadu_si128((const __m128i*)(b + 192));
+        const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, split));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        for (int i = 0; i < 8; ++i)
+          sum[i] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(
+              sc16, _mm256_loadu_si256((const __m256i*)(act_s16(act + i * ab, K) + 16 * sb))), 5));
+        for (int h = 0; h < 2; ++h) {
+          const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b + 64 * h));
+          const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b + 64 * h + 32));
+          const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 128 + 32 * h));
+          for (int r = 0; r < 4; ++r) {
+            const int j = 4 * h + r;
+            const __m256i ql = r % 2 ? ql1 : ql0;
+            const __m256i lo = _mm256_and_si256(r < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), three);
+            const __m256i c = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            const __m256i mul = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((int16_t)(0x0100 + 0x0202 * j)));
+            for (int i = 0; i < 8; ++i)
+              sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(
+                  c, _mm256_loadu_si256((const __m256i*)(act + i * ab + 256 * sb + 32 * j))), mul));
+          }
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(transpose_sum8(sum)),
+                              _mm256_mul_ps(dx, _mm256_set1_ps(h2f(b + 208))), acc);
+      }
+    }
+    float out[8];
+    _mm256_storeu_ps(out, acc);
     for (int i = 0; i < 8; ++i) y[i * N + n] = out[i];
   }
 }
