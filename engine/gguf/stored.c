@@ -57,8 +57,8 @@ static void quantize_view(const float* x, int64_t K, int64_t G, uint8_t* a) {
     if ((32 * j) % G == 0) {
       float amax = 0.0f;
       for (int64_t l = 32 * j; l < 32 * j + G; ++l) amax = fmaxf(amax, fabsf(x[l]));
-      d = amax / 127.0f;
-      id = d ? 1.0f / d : 0.0f;
+      d = amax / 127.0f;  /* llama.cpp's Q8_0 inverts d; its Q8_K divides 127 by the max */
+      id = !d ? 0.0f : G == 32 ? 1.0f / d : 127.0f / amax;
     }
     dx[j] = d;
     for (int g = 0; g < 2; ++g) {
