@@ -13,7 +13,8 @@ as far from the float product as each other, but not on the same side: on a one-
 the 1B shape each is KL ≈ 2·10⁻⁴ from a float32 forward of the same weights, and KL ≈ 2·10⁻⁴
 from the other. There the first step's distributions must agree to KL ≤ 10⁻², seven of the top
 ten, and the greedy tokens until llama.cpp's margin falls under twice the largest difference
-the two engines' top-ten logits showed on the first step (agreement beyond that is chance). llama.cpp runs live (`make llamacpp`), with its
+the two engines' top-ten logits showed on the first step (agreement beyond that is chance).
+llama.cpp runs live (`make llamacpp`), with its
 defaults, or without its extra buffers where those crash (bench/gguf_peer.py).
 """
 
