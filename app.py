@@ -198,6 +198,10 @@ def sidebar_settings() -> None:
     attn = side.toggle(_("Record attention"), **table["attention"].widget(),
                        help=_("Keep every layer's attention weights for the attention pages "
                               "(costs memory on long prompts)."))
+    if attn:
+        side.caption(_("Recording budget: up to {mb} MB of attention a run (float16); a longer "
+                       "run or a bigger model keeps fewer layers, evenly spaced.")
+                     .format(mb=LIMITS.record_mb))
     set_generation_settings(GenerationSettings(
         max_new_tokens=min(int(new), LIMITS.new_tokens), temperature=float(temp), top_k=int(top_k),
         top_p=float(top_p),
