@@ -20,6 +20,7 @@ def _cgroup(tmp_path, monkeypatch, limit: str, usage: int):
     (tmp_path / "memory.current").write_text(f"{usage}\n")
     monkeypatch.setattr(fit, "_CGROUP_V2", tmp_path)
     monkeypatch.setattr(fit, "_CGROUP_V1", tmp_path / "absent")
+    monkeypatch.setattr(fit, "_own_cgroups", lambda: [("v2", "/")])
 
 
 def test_a_container_limit_below_the_hosts_free_memory_is_what_counts(tmp_path, monkeypatch):
@@ -35,6 +36,24 @@ def test_no_limit_or_a_larger_one_leaves_the_hosts_free_memory(tmp_path, monkeyp
     assert fit.available_memory() == fit.Memory(20 * GIB, "free memory")
     _cgroup(tmp_path, monkeypatch, str(64 * GIB), GIB)
     assert fit.available_memory() == fit.Memory(20 * GIB, "free memory")
+
+
+def test_a_limit_on_the_processs_own_cgroup_or_a_parent_counts(tmp_path, monkeypatch):
+    """Outside a container the limit sits on the process's own (v1) cgroup or a parent of it,
+    not on the hierarchy's root: the tightest room among them is what counts."""
+    own = tmp_path / "memory" / "app" / "run"
+    own.mkdir(parents=True)
+    for folder, limit, usage in ((tmp_path / "memory", 2**63 - 4096, 0),
+                                 (tmp_path / "memory" / "app", 6 * GIB, 2 * GIB),
+                                 (own, 16 * GIB, 1 * GIB)):
+        (folder / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        (folder / "memory.usage_in_bytes").write_text(f"{usage}\n")
+    monkeypatch.setattr(fit, "_CGROUP_V1", tmp_path / "memory")
+    monkeypatch.setattr(fit, "_CGROUP_V2", tmp_path / "absent")
+    monkeypatch.setattr(fit, "_own_cgroups", lambda: [("v1", "/app/run")])
+    assert fit.container_limit() == (6 * GIB, 2 * GIB)
+    monkeypatch.setattr(fit, "host_available", lambda: 20 * GIB)
+    assert fit.available_memory() == fit.Memory(4 * GIB, "container limit")
 
 
 def test_the_kv_cache_is_the_formula():

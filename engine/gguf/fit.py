@@ -56,15 +56,49 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None  # "max": no limit
 
 
-def container_limit() -> tuple[int, int] | None:
-    """(limit, usage) of this process's memory cgroup, or None where there is no limit."""
-    for limit_file, usage_file in ((_CGROUP_V2 / "memory.max", _CGROUP_V2 / "memory.current"),
-                                   (_CGROUP_V1 / "memory.limit_in_bytes",
-                                    _CGROUP_V1 / "memory.usage_in_bytes")):
-        limit = _read_int(limit_file)
+def _own_cgroups() -> list[tuple[str, str]]:
+    """(hierarchy, path) of this process's memory cgroups from /proc/self/cgroup: the unified
+    one ("" controllers, v2) and v1's "memory"."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3 and (parts[1] == "" or "memory" in parts[1].split(",")):
+            found.append(("v2" if parts[1] == "" else "v1", parts[2]))
+    return found
+
+
+def _limits(base: Path, files: tuple[str, str], path: str) -> list[tuple[int, int]]:
+    """(limit, usage) of the cgroup at `path` under `base` and of each parent up to the root
+    (a container sees its own cgroup as the root); the files say "max" where there is none."""
+    found = []
+    folder = base / path.strip("/") if path.strip("/") else base
+    while True:
+        limit = _read_int(folder / files[0])
         if limit is not None and limit < 1 << 60:  # v1 writes 2^63 - page for "no limit"
-            return limit, _read_int(usage_file) or 0
-    return None
+            found.append((limit, _read_int(folder / files[1]) or 0))
+        if folder == base or base not in folder.parents:
+            return found
+        folder = folder.parent
+
+
+def container_limit() -> tuple[int, int] | None:
+    """(limit, usage) of the tightest memory cgroup this process is in, or None without one:
+    its own cgroup's or any parent's (cgroup v2 memory.max / memory.current, v1's
+    memory.limit_in_bytes / memory.usage_in_bytes)."""
+    files = {"v2": (_CGROUP_V2, ("memory.max", "memory.current")),
+             "v1": (_CGROUP_V1, ("memory.limit_in_bytes", "memory.usage_in_bytes"))}
+    found = []
+    for kind, path in _own_cgroups() or [("v2", "/"), ("v1", "/")]:
+        base, names = files[kind]
+        found += _limits(base, names, path)
+    if not found:
+        for kind in ("v2", "v1"):  # no /proc: the root files, as a container shows them
+            found += _limits(files[kind][0], files[kind][1], "/")
+    return min(found, key=lambda lu: lu[0] - lu[1]) if found else None
 
 
 def host_available() -> int:
