@@ -35,7 +35,7 @@ import ctypes
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from transformers import DynamicCache
@@ -199,7 +199,86 @@ def stored_types(blocks: Mapping[str, GgmlBlocks | torch.Tensor]) -> str:
     return "the file's GGML blocks (" + ", ".join(f"{k} ×{v}" for k, v in types.most_common()) + ")"
 
 
-class NativeDecoder:
+class CachedStep:
+    """What a C decode step over its own KV cache does around its `_run` (NativeDecoder here,
+    StoredDecoder on a GGUF's blocks): one step, recorded or not; the prompt's K/V from a torch
+    prefill; a timed greedy run. A subclass sets config (layers), max_tokens, lm, keys, values,
+    logits, attention_rows, hidden_states, and defines `_check` and `_run`."""
+
+    config: Any
+    max_tokens: int
+    lm: LoadedModel
+    keys: torch.Tensor
+    values: torch.Tensor
+    logits: torch.Tensor
+    attention_rows: torch.Tensor
+    hidden_states: torch.Tensor
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The torch model holding exactly the weights this step multiplies by."""
+        return self.lm.model
+
+    def _check(self, token: int, position: int) -> None:
+        raise NotImplementedError
+
+    def _run(self, token: int, position: int, slots: ctypes.Array | None, hidden: bool) -> None:
+        raise NotImplementedError
+
+    def step_logits(self, token: int, position: int) -> torch.Tensor:
+        """One unrecorded decode step: token at `position` → (V,) logits (a buffer the next
+        step overwrites); its K/V enters the cache."""
+        self._check(token, position)
+        self._run(token, position, None, False)
+        return self.logits
+
+    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
+             hidden: bool = False) -> NativeStep:
+        """One decode step that also records the attention rows of `attention_layers` and, with
+        `hidden`, the hidden state entering every layer (and the final-normed output)."""
+        self._check(token, position)
+        c = self.config
+        if any(not 0 <= layer < c.layers for layer in attention_layers):
+            raise InputError(f"attention layers must be between 0 and {c.layers - 1}")
+        if len(set(attention_layers)) != len(attention_layers):  # one slot per layer, ≤ layers
+            raise InputError("each attention layer may be asked for once")
+        slots = None
+        if attention_layers:
+            slot_of = {layer: i for i, layer in enumerate(attention_layers)}
+            slots = (ctypes.c_int64 * c.layers)(*(slot_of.get(k, -1) for k in range(c.layers)))
+        self._run(token, position, slots, hidden)
+        rows = self.attention_rows[:len(attention_layers), :, :position + 1].clone()
+        return NativeStep(self.logits.clone(), rows if attention_layers else None,
+                          self.hidden_states.clone() if hidden else None)
+
+    def load_prefix(self, cache: DynamicCache, n: int) -> None:
+        """Copy a torch prefill's K/V of `n` positions into this decoder's cache."""
+        if n > self.max_tokens:
+            raise InputError(f"{n} positions do not fit the native cache of {self.max_tokens}")
+        for i, layer in enumerate(cache.layers):
+            self.keys[i, :, :n] = layer.keys[0, :, :n]  # (KVH, S, D)
+            self.values[i, :, :n] = layer.values[0, :, :n]
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: list[int]) -> torch.Tensor:
+        """The prompt through transformers (on `model`); its K/V copied into this cache.
+        Returns (V,) logits."""
+        cache = DynamicCache(config=self.model.config)
+        logits, _ = prefill(self.model, torch.tensor([prompt_ids]), cache)
+        self.load_prefix(cache, len(prompt_ids))
+        return logits
+
+    def greedy(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
+        """Prefill, then greedy native decode steps; returns the tokens and each step's ms."""
+        if len(prompt_ids) + new_tokens > self.max_tokens:
+            raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
+                             f"native cache of {self.max_tokens} tokens")
+        return timed_greedy(self.prefill(prompt_ids),
+                            lambda token, i: self.step_logits(token, len(prompt_ids) + i),
+                            new_tokens, self.lm.device)
+
+
+class NativeDecoder(CachedStep):
     """Packed weights, a KV cache, scratch memory and the compiled C step for one loaded
     Llama-family model. One step at a time: the cache and the scratch belong to the decoder.
 
@@ -261,11 +340,6 @@ class NativeDecoder:
         self.threads = max(1, torch.get_num_threads())
 
     @property
-    def model(self) -> torch.nn.Module:
-        """The torch model holding exactly the weights this step multiplies by."""
-        return self.lm.model
-
-    @property
     def weights(self) -> str:
         return self.weights_name
 
@@ -298,54 +372,3 @@ class NativeDecoder:
             self.attention_rows.data_ptr() if slots is not None else None,
             self.hidden_states.data_ptr() if hidden else None)
 
-    def step_logits(self, token: int, position: int) -> torch.Tensor:
-        """One unrecorded decode step: token at `position` → (V,) logits (a buffer the next
-        step overwrites); its K/V enters the cache."""
-        self._check(token, position)
-        self._run(token, position, None, False)
-        return self.logits
-
-    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
-             hidden: bool = False) -> NativeStep:
-        """One decode step that also records the attention rows of `attention_layers` and, with
-        `hidden`, the hidden state entering every layer (and the final-normed output)."""
-        self._check(token, position)
-        c = self.config
-        if any(not 0 <= layer < c.layers for layer in attention_layers):
-            raise InputError(f"attention layers must be between 0 and {c.layers - 1}")
-        if len(set(attention_layers)) != len(attention_layers):  # one slot per layer, ≤ layers
-            raise InputError("each attention layer may be asked for once")
-        slots = None
-        if attention_layers:
-            slot_of = {layer: i for i, layer in enumerate(attention_layers)}
-            slots = (ctypes.c_int64 * c.layers)(*(slot_of.get(k, -1) for k in range(c.layers)))
-        self._run(token, position, slots, hidden)
-        rows = self.attention_rows[:len(attention_layers), :, :position + 1].clone()
-        return NativeStep(self.logits.clone(), rows if attention_layers else None,
-                          self.hidden_states.clone() if hidden else None)
-
-    def load_prefix(self, cache: DynamicCache, n: int) -> None:
-        """Copy a torch prefill's K/V of `n` positions into this decoder's cache."""
-        if n > self.max_tokens:
-            raise InputError(f"{n} positions do not fit the native cache of {self.max_tokens}")
-        for i, layer in enumerate(cache.layers):
-            self.keys[i, :, :n] = layer.keys[0, :, :n]  # (KVH, S, D)
-            self.values[i, :, :n] = layer.values[0, :, :n]
-
-    @torch.inference_mode()
-    def prefill(self, prompt_ids: list[int]) -> torch.Tensor:
-        """The prompt through transformers (on `model`); its K/V copied into this cache.
-        Returns (V,) logits."""
-        cache = DynamicCache(config=self.model.config)
-        logits, _ = prefill(self.model, torch.tensor([prompt_ids]), cache)
-        self.load_prefix(cache, len(prompt_ids))
-        return logits
-
-    def greedy(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
-        """Prefill, then greedy native decode steps; returns the tokens and each step's ms."""
-        if len(prompt_ids) + new_tokens > self.max_tokens:
-            raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
-                             f"native cache of {self.max_tokens} tokens")
-        return timed_greedy(self.prefill(prompt_ids),
-                            lambda token, i: self.step_logits(token, len(prompt_ids) + i),
-                            new_tokens, self.lm.device)

@@ -21,13 +21,11 @@ from collections import Counter
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
 from ..errors import EngineError, InputError
-from ..forward import prefill, timed_greedy
 from ..gguf.stored import StoredEmbedding, StoredLinear, library
 from ..loader import LoadedModel, is_mapped_model
-from .native import NativeStep
+from .native import CachedStep
 
 PARTS = 14  # stored_step.h: per layer in_norm, q, k, v, o, post_norm, gate, up, down, bq, bk, bv,
 # q_norm, k_norm; then final_norm, lm_head, embedding
@@ -67,7 +65,7 @@ def _floats(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.detach().float().contiguous()
 
 
-class StoredDecoder:
+class StoredDecoder(CachedStep):
     """A KV cache, scratch memory and the C step over a mapped model's blocks. One step at a
     time: the cache and the scratch belong to the decoder."""
 
@@ -144,10 +142,6 @@ class StoredDecoder:
             types.append(0)
 
     @property
-    def model(self) -> torch.nn.Module:
-        return self.lm.model
-
-    @property
     def weights(self) -> str:
         return "fp32"  # the weights as loaded: the file's own blocks
 
@@ -165,7 +159,7 @@ class StoredDecoder:
 
     def _check(self, token: int, position: int) -> None:
         if not 0 <= position < self.max_tokens:
-            raise InputError(f"position {position} is outside the decoder's cache of "
+            raise InputError(f"position {position} is outside the native cache of "
                              f"{self.max_tokens} tokens")
         if not 0 <= token < self.lm.model.model.embed_tokens.num_embeddings:
             raise InputError(f"token id {token} is outside the vocabulary")
@@ -177,53 +171,6 @@ class StoredDecoder:
             self.scratch.data_ptr(), self.act.data_ptr(), self.logits.data_ptr(), self.threads,
             slots, self.attention_rows.data_ptr() if slots is not None else None,
             self.hidden_states.data_ptr() if hidden else None)
-
-    def step_logits(self, token: int, position: int) -> torch.Tensor:
-        """One unrecorded step: (V,) logits in a buffer the next step overwrites."""
-        self._check(token, position)
-        self._run(token, position, None, False)
-        return self.logits
-
-    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
-             hidden: bool = False) -> NativeStep:
-        self._check(token, position)
-        c = self.config
-        if any(not 0 <= layer < c.layers for layer in attention_layers):
-            raise InputError(f"attention layers must be between 0 and {c.layers - 1}")
-        if len(set(attention_layers)) != len(attention_layers):
-            raise InputError("each attention layer may be asked for once")
-        slots = None
-        if attention_layers:
-            slot_of = {layer: i for i, layer in enumerate(attention_layers)}
-            slots = (ctypes.c_int64 * c.layers)(*(slot_of.get(k, -1) for k in range(c.layers)))
-        self._run(token, position, slots, hidden)
-        rows = self.attention_rows[:len(attention_layers), :, :position + 1].clone()
-        return NativeStep(self.logits.clone(), rows if attention_layers else None,
-                          self.hidden_states.clone() if hidden else None)
-
-    def load_prefix(self, cache: DynamicCache, n: int) -> None:
-        """Copy a torch prefill's K/V of `n` positions into this decoder's cache."""
-        if n > self.max_tokens:
-            raise InputError(f"{n} positions do not fit the decoder's cache of {self.max_tokens}")
-        for i, layer in enumerate(cache.layers):
-            self.keys[i, :, :n] = layer.keys[0, :, :n]  # (KVH, S, D)
-            self.values[i, :, :n] = layer.values[0, :, :n]
-
-    @torch.inference_mode()
-    def prefill(self, prompt_ids: list[int]) -> torch.Tensor:
-        cache = DynamicCache(config=self.model.config)
-        logits, _ = prefill(self.model, torch.tensor([prompt_ids]), cache)
-        self.load_prefix(cache, len(prompt_ids))
-        return logits
-
-    def greedy(self, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
-        """Prefill, then greedy steps; the tokens and each step's ms."""
-        if len(prompt_ids) + new_tokens > self.max_tokens:
-            raise InputError(f"prompt ({len(prompt_ids)}) + new tokens ({new_tokens}) exceed the "
-                             f"decoder's cache of {self.max_tokens} tokens")
-        return timed_greedy(self.prefill(prompt_ids),
-                            lambda token, i: self.step_logits(token, len(prompt_ids) + i),
-                            new_tokens, self.lm.device)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
