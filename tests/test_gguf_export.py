@@ -181,7 +181,7 @@ def test_transformers_and_our_reader_run_the_q4_0_file_as_the_engines_q4_0(expor
     monkeypatch.setattr(gguf, "GGUFReader", reader)
     theirs = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
                                                   dtype=torch.float32)
-    ours = load_model(str(path))
+    ours = load_model(str(path), on_blocks=False)
     assert ours.gguf_tensors is not None and ours.gguf_tensors.type_counts() == \
         {"Q4_0": 210, "F32": 61, "Q8_0": 1}
     a, b = ours.model.state_dict(), theirs.state_dict()
@@ -200,7 +200,7 @@ def test_transformers_and_our_reader_run_the_q4_0_file_as_the_engines_q4_0(expor
 def test_the_shipped_gguf_opened_by_our_reader_is_the_default_model(lm, prompt_ids):
     from engine.loader import default_gguf_path, load_model
 
-    opened = load_model(str(default_gguf_path()))
+    opened = load_model(str(default_gguf_path()), on_blocks=False)
     table = opened.gguf_tensors
     assert table.type_counts() == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
     q = table.by_name()["blk.0.attn_q.weight"]

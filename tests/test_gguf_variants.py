@@ -8,6 +8,9 @@
 - the export's refusals (our own formats, a name that is not a variant);
 - Qwen2's layout (q / k / v biases, no row permutation) opened, compared with transformers and
   exported back.
+The files are opened as float copies (`load_model(..., on_blocks=False)`, what `export` loads to
+quantize again); the memory-mapped model on the same blocks is checked against llama.cpp in
+tests/test_gguf_llamacpp_parity.py.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("kq")
     path = folder / "tiny.gguf"
     path.write_bytes(gguf_bytes(metadata(hidden=HIDDEN, ffn=FFN), tensors(hidden=HIDDEN, ffn=FFN)))
-    return load_model(str(path)), folder
+    return load_model(str(path), on_blocks=False), folder
 
 
 def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny, monkeypatch):
@@ -59,7 +62,7 @@ def test_q4_k_m_export_is_llama_cpps_mix_and_reads_back_alike(tiny, monkeypatch)
         heads = heads_for(t.name, 4, 2)
         w = w if heads is None else permute(w, heads)
         assert torch.equal(torch.from_numpy(t.data), kquants.quantize_blocks(w, want[t.name]))
-    ours = load_model(str(path))
+    ours = load_model(str(path), on_blocks=False)
     # a pure function transformers calls once per module (tests/test_gguf_export.py)
     monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
     theirs = AutoModelForCausalLM.from_pretrained(folder, gguf_file=path.name, dtype=torch.float32)
@@ -103,7 +106,7 @@ def test_a_qwen2_file_opens_as_transformers_opens_it_and_exports_back(tmp_path, 
 
     path = tmp_path / "qwen.gguf"
     path.write_bytes(gguf_bytes(metadata("qwen2"), tensors(biases=True)))
-    ours = load_model(str(path))
+    ours = load_model(str(path), on_blocks=False)
     assert ours.spec.model_type == "qwen2"
     monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
     theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
@@ -118,7 +121,7 @@ def test_a_qwen2_file_opens_as_transformers_opens_it_and_exports_back(tmp_path, 
     back = tmp_path / "qwen-fp32.gguf"
     export_gguf(ours, "fp32", out_file(back, False))
     assert read_header(back).table.architecture == "qwen2"
-    again = load_model(str(back)).model.state_dict()
+    again = load_model(str(back), on_blocks=False).model.state_dict()
     assert set(again) == set(a) and all(torch.equal(again[k], a[k]) for k in a)
 
 
@@ -136,13 +139,13 @@ def test_every_fixed_variant_exports_the_engines_weights(variant, linear, embedd
 
     source = tmp_path / "tiny.gguf"
     source.write_bytes(gguf_bytes(metadata(), tensors()))
-    lm = load_model(str(source))
+    lm = load_model(str(source), on_blocks=False)
     path = tmp_path / f"tiny-{variant}.gguf"
     done = export_gguf(lm, variant, out_file(path, False))
     types = {t.name: t.ggml_type for t in done.table.tensors}
     assert types["blk.1.ffn_down.weight"] == types["blk.0.attn_q.weight"] == linear
     assert types["token_embd.weight"] == embedding and types["output_norm.weight"] == "F32"
-    reopened = load_model(str(path)).model.state_dict()
+    reopened = load_model(str(path), on_blocks=False).model.state_dict()
     for name, w in lm.model.state_dict().items():
         kind = embedding if "embed" in name or "lm_head" in name else \
             linear if w.dim() == 2 else "F32"
