@@ -7,6 +7,7 @@ NaN where causally masked; S = T prompt tokens + decode steps, T ≥ 1.
 
 from __future__ import annotations
 
+import html
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -24,17 +25,27 @@ MASKED_COLOR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens
 MARK_COLOR = "#ff2d55"  # the model view's outline of the layer and head chosen above
 HEAD_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"]
+ROW_PX = 18  # heatmap: px a query row, room for its 12 px label
+CHAR_PX = 6.5  # px a character of a 12 px tick label takes (Source Sans, upper bound)
+LABEL_CHARS = 40  # tick labels longer than this are not given more room
+HEATMAP_FRAME_PX = 100  # title, axis title and their padding
 MAX_HEIGHT = 700  # px: a chart fits a 1440×900 screen below the page's selectors
 HEAD_VIEW_ROWS = 36  # key rows in the head view; at ~18 px each they fit MAX_HEIGHT
 MAX_FRAMES = 100  # decode-step animation: at 0.3 s a frame, Play ends within 30 s …
 MAX_FRAME_VALUES = 1_000_000  # … and its frames hold at most 4 MB of float32 weights
 
 
-def sequence_labels(trace: Trace) -> list[str]:
-    """Labels of every position that has an attention row: the prompt, then fed-back outputs.
-    Safe for the figures' text and for Markdown (a widget's options): see charts/text.py."""
+def sequence_names(trace: Trace) -> list[str]:
+    """Every position that has an attention row as plain text, "i:piece" (the prompt, then
+    fed-back outputs): for a table's cells, which show text as it is (no markup, no references)."""
     pieces = list(trace.prompt_pieces) + [s.piece for s in trace.steps[:-1]]
-    return [f"{i}:{as_text(visible(piece_text(p)))}" for i, p in enumerate(pieces)]
+    return [f"{i}:{visible(piece_text(p))}" for i, p in enumerate(pieces)]
+
+
+def sequence_labels(trace: Trace) -> list[str]:
+    """`sequence_names` made safe for the figures' text and for Markdown (a widget's options):
+    see charts/text.py. A table shows these character references as typed: use the names."""
+    return [as_text(name) for name in sequence_names(trace)]
 
 
 def _check_weights(weights: np.ndarray, labels: Sequence[str]) -> tuple[int, int]:
@@ -64,6 +75,16 @@ def downsample(matrix: np.ndarray, labels: list[str], limit: int) -> tuple[np.nd
     return pooled, names, block
 
 
+def heatmap_height(labels: Sequence[str]) -> int:
+    """The heatmap's height in px: ROW_PX a row, plus the title, the axis title and the room the
+    key labels take below the plot (tilted 60°: a chat template's `13:<|end_header_id|>` takes
+    ~110 px, which a fixed allowance left out, so a 15-token prompt got 13 px a row and plotly
+    labelled every other query). Within 360–900 px: a long view is block-averaged anyway."""
+    longest = max((len(html.unescape(label)) for label in labels), default=0)
+    tilted = math.ceil(min(longest, LABEL_CHARS) * CHAR_PX * math.sin(math.radians(60)))
+    return max(360, min(900, ROW_PX * len(labels) + HEATMAP_FRAME_PX + tilted))
+
+
 def heatmap(matrix: np.ndarray, labels: list[str], title: str) -> go.Figure:
     """A query × key heatmap; masked (NaN) cells show the grey background, not a colour."""
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
@@ -75,8 +96,7 @@ def heatmap(matrix: np.ndarray, labels: list[str], title: str) -> go.Figure:
         if np.isfinite(matrix).any() else 1, hoverongaps=False,
         colorbar={"title": {"text": _("weight")}},
         hovertemplate=_("query %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>")))
-    size = max(360, min(900, 16 * len(labels) + 160))
-    fig.update_layout(title=title, height=size, plot_bgcolor=MASKED_COLOR,
+    fig.update_layout(title=title, height=heatmap_height(labels), plot_bgcolor=MASKED_COLOR,
                       margin={"l": 10, "r": 10, "t": 40, "b": 10})
     fig.update_xaxes(title_text=_("key (attended-to token)"), showgrid=False, tickangle=-60)
     fig.update_yaxes(title_text=_("query (attending token)"), autorange="reversed", showgrid=False)

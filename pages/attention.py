@@ -25,6 +25,7 @@ from charts.attention import (
     mark_tile,
     model_view,
     sequence_labels,
+    sequence_names,
 )
 from engine import Trace
 from engine.lens.attention_stats import full_attention, gqa_groups, has_attention, head_roles, head_summary
@@ -55,7 +56,8 @@ class Focus:
     layer: int
     head: int
     weights: np.ndarray  # (H, S, S): this layer's prefill and decode rows (full_attention)
-    labels: list[str]  # S position labels, "i:piece"
+    labels: list[str]  # S position labels, "i:piece", for figures and widgets (charts/text.py)
+    names: list[str]  # the same as plain text, for a table's cells
 
 
 def selectors(trace: Trace) -> Focus:
@@ -68,7 +70,8 @@ def selectors(trace: Trace) -> Focus:
                      "prompt's attention within {budget} MB.").format(
             recorded=", ".join(map(str, trace.attention_layers)), layers=spec.layers,
             budget=trace.settings.attention_budget_mb))
-    return Focus(layer, head, full_attention(trace, layer), sequence_labels(trace))
+    return Focus(layer, head, full_attention(trace, layer), sequence_labels(trace),
+                 sequence_names(trace))
 
 
 def heatmap_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
@@ -206,7 +209,7 @@ def one_head_tab(trace: Trace, lm: LoadedModel | None, focus: Focus) -> None:
     st.caption(_("q (query head {head}, first 8 of {d} values): {values}").format(
         head=head, d=d, values=", ".join(f"{v:.3f}" for v in inputs.query[head, pos, :8])))
     show_table(pd.DataFrame({
-        _("key token"): labels[: pos + 1], "q·k": steps.scores, _("× scale"): steps.scaled,
+        _("key token"): focus.names[: pos + 1], "q·k": steps.scores, _("× scale"): steps.scaled,
         _("softmax (recomputed)"): steps.weights,
         _("recorded weight"): focus.weights[head, pos, : pos + 1]}).round(5), width="stretch")
     st.caption(_("Output = Σ weight · v (first 8 values): {values}").format(

@@ -58,10 +58,13 @@ def live_memory(trace: Trace | None) -> None:
                                formula=f"{m.kv_bytes(last.context_len):,}",
                                measured=f"{last.kv_bytes:,}"))
     per_layer = m.kv_bytes(last.context_len) // m.layers if trace.settings.kv_cache else 0
+    number = st.column_config.NumberColumn  # grouped digits, as the formula line above writes
     show_table(pd.DataFrame({_("layer"): range(m.layers),
                              _("measured (B)"): last.kv_bytes_per_layer,
                              _("formula (B)"): [per_layer] * m.layers}),
-               hide_index=True, height=200)
+               hide_index=True, height=200,
+               column_config={_("measured (B)"): number(format="localized"),
+                              _("formula (B)"): number(format="localized")})
 
 
 def cache_on_vs_off(lm: LoadedModel | None) -> None:

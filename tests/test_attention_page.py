@@ -205,3 +205,24 @@ def test_reruns_do_not_redo_per_trace_work(trace, monkeypatch):
     assert calls == {"summary": 1, "view": 1, "decode": 1}
     at.selectbox(key="attn_layer").set_value(trace.attention_layers[1]).run()
     assert calls == {"summary": 1, "view": 1, "decode": 2}
+
+
+def test_one_head_table_shows_the_key_tokens_as_text(trace, tiny_lm):
+    """The step-by-step table's key tokens read `<|im_start|>` and `.`, not the character
+    references the figures' labels carry (`&lt;&#124;im&#95;start&#124;&gt;`): a table cell shows
+    text as it is."""
+    from engine.models import ModelEntry
+    from ui.session_model import SessionModel
+
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    state = state_of(at.session_state)
+    state.run.trace = trace
+    state.model = SessionModel("tiny", "fp32", ModelEntry(tiny_lm))
+    at.run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "key token" in d.value.columns)
+    keys = list(table["key token"])
+    assert keys and not any(re.search(r"&(#\d+|lt|gt|amp);", k) for k in keys), keys
+    pieces = list(trace.prompt_pieces) + [s.piece for s in trace.steps[:-1]]
+    assert keys[0].startswith("0:") and len(keys) == len(pieces)
+    assert any(k.endswith(".") for k in keys), keys  # "mat." ends in a full stop of its own

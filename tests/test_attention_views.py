@@ -23,6 +23,7 @@ from charts.attention import (
     model_view,
     sequence_labels,
 )
+from charts.text import as_text
 from engine import GenerationSettings, generate_trace
 from engine.lens.attention_stats import full_attention, gqa_groups, head_roles, head_summary
 from engine.lens.inspect_head import capture_qkv, explain_head
@@ -72,6 +73,23 @@ def test_heatmap_carries_the_weights(tiny_trace):
     np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=np.float32), full[2])
     assert list(fig.data[0].x) == labels
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_heatmap_gives_every_row_room_for_its_label_beside_the_tilted_key_labels():
+    """A chat-template prompt of 15 tokens (Llama 3's `13:<|end_header_id|>` among the key labels,
+    tilted 60° below the plot): after the title, the axis titles and the labels' own height,
+    each query row keeps at least 16 px, the height a 12 px label needs for plotly to label
+    every row (at 13 px it labelled every other one)."""
+    pieces = ["<|begin_of_text|>", "<|start_header_id|>", "user", "<|end_header_id|>", "ĊĊ",
+              "The", "Ġcapital", "Ġof", "ĠFrance", "Ġis", "<|eot_id|>", "<|start_header_id|>",
+              "assistant", "<|end_header_id|>", "ĊĊ"]
+    labels = [as_text(f"{i}:{p}") for i, p in enumerate(pieces)]
+    fig = heatmap(causal(1, len(labels))[0], labels, "layer 0, head 0")
+    tilted = max(len(f"{i}:{p}") for i, p in enumerate(pieces)) * 6 * np.sin(np.radians(60))
+    plot = fig.layout.height - fig.layout.margin.t - tilted - 60  # x title, y label padding
+    assert plot / len(labels) >= 16, (fig.layout.height, plot)
+    assert fig.layout.height <= 900
+    assert heatmap(causal(1, 300)[0], [str(i) for i in range(300)], "x").layout.height == 900
 
 
 def test_downsample_is_a_nan_aware_block_mean():

@@ -68,7 +68,10 @@ def test_the_list_shows_this_machines_models_and_picking_one_fills_the_model_box
     at = sidebar(home.lmstudio)  # the box holding a listed file: the list shows it, the store
     [listed] = found_list(at)  # was asked for it
     assert listed.value == str(home.lmstudio)
-    assert any(c.value.startswith("LM Studio: Q8\\_0 ×2") for c in at.sidebar.caption)
+    # under the choice, its whole line (the box cuts it after the name) and where it came from
+    assert any(c.value.startswith("publisher/tiny\\-GGUF/tiny\\-Q8\\_0\\.gguf · llama · 576 · "
+                                  "Q8\\_0 · 1\\.22 KiB · fits  \nLM Studio: Q8\\_0 ×2")
+               for c in at.sidebar.caption), [c.value for c in at.sidebar.caption]
     assert [e.value for e in at.sidebar.error] == [plain(f"{ASKED}{home.lmstudio}")]
 
 

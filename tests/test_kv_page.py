@@ -60,3 +60,20 @@ def test_cache_on_vs_off_shows_rounds_spread_delays_and_why_more_tokens_took_les
     assert on["error_y"]["array"] == [284.0, 64.0]
     points = rounds["data"][1]
     assert points["marker"]["symbol"].count("x-thin-open") == 2  # the two delayed rounds
+
+
+def test_live_memory_table_groups_digits_as_the_formula_line_does(tiny_lm):
+    """The per-layer bytes read 311,296 like the formula above them, not 311296 (an 8B model's
+    layers hold six-digit byte counts after a few tokens)."""
+    from engine import GenerationSettings, generate_trace
+    from ui.state import state_of
+
+    trace = generate_trace(tiny_lm, "The cat sat on the mat.", GenerationSettings(max_new_tokens=3))
+    at = fresh().run()
+    state_of(at.session_state).run.trace = trace
+    at.switch_page("pages/kvcache.py").run()
+    assert not at.exception
+    table = next(d for d in at.dataframe if "measured (B)" in d.value.columns)
+    columns = json.loads(table.proto.columns)
+    assert columns["measured (B)"]["type_config"]["format"] == "localized"
+    assert columns["formula (B)"]["type_config"]["format"] == "localized"

@@ -78,8 +78,8 @@ def sidebar_found_models() -> None:
                "in the memory available at the default context (⚠: how much more it needs). "
                "Picking one puts its path in the box above."))
     chosen = usable.get(typed)
-    if chosen is not None:
-        side.caption(_("{source}: {types}").format(
+    if chosen is not None:  # the whole line again: the box is too narrow to show its size and fit
+        side.caption(message(found_label(chosen)) + "  \n" + _("{source}: {types}").format(
             source=_(SOURCE_LABELS[chosen.source]), types=message(chosen.type_mix)))
     with side.expander(_("Folders to search")):
         st.text_input(_("Also search these folders"), key=MODEL_FOLDERS,
