@@ -211,8 +211,8 @@ def run_generation(prompt: str, slots: LiveSlots) -> Trace | None:
 def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
     lm = loaded_model()
     if lm is None:
-        st.error(_("No model is loaded yet — see the sidebar (it may still be loading). You can "
-                   "still upload a trace below."))
+        st.error(_("No model is loaded — the sidebar says why (it may still be loading, or it "
+                   "could not be loaded). You can still upload a trace below."))
         return None
     keep_prompt(prompt)
     budget = threading.Event()  # set when the hosted per-click budget is spent

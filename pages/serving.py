@@ -194,8 +194,8 @@ def run_stream(form: StreamForm, slots: LiveSlots) -> None:
     page) keeps the partial run."""
     lm = loaded_model()
     if lm is None:
-        st.error(_("No model is loaded yet — see the sidebar (it may still be loading). A serving "
-                   "file can still be opened below."))
+        st.error(_("No model is loaded — the sidebar says why (it may still be loading, or it "
+                   "could not be loaded). A serving file can still be opened below."))
         return
     specs = run_experiment(lambda job: stream_specs(
         lm, form.prompts, form.lengths, form.arrival, form.rate_per_s,

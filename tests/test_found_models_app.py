@@ -106,3 +106,18 @@ def test_a_shared_server_lists_nothing_and_offers_no_folder_field(where, home, b
     assert found_list(at) == [] and folder_field(at) == []
     assert not [e for e in at.sidebar.expander if e.label == "Folders to search"]
     assert "tiny" not in " ".join(str(e.value) for e in at.sidebar.caption)
+
+
+def test_generate_without_the_refused_model_points_to_the_sidebars_reason(home, bind):
+    """A file the loader refused (too big for this machine, say): the sidebar has the reason,
+    and Generate says to look there for why, not only that the model may still be loading."""
+    bind("127.0.0.1")
+    at = sidebar(home.lmstudio)
+    assert [e.value for e in at.sidebar.error] == [plain(f"{ASKED}{home.lmstudio}")]
+    at.text_area(key="prompt").set_value("Hi")
+    at.button[0].click()  # the form's Generate button
+    at.run()
+    assert not at.exception
+    said = [e.value for e in at.main.error]
+    assert any(e.startswith("No model is loaded — the sidebar says why") and
+               "could not be loaded" in e for e in said), said
