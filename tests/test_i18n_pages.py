@@ -45,6 +45,13 @@ def walk() -> dict[tuple[str, str], list[str]]:
     # AppTest formats the last run's widget values in this thread when it runs again: this
     # thread speaks the language that run was drawn in, and the new one once it has run
     set_language("zh-Hant")
+    try:
+        return _walk_pages(at)
+    finally:
+        set_language(None)  # a failing page must not leave this worker speaking Chinese
+
+
+def _walk_pages(at: AppTest) -> dict[tuple[str, str], list[str]]:
     at.session_state["replay_speed"] = "instant"
     at.run()
     next(b for b in at.button if b.key == f"example_{EXAMPLE}").click().run()
@@ -60,7 +67,6 @@ def walk() -> dict[tuple[str, str], list[str]]:
             words = [w for root in (at.main, at.sidebar) for w in element_words(root)]
             found[(page, lang)] = [s for w in words for s in english_sentences(w, data)]
     assert state_of(at.session_state).run.trace is trace  # the run stayed, never ran again
-    set_language(None)
     return found
 
 
