@@ -22,6 +22,7 @@ VARIANT_COLORS = {"full": "#444444", "int8": "#ff7f0e", "int4": "#d62728",
                   "window + sinks": "#2ca02c", "window": "#9467bd"}
 UNUSED_COLOR = "#e6e6e6"
 NAME_CHARS = 28  # model names on the calculator's axis; the full name is in the hover
+MIB_FROM = 10 * 2**20  # the live-memory chart counts in MiB from 10 MiB (below: KiB)
 
 
 def variant_color(config: CacheConfig) -> str:
@@ -40,19 +41,22 @@ def short_name(name: str, limit: int = NAME_CHARS) -> str:
 
 
 def live_memory_chart(trace: Trace) -> go.Figure:
-    """Measured KV bytes per step (from the tensors) and the formula, which must coincide."""
+    """Measured KV bytes per step (from the tensors) and the formula, which must coincide. In KiB,
+    or in MiB once the cache reaches MIB_FROM (an 8B model's 565 tokens: 141 MiB, not "150k KiB")."""
     steps = trace.steps
     formula = [trace.model.kv_bytes(s.context_len) if trace.settings.kv_cache else 0 for s in steps]
+    largest = max([s.kv_bytes for s in steps] + formula, default=0)
+    unit, title = (2**20, _("KV cache (MiB)")) if largest >= MIB_FROM else (1024, _("KV cache (KiB)"))
     fig = go.Figure([
-        go.Scatter(x=[s.index for s in steps], y=[s.kv_bytes / 1024 for s in steps],
+        go.Scatter(x=[s.index for s in steps], y=[s.kv_bytes / unit for s in steps],
                    mode="markers", name=_("measured (tensor nbytes)"),
                    marker={"color": KV_COLOR, "size": 9}),
-        go.Scatter(x=[s.index for s in steps], y=[f / 1024 for f in formula], mode="lines",
+        go.Scatter(x=[s.index for s in steps], y=[f / unit for f in formula], mode="lines",
                    name=_("formula"), line={"color": "black", "dash": "dot"})])
     fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 20, "b": 10},
                       legend={"orientation": "h", "y": 1.1})
-    fig.update_xaxes(title_text=_("step"))
-    fig.update_yaxes(title_text=_("KV cache (KiB)"), rangemode="tozero")
+    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"))
+    fig.update_yaxes(title_text=title, rangemode="tozero")
     return fig
 
 

@@ -77,3 +77,25 @@ def test_calculator_chart_is_not_squeezed_by_a_long_model_name():
     bars = {y: x for t in fig.data for y, x in zip(t.y, t.x)}
     assert bars["Llama-2-7B"] == 512 and bars[long_name] == 45
     assert fig.layout.xaxis.title.text == "KV cache per token (KiB)"
+
+
+def test_live_memory_counts_a_big_models_cache_in_mib():
+    """An 8B model's cache after a 542-token prompt (Llama 3.1 8B: 262,144 B a token) reads
+    141 MiB on the axis, as Generate's metric writes it, not "150k KiB"; a small model's stays in
+    KiB. Step 0 is named as the Generate chart names it: the prefill of the whole prompt."""
+    from types import SimpleNamespace
+
+    from charts.kvcache import live_memory_chart
+
+    def trace(per_token: int, prompt: int, steps: int = 24):
+        model = SimpleNamespace(kv_bytes=lambda n: per_token * n)
+        return SimpleNamespace(model=model, settings=SimpleNamespace(kv_cache=True), steps=[
+            SimpleNamespace(index=i, context_len=prompt + i, kv_bytes=per_token * (prompt + i))
+            for i in range(steps)])
+
+    big = live_memory_chart(trace(262_144, 542))
+    assert big.layout.yaxis.title.text == "KV cache (MiB)"
+    assert big.data[0].y[-1] == 565 * 262_144 / 2**20  # 141.25
+    assert big.layout.xaxis.title.text == "step (0 = prefill of the whole prompt)"
+    small = live_memory_chart(trace(61_440, 20))  # SmolLM2-135M, 20 tokens: 1.2 MiB
+    assert small.layout.yaxis.title.text == "KV cache (KiB)" and small.data[0].y[0] == 1200.0
