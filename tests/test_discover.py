@@ -16,7 +16,7 @@ from engine.__main__ import main
 from engine.gguf import discover
 from engine.gguf.discover import find_models, search_places
 from engine.gguf.fit import Memory, fit_problem, need
-from engine.models import NATIVE_TOKENS
+from engine.gguf.reader import DEFAULT_CONTEXT
 
 from .found_home import FakeHome, machine_env, make_home
 
@@ -101,8 +101,8 @@ def test_a_header_is_read_once_per_file_size_and_mtime(fake, monkeypatch):
 def test_a_model_that_does_not_fit_says_how_much_more_it_needs(fake):
     little = Memory(1000, "container limit")
     ollama = find_models(home=fake.home, environ={}, memory=little)[0]
-    cost = need(ollama.need_bytes - 256 * 2**20 - 2 * 2 * 2 * 16 * 4 * NATIVE_TOKENS, 2, 2, 16,
-                NATIVE_TOKENS)  # the tiny llama: 2 layers, 2 KV heads of 16, the work buffers
+    cost = need(ollama.need_bytes - 256 * 2**20 - 2 * 2 * 2 * 16 * 4 * DEFAULT_CONTEXT, 2, 2, 16,
+                DEFAULT_CONTEXT)  # the tiny llama: 2 layers, 2 KV heads of 16, the work buffers
     assert cost.total == ollama.need_bytes
     assert not ollama.fits and ollama.shortfall == ollama.need_bytes - 1000
     assert ollama.fit_line == fit_problem("tiny:1b", cost, little)

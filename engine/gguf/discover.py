@@ -11,8 +11,8 @@ is entered once (by device and inode, so a symlink loop ends), hidden folders ar
 only regular files are read (a FIFO named `x.gguf` would block a reader forever). A header is
 read once per (file, size, mtime) and kept (`read_header` takes ~0.1–0.3 s on a 128k
 vocabulary, and the sidebar asks again on every rerun); a file it refuses is listed with its one
-line. What a file needs is engine/gguf/fit.py's figure at the app's default context
-(`NATIVE_TOKENS`), against the memory available now.
+line. What a file needs is engine/gguf/fit.py's figure at the context the loader checks
+(`reader.DEFAULT_CONTEXT`), against the memory available now: the list and the loader agree.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models import NATIVE_TOKENS
 from .fit import GB, Memory, available_memory, fit_problem, need
 from .header import GGUFError, Header, read_header
+from .reader import DEFAULT_CONTEXT
 
 MODELS_ENV = "INFERENCE_EXPLORER_MODELS"  # folders (os.pathsep-separated) to search as well
 MAX_FILES = 256  # files listed, all sources together
@@ -59,7 +59,7 @@ class FoundModel:
     parameters: int | None = None  # weights of every tensor, norms included
     types: tuple[tuple[str, int], ...] = ()  # (GGML type, tensors), most common first
     main_type: str | None = None  # the type that stores the most weights
-    need_bytes: int | None = None  # fit.need at NATIVE_TOKENS: weights, KV cache, buffers
+    need_bytes: int | None = None  # fit.need at DEFAULT_CONTEXT: weights, KV cache, buffers
     shortfall: int = 0  # bytes more than available (0: it fits)
     fit_line: str | None = None  # fit_problem's line when it does not fit
     error: str | None = None  # the reader's one line when the file is no usable GGUF
@@ -307,7 +307,7 @@ def _described(name: str, source: str, path: Path, real: str, info: os.stat_resu
     if isinstance(summary, str):
         return FoundModel(name, source, str(path), info.st_size, error=summary)
     cost = need(summary.tensor_bytes, summary.layers, summary.kv_heads, summary.head_dim,
-                NATIVE_TOKENS)
+                DEFAULT_CONTEXT)  # the loader's own figure (reader.open_gguf), so both agree
     return FoundModel(name, source, str(path), info.st_size, summary.architecture,
                       summary.parameters, summary.types, summary.main_type, cost.total,
                       max(0, cost.total - memory.available), fit_problem(name, cost, memory))
