@@ -123,7 +123,10 @@ class StoredDecoder(CachedStep):
         self.threads = max(1, torch.get_num_threads())
         matrices = {id(x.matrix): x.matrix for x in m.modules()
                     if isinstance(x, (StoredLinear, StoredEmbedding))}
-        self._bytes = sum(x.nbytes for x in matrices.values())
+        table = embed.matrix  # an untied embedding is read for one row a step, not streamed
+        tied = table is m.lm_head.matrix
+        self._bytes = sum(x.nbytes for x in matrices.values()) - (
+            0 if tied else table.nbytes - table.row_bytes)
         self.stored_as = "the file's GGML blocks (" + ", ".join(
             f"{k} ×{v}" for k, v in Counter(x.type_name for x in matrices.values()).most_common()
         ) + ")"
@@ -147,8 +150,8 @@ class StoredDecoder(CachedStep):
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of the stored matrices a step reads (the embedding only for its one row, but
-        counted as the file lists it when it is also the LM head)."""
+        """Bytes of the stored matrices a step reads: every matrix once, an untied embedding
+        table for its one row (tied, it is the LM head and is read whole)."""
         return self._bytes
 
     @property
