@@ -23,6 +23,9 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from .settings import GenerationSettings
+from .spec import ModelSpec
+
 RECORDING_ATTENTION = "inference_explorer_sdpa"
 
 _active: contextvars.ContextVar["AttentionRecorder | None"] = contextvars.ContextVar(
@@ -149,3 +152,24 @@ def recording(model: Any, recorder: AttentionRecorder | None) -> Iterator[Attent
     finally:
         _switch(model, previous)
         _active.reset(token)
+
+
+def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: int) -> tuple[int, ...]:
+    """Which layers' attention to keep: the requested ones, or as many evenly spaced layers as fit
+    the budget for the whole run's attention, float16: the prefill's matrices (heads · T² · 2
+    bytes a layer) and every decode step's row over the growing cache (heads · (T + i) · 2), so a
+    run of an 8B model (32 layers × 32 heads) stays within the budget however long it runs."""
+    if not settings.record_attention:
+        return ()
+    if settings.attention_layers is not None:
+        return settings.attention_layers
+    per_layer = attention_bytes(spec.heads, prompt_len, settings.max_new_tokens)
+    fit = max(1, min(spec.layers, settings.attention_budget_mb * 2**20 // max(per_layer, 1)))
+    return tuple(sorted({round(i * (spec.layers - 1) / max(fit - 1, 1)) for i in range(fit)}))
+
+
+def attention_bytes(heads: int, prompt_len: int, new_tokens: int) -> int:
+    """Float16 attention one layer records in a run: the prefill's heads · T² and each of the
+    new_tokens − 1 decode steps' heads · (T + i) softmax rows."""
+    steps = max(0, new_tokens - 1)
+    return heads * 2 * (prompt_len * prompt_len + steps * prompt_len + steps * (steps + 1) // 2)

@@ -22,7 +22,7 @@ from transformers import DynamicCache
 from i18n import N_, _
 
 from . import __version__
-from .attention import AttentionRecorder, recording
+from .attention import AttentionRecorder, attention_bytes, recorded_layers, recording  # noqa: F401
 from .clock import MachineSample, clock_ms, load_average, others_share, usable_cores
 from .detok import IncrementalDetokenizer
 from .errors import EngineError, InputError
@@ -82,27 +82,6 @@ class DecodeStep(Protocol):
 
 
 DecoderSource = DecodeStep | Callable[[], DecodeStep]
-
-
-def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: int) -> tuple[int, ...]:
-    """Which layers' attention to keep: the requested ones, or as many evenly spaced layers as fit
-    the budget for the whole run's attention, float16: the prefill's matrices (heads · T² · 2
-    bytes a layer) and every decode step's row over the growing cache (heads · (T + i) · 2), so a
-    run of an 8B model (32 layers × 32 heads) stays within the budget however long it runs."""
-    if not settings.record_attention:
-        return ()
-    if settings.attention_layers is not None:
-        return settings.attention_layers
-    per_layer = attention_bytes(spec.heads, prompt_len, settings.max_new_tokens)
-    fit = max(1, min(spec.layers, settings.attention_budget_mb * 2**20 // max(per_layer, 1)))
-    return tuple(sorted({round(i * (spec.layers - 1) / max(fit - 1, 1)) for i in range(fit)}))
-
-
-def attention_bytes(heads: int, prompt_len: int, new_tokens: int) -> int:
-    """Float16 attention one layer records in a run: the prefill's heads · T² and each of the
-    new_tokens − 1 decode steps' heads · (T + i) softmax rows."""
-    steps = max(0, new_tokens - 1)
-    return heads * 2 * (prompt_len * prompt_len + steps * prompt_len + steps * (steps + 1) // 2)
 
 
 def native_cache_bytes(spec: ModelSpec, positions: int) -> tuple[int, ...]:
