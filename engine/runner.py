@@ -22,7 +22,7 @@ from transformers import DynamicCache
 from i18n import N_, _
 
 from . import __version__
-from .attention import AttentionRecorder, attention_bytes, recorded_layers, recording  # noqa: F401
+from .attention import AttentionRecorder, recorded_layers, recording
 from .clock import MachineSample, clock_ms, load_average, others_share, usable_cores
 from .detok import IncrementalDetokenizer
 from .errors import EngineError, InputError

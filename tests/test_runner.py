@@ -131,7 +131,7 @@ def test_bad_settings(kwargs):
 
 
 def test_long_prompt_attention_stays_within_budget(tiny_lm):
-    from engine.runner import recorded_layers
+    from engine.attention import recorded_layers
 
     spec = tiny_lm.spec.__class__(**{**tiny_lm.spec.to_dict(), "layers": 30, "heads": 9,
                                      "kv_heads": 3})
@@ -149,7 +149,7 @@ def test_the_budget_counts_every_decode_steps_rows_on_an_8b_shape(tiny_lm):
     """32 layers × 32 heads, a 300-token prompt and 256 new tokens: the prefill alone would fit
     all 32 layers in 256 MB, the decode rows would not: fewer layers are kept, and what they
     hold — summed step by step as the run records it — stays within the budget."""
-    from engine.runner import attention_bytes, recorded_layers
+    from engine.attention import attention_bytes, recorded_layers
 
     spec = tiny_lm.spec.__class__(**{**tiny_lm.spec.to_dict(), "layers": 32, "heads": 32,
                                      "kv_heads": 8})
