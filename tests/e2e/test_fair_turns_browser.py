@@ -7,11 +7,17 @@ are bench/fair_turns.py's."""
 
 from __future__ import annotations
 
+import pytest
+
 from .turns_load import TABS, Contest, hosted_server, warmed_up
 
 CLICK_S = "8"
 
 
+# The order of runs across five browser sessions and a server on two shared cores: a CI run
+# that loads the machine can shift a hostile run's end past the victim's keypress (no wait, no
+# notice). One rerun; a real break fails both times.
+@pytest.mark.flaky(reruns=1)
 def test_a_visitors_four_tabs_delay_another_visitors_run_by_one(browser, tmp_path):
     log = tmp_path / "server.log"
     with hosted_server(log, env={"INFERENCE_EXPLORER_CLICK_S": CLICK_S}) as (url, _proc):
