@@ -70,6 +70,16 @@ def test_a_model_that_does_not_fit_is_one_line_naming_both_figures():
     assert fit.fit_problem("8b.gguf", cost, fit.Memory(16 * GIB, "free memory")) is None
 
 
+def test_the_line_is_in_the_sessions_language():
+    import i18n
+
+    cost = fit.need(4_920_000_000, 32, 8, 128, 4096)
+    with i18n.using("zh-Hant"):
+        line = fit.fit_problem("8b.gguf", cost, fit.Memory(5 * GIB, "container limit"))
+    assert line == ("8b.gguf 需要 6.3 GB（檔案所存的權重 4.9 GB + KV 快取 1.1 GB + 工作與記錄緩衝區 "
+                    "0.3 GB），但只有 5.4 GB 可用（容器的記憶體上限）：還差 0.9 GB")
+
+
 @pytest.mark.real_model
 def test_the_cli_refuses_a_file_too_big_for_the_container_before_loading(monkeypatch, capsys):
     from engine.__main__ import main

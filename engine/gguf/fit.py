@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from i18n import N_, _
+
 from ..errors import ModelLoadError
 
 GB = 1e9
@@ -114,8 +116,8 @@ def available_memory() -> Memory:
     host = host_available()
     limit = container_limit()
     if limit is not None and limit[0] - limit[1] < host:
-        return Memory(max(0, limit[0] - limit[1]), "container limit")
-    return Memory(host, "free memory")
+        return Memory(max(0, limit[0] - limit[1]), N_("container limit"))
+    return Memory(host, N_("free memory"))
 
 
 def kv_bytes(layers: int, kv_heads: int, head_dim: int, positions: int) -> int:
@@ -133,11 +135,12 @@ def fit_problem(name: str, cost: Need, memory: Memory | None = None) -> str | No
     memory = memory or available_memory()
     if cost.total <= memory.available:
         return None
-    return (f"{name} needs {cost.total / GB:.1f} GB ({cost.weights / GB:.1f} GB of weights as "
-            f"stored + {cost.kv / GB:.1f} GB of KV cache + {(cost.work + cost.recording) / GB:.1f}"
-            f" GB of work and recording buffers), but only {memory.available / GB:.1f} GB is "
-            f"available ({memory.source}): {(cost.total - memory.available) / GB:.1f} GB more is "
-            "needed")
+    return _("{name} needs {total:.1f} GB ({weights:.1f} GB of weights as stored + {kv:.1f} GB of "
+             "KV cache + {work:.1f} GB of work and recording buffers), but only {free:.1f} GB is "
+             "available ({source}): {more:.1f} GB more is needed").format(
+        name=name, total=cost.total / GB, weights=cost.weights / GB, kv=cost.kv / GB,
+        work=(cost.work + cost.recording) / GB, free=memory.available / GB,
+        source=_(memory.source), more=(cost.total - memory.available) / GB)
 
 
 def check_fit(name: str, cost: Need) -> None:
