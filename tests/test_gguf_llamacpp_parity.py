@@ -65,6 +65,8 @@ def test_first_logits_and_greedy_tokens_are_llamacpps(name, folder):
     lm = load_model(str(_file(name, folder)))
     decoder = native_decoder(lm, "fp32", 64)
     assert type(decoder).__name__ == "StoredDecoder"
+    # a Q4_0 file's linear layers run on their rows interleaved 8 by 8 (stored_rows8.h)
+    assert lm.model.model.layers[0].mlp.down_proj.matrix.interleaved == ("q4_0" in name)
     ids = ref["prompt_ids"]
     logits = decoder.prefill(ids).double()
     top = [i for i, _ in ref["top10"]]

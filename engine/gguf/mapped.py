@@ -12,7 +12,9 @@ One exception to "as stored": a llama file's q and k rows are in llama.cpp's RoP
 (names.py), and transformers rotates halves, so those two matrices are copied once with their
 rows put back in Hugging Face's order — row by row, at the stored size, read with pread so the
 file's own pages of them are never mapped in (the process holds each once). Whole rows of GGML
-blocks move, so the values are the file's bit for bit.
+blocks move, so the values are the file's bit for bit. Likewise a Q4_0 linear layer's matrix is
+copied with its rows interleaved 8 by 8 (the same bytes, reordered; stored_rows8.h says why the
+decode step wants them so): the process then holds that copy instead of the file's pages.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ import torch
 
 from .header import GGUFError, Header
 from .names import PERMUTED, QK_NORMED, ROPE_FREQS, Shapes, heads_for, unpermute
-from .stored import StoredEmbedding, StoredLinear, StoredMatrix, problem
+from .stored import (
+    StoredEmbedding,
+    StoredLinear,
+    StoredMatrix,
+    can_interleave,
+    interleave,
+    problem,
+)
 from .table import GGUFTensor
 
 _LINEAR = {"attn_q": ("self_attn", "q_proj"), "attn_k": ("self_attn", "k_proj"),
@@ -84,14 +93,20 @@ class FileMap:
         return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(t.shape).copy())
 
 
-def _matrix(fm: FileMap, t: GGUFTensor, arch: str, s: Shapes) -> StoredMatrix:
+def _matrix(fm: FileMap, t: GGUFTensor, arch: str, s: Shapes, rows8: bool = False
+            ) -> StoredMatrix:
+    """A tensor's stored matrix: a view of the map, or a copy at the stored size where its rows
+    are reordered (llama's q/k) or, `rows8`, interleaved 8 by 8 (a Q4_0 matrix the decode step
+    streams: stored_rows8.h), read with pread so the map's pages of it stay out of memory."""
     n_head = heads_for(t.name, s.heads, s.kv_heads) if arch in PERMUTED else None
-    if n_head is None:
-        data = fm.view(t)
-    else:  # row i of the HF order is row order[i] of the file
+    rows8 = rows8 and can_interleave(t.ggml_type, t.shape[0])
+    if n_head is not None:  # row i of the HF order is row order[i] of the file
         order = unpermute(torch.arange(t.shape[0])[:, None], n_head)[:, 0].numpy()
         data = np.ascontiguousarray(fm.read(t)[order])
-    return StoredMatrix.view(t.name, t.ggml_type, t.shape[0], t.shape[1], data)
+    else:
+        data = fm.read(t) if rows8 else fm.view(t)
+    matrix = StoredMatrix.view(t.name, t.ggml_type, t.shape[0], t.shape[1], data)
+    return interleave(matrix) if rows8 else matrix
 
 
 def _set(module: Any, path: tuple[str, ...], value: Any) -> None:
@@ -128,7 +143,7 @@ def mapped_model(header: Header, arch: str, s: Shapes, config: Any) -> Any:
         layer = layers[int(index)]
         if leaf in _LINEAR and kind == "weight":
             bias = tensors.get(f"blk.{index}.{leaf}.bias")
-            _set(layer, _LINEAR[leaf], StoredLinear(_matrix(fm, t, arch, s),
+            _set(layer, _LINEAR[leaf], StoredLinear(_matrix(fm, t, arch, s, rows8=True),
                                                     None if bias is None else fm.floats(bias)))
         elif leaf in _NORMS:
             norm = _NORMS[leaf]
@@ -139,7 +154,7 @@ def mapped_model(header: Header, arch: str, s: Shapes, config: Any) -> Any:
     embedding = _matrix(fm, tensors["token_embd.weight"], arch, s)
     model.model.embed_tokens = StoredEmbedding(embedding)
     head = tensors.get("output.weight")
-    model.lm_head = StoredLinear(embedding if head is None else _matrix(fm, head, arch, s))
+    model.lm_head = StoredLinear(embedding if head is None else _matrix(fm, head, arch, s, True))
     model.model.norm.weight = torch.nn.Parameter(fm.floats(tensors["output_norm.weight"]),
                                                  requires_grad=False)
     freqs = tensors.get(ROPE_FREQS)

@@ -104,6 +104,15 @@ static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_
 #if FAST
 #include "stored_avx2.h"
 #endif
+#include "stored_rows8.h"
+
+/* Rows [lo, hi) of n for thread tid of nt: whole groups of 8 where n has them (an interleaved
+ * matrix's rows are read 8 at a time; any other type reads the same split). */
+static inline void split_rows(int64_t n, int tid, int nt, int64_t* lo, int64_t* hi) {
+  const int64_t g = n % 8 ? 1 : 8;
+  *lo = n / g * tid / nt * g;
+  *hi = n / g * (tid + 1) / nt * g;
+}
 
 static inline float row_dot(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
 #if FAST
@@ -144,6 +153,18 @@ static void rows_dot(int64_t t, const uint8_t* w, int64_t K, int64_t lo, int64_t
                      const uint8_t* act, float* y, int add) {
   const int64_t rb = row_bytes(t, K);
   act = act_view(t, act, K);
+  if (t == T_Q4_0X8) { /* lo, hi: multiples of 8 (split_rows) */
+    for (int64_t g = lo / 8; g < hi / 8; ++g) {
+#if FAST
+      dot_x8(w + 8 * g * rb, act, K, y + 8 * g, add);
+#else
+      float out[8];
+      dot_x8_plain(w + 8 * g * rb, act, K, out);
+      for (int r = 0; r < 8; ++r) y[8 * g + r] = add ? y[8 * g + r] + out[r] : out[r];
+#endif
+    }
+    return;
+  }
   for (int64_t n = lo; n < hi; ++n) {
     const uint8_t* row = w + n * rb;
     const float v = is_float_type(t) ? float_dot(t, row, x, K) : row_dot(t, row, act, K);
@@ -180,7 +201,8 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
           }
       }
     }
-    const int64_t lo = N * tid / nt, hi = N * (tid + 1) / nt;
+    int64_t lo, hi;
+    split_rows(N, tid, nt, &lo, &hi);
     for (int64_t r0 = lo; r0 < hi; r0 += CHUNK) {
       const int64_t r1 = hi - r0 < CHUNK ? hi : r0 + CHUNK;
       for (int64_t m0 = 0; m0 < M; m0 += TILE) {
@@ -191,6 +213,7 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
           const uint8_t* a0 = act_view(t, work + m0 * ab, K);
           switch (t) {
             case T_Q4_0: tile_rows(T_Q4_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q4_0X8: tile_x8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q8_0: tile_rows(T_Q8_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_K: tile_rows_k(T_Q4_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q6_K: tile_rows_k(T_Q6_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;

@@ -25,12 +25,13 @@ from ..cbuild import build
 from ..errors import EngineError
 
 SOURCE = Path(__file__).with_name("stored.c")
-HEADERS = ("stored_blocks.h", "stored_avx2.h", "stored_step.h")
+HEADERS = ("stored_blocks.h", "stored_avx2.h", "stored_rows8.h", "stored_step.h")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 # GGML type name → (type number, weights a block, bytes a block): the types stored.c reads
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
          "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
          "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
+Q4_0X8 = 102  # stored.c's number for Q4_0 with 8 rows interleaved (stored_rows8.h)
 
 
 @cache
@@ -48,6 +49,8 @@ def library(plain: bool = False) -> ctypes.CDLL:
     lib.stored_rows.restype = None
     lib.stored_dot.argtypes = [void_p, i64, i64, void_p, void_p, ctypes.c_int]
     lib.stored_dot.restype = ctypes.c_float
+    lib.repack_q4_0x8.argtypes = [void_p, i64, i64, void_p, ctypes.c_int]
+    lib.repack_q4_0x8.restype = None
     return lib
 
 
@@ -64,17 +67,19 @@ def problem(type_name: str, cols: int) -> str | None:
 @dataclass(frozen=True, slots=True, eq=False)
 class StoredMatrix:
     """A (rows, cols) matrix as GGML rows of `type_name`: `data` is a uint8 view (rows,
-    row_bytes) of the mapped file (or of a copy at the same size)."""
+    row_bytes) of the mapped file (or of a copy at the same size). `interleaved`: a Q4_0 copy
+    with 8 rows side by side (`interleave`), the same bytes in another order."""
 
     name: str
     type_name: str
     rows: int
     cols: int
     data: np.ndarray
+    interleaved: bool = False
 
     @property
     def code(self) -> int:
-        return TYPES[self.type_name][0]
+        return Q4_0X8 if self.interleaved else TYPES[self.type_name][0]
 
     @property
     def row_bytes(self) -> int:
@@ -102,6 +107,28 @@ class StoredMatrix:
         return matrix
 
 
+def can_interleave(type_name: str, rows: int) -> bool:
+    return type_name == "Q4_0" and rows % 8 == 0
+
+
+def interleave(m: StoredMatrix) -> StoredMatrix:
+    """A Q4_0 matrix's copy with its rows 8 by 8 side by side, at the stored size: the decode
+    step's kernel reads it at the memory roof where a row at a time is compute-bound
+    (stored_rows8.h says why). Its products are the same sums; only rows() and dot(), which
+    read single rows, refuse it."""
+    if not can_interleave(m.type_name, m.rows) or m.interleaved:
+        raise EngineError(f"{m.name}: only Q4_0 rows, 8 at a time, are interleaved")
+    out = np.empty_like(m.data)
+    library().repack_q4_0x8(m.address, m.rows, m.cols, out.ctypes.data,
+                            max(1, torch.get_num_threads()))
+    return StoredMatrix(m.name, m.type_name, m.rows, m.cols, out, interleaved=True)
+
+
+def _single_rows(m: StoredMatrix) -> None:
+    if m.interleaved:
+        raise EngineError(f"{m.name}: its rows are interleaved 8 by 8; read the file's own")
+
+
 def matmul(m: StoredMatrix, x: torch.Tensor) -> torch.Tensor:
     """x (M, K) float32 → x · Wᵀ (M, N) float32, on the stored blocks."""
     x = x.to(torch.float32).contiguous()
@@ -119,6 +146,7 @@ def matmul(m: StoredMatrix, x: torch.Tensor) -> torch.Tensor:
 
 def rows(m: StoredMatrix, ids: torch.Tensor) -> torch.Tensor:
     """Rows `ids` (any shape) dequantized to float32: (*ids.shape, cols)."""
+    _single_rows(m)
     flat = ids.reshape(-1).to(torch.int64).contiguous()
     if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= m.rows):
         raise EngineError(f"{m.name}: a token id outside 0..{m.rows - 1}")
@@ -129,6 +157,7 @@ def rows(m: StoredMatrix, ids: torch.Tensor) -> torch.Tensor:
 
 def dot(m: StoredMatrix, row: int, x: torch.Tensor, plain: bool = False) -> float:
     """Row `row` · x by the AVX2 (or plain) kernel: what tests check each type with."""
+    _single_rows(m)
     x = x.to(torch.float32).contiguous()
     lib = library()
     act = torch.empty(lib.act_bytes(m.cols), dtype=torch.uint8)
@@ -153,7 +182,8 @@ class StoredLinear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         m = self.matrix
-        return f"{m.name}: {m.rows} × {m.cols} {m.type_name}, {m.nbytes:,} bytes as stored"
+        rows8 = ", 8 rows interleaved" if m.interleaved else ""
+        return f"{m.name}: {m.rows} × {m.cols} {m.type_name}{rows8}, {m.nbytes:,} bytes as stored"
 
 
 class StoredEmbedding(torch.nn.Module):

@@ -29,7 +29,8 @@
 #include <string.h>
 
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
-       T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30 }; /* GGML's type numbers */
+       T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30, /* GGML's type numbers */
+       T_Q4_0X8 = 102 }; /* ours: Q4_0 with 8 rows interleaved (stored_rows8.h) */
 
 static inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -61,7 +62,7 @@ static inline int64_t type_block_bytes(int64_t t) {
   switch (t) {
     case T_F32: return 4;
     case T_F16: case T_BF16: return 2;
-    case T_Q4_0: return 18;
+    case T_Q4_0: case T_Q4_0X8: return 18;
     case T_Q4_1: return 20;
     case T_Q5_0: return 22;
     case T_Q5_1: return 24;

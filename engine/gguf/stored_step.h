@@ -61,7 +61,9 @@ static void attend_head(const float* q, const float* keys, const float* values, 
 /* This thread's share of y (+)= W x for one stored matrix of n rows (act: x quantized). */
 static inline void share(const uint8_t* w, int64_t t, int64_t n, int64_t K, const float* x,
                          const uint8_t* act, float* y, int add, int tid, int nt) {
-  rows_dot(t, w, K, n * tid / nt, n * (tid + 1) / nt, x, act, y, add);
+  int64_t lo, hi;
+  split_rows(n, tid, nt, &lo, &hi);
+  rows_dot(t, w, K, lo, hi, x, act, y, add);
 }
 
 typedef struct {
@@ -155,7 +157,8 @@ void stored_step(const StepConfig* c, const uint8_t* const* p, const int64_t* ty
         quantize_act(s.xn, h, act);
       }
       {
-        const int64_t lo = c->inter * tid / nt, hi = c->inter * (tid + 1) / nt;
+        int64_t lo, hi;
+        split_rows(c->inter, tid, nt, &lo, &hi);
         rows_dot(Ty[P_GATE], P[P_GATE], h, lo, hi, s.xn, act, s.gate, 0);
         rows_dot(Ty[P_UP], P[P_UP], h, lo, hi, s.xn, act, s.up, 0);
         for (int64_t i = lo; i < hi; ++i) s.gate[i] = s.gate[i] / (1.0f + expf(-s.gate[i])) * s.up[i];
