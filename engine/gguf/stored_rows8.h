@@ -71,13 +71,11 @@ ALWAYS void x8_unpack(const uint8_t* b, __m256i* lo, __m256i* hi) {
   }
 }
 
-static inline void x8_store(__m256 v, float* y, int64_t stride, int add) {
+/* y[r] (+)= the lane of row r (lanes in ROW_ORDER). */
+static inline void x8_store(__m256 v, float* y, int add) {
   float lanes[8];
   _mm256_storeu_ps(lanes, v);
-  for (int i = 0; i < 8; ++i) {
-    float* at = y + ROW_ORDER[i] * stride;
-    *at = add ? *at + lanes[i] : lanes[i];
-  }
+  for (int i = 0; i < 8; ++i) y[ROW_ORDER[i]] = add ? y[ROW_ORDER[i]] + lanes[i] : lanes[i];
 }
 
 /* One group against one token: out[r] (+)= row r · x. */
@@ -93,7 +91,7 @@ static void dot_x8(const uint8_t* grp, const uint8_t* act, int64_t K, float* out
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), _mm256_mul_ps(d, _mm256_set1_ps(dx[j])), acc);
     off = _mm256_fmadd_ps(d, _mm256_set1_ps(ds[j]), off);
   }
-  x8_store(_mm256_fnmadd_ps(_mm256_set1_ps(8.0f), off, acc), out, 1, add);
+  x8_store(_mm256_fnmadd_ps(_mm256_set1_ps(8.0f), off, acc), out, add);
 }
 
 /* The prompt's products for groups of rows [r0, r1) against TILE tokens (as tile_rows: their
@@ -121,7 +119,7 @@ ALWAYS void tile_x8(const uint8_t* w, int64_t K, int64_t r0, int64_t r1, const u
                                  acc[i]);
       }
     }
-    for (int i = 0; i < 8; ++i) x8_store(acc[i], y + i * N + 8 * g, 1, 0);
+    for (int i = 0; i < 8; ++i) x8_store(acc[i], y + i * N + 8 * g, 0);
   }
 }
 #endif
