@@ -112,8 +112,8 @@ def can_interleave(type_name: str, rows: int) -> bool:
 
 
 def interleave(m: StoredMatrix) -> StoredMatrix:
-    """A Q4_0 matrix's copy with its rows 8 by 8 side by side, at the stored size: the decode
-    step's kernel reads it at the memory roof where a row at a time is compute-bound
+    """A Q4_0 matrix's copy with its rows 8 by 8 side by side, at the stored size: its kernel
+    does about half the instructions a row at a time does, which are the decode step's limit
     (stored_rows8.h says why). Its products are the same sums; only rows() and dot(), which
     read single rows, refuse it."""
     if not can_interleave(m.type_name, m.rows) or m.interleaved:

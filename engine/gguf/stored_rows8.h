@@ -2,8 +2,8 @@
  *
  * Why: a row at a time, a 32-weight block costs about 12 instructions (its nibbles unpacked, two
  * multiply-adds, its scale fetched from the row's strided blocks and multiplied in float), so
- * one core multiplies ~12 GB/s of blocks where it reads ~22 (bench/stored_gemv.py): the decode
- * step is compute-bound. Eight rows side by side share the activations' loads, their eight
+ * one core multiplies blocks slower than it reads them (bench/stored_gemv.py measures both): the
+ * decode step is compute-bound. Eight rows side by side share the activations' loads, their eight
  * scales convert in one instruction, and their integer sums meet in one vector (two levels of
  * hadd): about 6 instructions a row-block. llama.cpp repacks Q4_0 the same way for AVX2.
  *
