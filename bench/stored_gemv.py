@@ -5,10 +5,11 @@ bandwidth ceiling and every MBU use: engine/kernels/microbench.py's `read_gb_s`)
 memory (NumPy asks for huge pages) and from a file's mapping (4 KiB pages, as a GGUF is opened).
 A ratio well under 1 means the kernel, not the memory, sets the decode time.
 
-    .venv/bin/python bench/stored_gemv.py [Q4_0 Q4_0x8 Q8_0 Q4_K Q6_K] [--threads 1 2] [--rounds 5]
+    .venv/bin/python bench/stored_gemv.py [Q4_0 Q4_0x8 Q8_0 Q4_K Q4_Kx8 Q6_K] [--threads 1 2]
+        [--rounds 5]
 
-Q4_0x8: the Q4_0 matrices with 8 rows interleaved, as a file's Q4_0 linear layers are opened
-(engine/gguf/stored_rows8.h).
+Q4_0x8, Q4_Kx8: the matrices with 8 rows interleaved, as a file's Q4_0 and Q4_K linear layers
+are opened (engine/gguf/stored_rows8.h, stored_rows8k.h).
 
 Random codes with small scales (the kernels' speed does not depend on the values); best of
 `rounds`, each type and place read back to back. Needs a quiet machine (docs/benchmarks.md).
@@ -36,9 +37,10 @@ SCALE_AT = {"Q4_0": 0, "Q8_0": 0, "Q4_K": 0, "Q6_K": 208}  # where a block's f16
 
 
 def matrices(kind: str, rng: np.random.Generator) -> list[np.ndarray]:
-    if kind == "Q4_0x8":
-        return [stored.interleave(stored.StoredMatrix.view("w", "Q4_0", ROWS, COLS, m)).data
-                for m in matrices("Q4_0", rng)]
+    if kind.endswith("x8"):
+        base = kind[:-2]
+        return [stored.interleave(stored.StoredMatrix.view("w", base, ROWS, COLS, m)).data
+                for m in matrices(base, rng)]
     _, per, nbytes = stored.TYPES[kind]
     small = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
     out = []
@@ -64,7 +66,7 @@ def best_gb_s(run, views: list[np.ndarray], rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("types", nargs="*", default=["Q4_0", "Q4_0x8", "Q8_0", "Q4_K", "Q6_K"])
+    parser.add_argument("types", nargs="*", default=["Q4_0", "Q4_0x8", "Q8_0", "Q4_K", "Q4_Kx8", "Q6_K"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -86,7 +88,8 @@ def main() -> None:
                       "file mapping": [mapped[i * size:(i + 1) * size] for i in range(COUNT)]}
             for place, views in places.items():
                 for threads in args.threads:
-                    code = stored.Q4_0X8 if kind == "Q4_0x8" else stored.TYPES[kind][0]
+                    code = (stored.INTERLEAVED[kind[:-2]][0] if kind.endswith("x8")
+                            else stored.TYPES[kind][0])
 
                     def product(v, t=threads, code=code):
                         lib.stored_matmul(v.ctypes.data, code, ROWS, COLS,

@@ -65,8 +65,10 @@ def test_first_logits_and_greedy_tokens_are_llamacpps(name, folder):
     lm = load_model(str(_file(name, folder)))
     decoder = native_decoder(lm, "fp32", 64)
     assert type(decoder).__name__ == "StoredDecoder"
-    # a Q4_0 file's linear layers run on their rows interleaved 8 by 8 (stored_rows8.h)
-    assert lm.model.model.layers[0].mlp.down_proj.matrix.interleaved == ("q4_0" in name)
+    # Q4_0 and Q4_K linear layers run on their rows interleaved 8 by 8 (stored_rows8.h, 8k.h)
+    linear = [m.matrix for m in lm.model.model.layers.modules() if hasattr(m, "matrix")]
+    assert linear and all(m.interleaved == (m.type_name in ("Q4_0", "Q4_K")) for m in linear)
+    assert any(m.interleaved for m in linear) == ("q4_0" in name or "q4_k" in name)
     ids = ref["prompt_ids"]
     logits = decoder.prefill(ids).double()
     top = [i for i, _ in ref["top10"]]

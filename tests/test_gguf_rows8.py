@@ -1,4 +1,5 @@
-"""Q4_0 with 8 rows interleaved (engine/gguf/stored_rows8.h): the same bytes in another order,
+"""Q4_0 and Q4_K with 8 rows interleaved (engine/gguf/stored_rows8.h, stored_rows8k.h): the same
+bytes in another order,
 so its products must be the file's own — checked against gguf-py's dequantized weights times the
 activations as the kernel rounds them (to float32 summation error), for one decode token, a tile
 of 8 prompt tokens and a remainder, with the AVX2 kernels and the plain ones; and the repacked
@@ -28,12 +29,14 @@ def product(m: stored.StoredMatrix, x: torch.Tensor, plain: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("plain", [False, True], ids=["avx2", "plain"])
 @pytest.mark.parametrize("tokens", [1, 8, 13])
-def test_interleaved_products_are_the_files_own(plain, tokens):
-    m = random_matrix("Q4_0", 48, 256, seed=tokens)
-    x = torch.randn(tokens, 256, generator=torch.Generator().manual_seed(tokens))
+@pytest.mark.parametrize("kind, code", [("Q4_0", stored.Q4_0X8), ("Q4_K", stored.Q4_KX8)])
+def test_interleaved_products_are_the_files_own(kind, code, plain, tokens):
+    m = random_matrix(kind, 48, 512, seed=tokens)
+    x = torch.randn(tokens, 512, generator=torch.Generator().manual_seed(tokens))
     rows8 = stored.interleave(m)
-    assert rows8.interleaved and rows8.code == stored.Q4_0X8 and rows8.nbytes == m.nbytes
-    want = rounded(x.numpy().astype(np.float32)) @ reference_weights(m).astype(np.float64).T
+    assert rows8.interleaved and rows8.code == code and rows8.nbytes == m.nbytes
+    group = 256 if kind == "Q4_K" else 32  # the activations' rounding each type's kernel reads
+    want = rounded(x.numpy().astype(np.float32), group) @ reference_weights(m).astype(np.float64).T
     got = product(rows8, x, plain)
     scale = np.abs(want).max()
     assert np.abs(got - want).max() <= 2e-5 * scale
@@ -53,11 +56,33 @@ def test_the_layout_is_a_permutation_of_the_stored_bytes():
                 assert packed[16 + 16 * r:32 + 16 * r].tobytes() == blocks[8 * g + r, j, 2:].tobytes()
 
 
+def test_the_q4_k_layout_is_a_permutation_of_the_stored_bytes():
+    m = random_matrix("Q4_K", 16, 512)
+    rows8 = stored.interleave(m).data.reshape(2, 2, 1152)  # (group, super-block column, 8 rows)
+    blocks = m.data.reshape(16, 2, 144)
+    for g in range(2):
+        for s in range(2):
+            packed = rows8[g, s]
+            for r in range(8):
+                b = blocks[8 * g + r, s]
+                assert packed[2 * r:2 * r + 2].tobytes() == b[:2].tobytes()  # d
+                assert packed[16 + 2 * r:18 + 2 * r].tobytes() == b[2:4].tobytes()  # dmin
+                for w in range(3):  # the packed scales, word by word
+                    at = 32 + 32 * w + 4 * r
+                    assert packed[at:at + 4].tobytes() == b[4 + 4 * w:8 + 4 * w].tobytes()
+                for p in range(4):
+                    for q in range(8):
+                        at = 128 + 256 * p + 32 * q + 4 * r
+                        assert packed[at:at + 4].tobytes() == b[16 + 32 * p + 4 * q:][:4].tobytes()
+
+
 def test_single_rows_and_other_types_are_refused():
     rows8 = stored.interleave(random_matrix("Q4_0", 8, 64))
     with pytest.raises(EngineError, match="interleaved"):
         stored.rows(rows8, torch.tensor([0]))
-    with pytest.raises(EngineError, match="only Q4_0"):
+    with pytest.raises(EngineError, match="only Q4_0 and Q4_K"):
         stored.interleave(random_matrix("Q8_0", 8, 64))
-    with pytest.raises(EngineError, match="only Q4_0"):
+    with pytest.raises(EngineError, match="only Q4_0 and Q4_K"):
         stored.interleave(random_matrix("Q4_0", 12, 64))
+    with pytest.raises(EngineError, match="interleaved"):
+        stored.dot(stored.interleave(random_matrix("Q4_K", 8, 256)), 0, torch.zeros(256))

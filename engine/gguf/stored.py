@@ -25,13 +25,16 @@ from ..cbuild import build
 from ..errors import EngineError
 
 SOURCE = Path(__file__).with_name("stored.c")
-HEADERS = ("stored_blocks.h", "stored_avx2.h", "stored_rows8.h", "stored_step.h")
+HEADERS = ("stored_blocks.h", "stored_avx2.h", "stored_rows8.h", "stored_rows8k.h",
+           "stored_step.h")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 # GGML type name → (type number, weights a block, bytes a block): the types stored.c reads
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
          "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
          "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
-Q4_0X8 = 102  # stored.c's number for Q4_0 with 8 rows interleaved (stored_rows8.h)
+# stored.c's numbers for Q4_0 and Q4_K with 8 rows interleaved (stored_rows8.h, stored_rows8k.h)
+Q4_0X8, Q4_KX8 = 102, 112
+INTERLEAVED = {"Q4_0": (Q4_0X8, "repack_q4_0x8"), "Q4_K": (Q4_KX8, "repack_q4_kx8")}
 
 
 @cache
@@ -49,8 +52,9 @@ def library(plain: bool = False) -> ctypes.CDLL:
     lib.stored_rows.restype = None
     lib.stored_dot.argtypes = [void_p, i64, i64, void_p, void_p, ctypes.c_int]
     lib.stored_dot.restype = ctypes.c_float
-    lib.repack_q4_0x8.argtypes = [void_p, i64, i64, void_p, ctypes.c_int]
-    lib.repack_q4_0x8.restype = None
+    for _, repack in INTERLEAVED.values():
+        getattr(lib, repack).argtypes = [void_p, i64, i64, void_p, ctypes.c_int]
+        getattr(lib, repack).restype = None
     return lib
 
 
@@ -67,8 +71,8 @@ def problem(type_name: str, cols: int) -> str | None:
 @dataclass(frozen=True, slots=True, eq=False)
 class StoredMatrix:
     """A (rows, cols) matrix as GGML rows of `type_name`: `data` is a uint8 view (rows,
-    row_bytes) of the mapped file (or of a copy at the same size). `interleaved`: a Q4_0 copy
-    with 8 rows side by side (`interleave`), the same bytes in another order."""
+    row_bytes) of the mapped file (or of a copy at the same size). `interleaved`: a Q4_0 or Q4_K
+    copy with 8 rows side by side (`interleave`), the same bytes in another order."""
 
     name: str
     type_name: str
@@ -79,7 +83,7 @@ class StoredMatrix:
 
     @property
     def code(self) -> int:
-        return Q4_0X8 if self.interleaved else TYPES[self.type_name][0]
+        return INTERLEAVED[self.type_name][0] if self.interleaved else TYPES[self.type_name][0]
 
     @property
     def row_bytes(self) -> int:
@@ -108,19 +112,19 @@ class StoredMatrix:
 
 
 def can_interleave(type_name: str, rows: int) -> bool:
-    return type_name == "Q4_0" and rows % 8 == 0
+    return type_name in INTERLEAVED and rows % 8 == 0
 
 
 def interleave(m: StoredMatrix) -> StoredMatrix:
-    """A Q4_0 matrix's copy with its rows 8 by 8 side by side, at the stored size: its kernel
-    does about half the instructions a row at a time does, which are the decode step's limit
-    (stored_rows8.h says why). Its products are the same sums; only rows() and dot(), which
-    read single rows, refuse it."""
+    """A Q4_0 or Q4_K matrix's copy with its rows 8 by 8 side by side, at the stored size: its
+    kernel does about half the instructions a row at a time does, which are the decode step's
+    limit (stored_rows8.h, stored_rows8k.h say why). Its products are the same sums; only rows()
+    and dot(), which read single rows, refuse it."""
     if not can_interleave(m.type_name, m.rows) or m.interleaved:
-        raise EngineError(f"{m.name}: only Q4_0 rows, 8 at a time, are interleaved")
+        raise EngineError(f"{m.name}: only Q4_0 and Q4_K rows, 8 at a time, are interleaved")
     out = np.empty_like(m.data)
-    library().repack_q4_0x8(m.address, m.rows, m.cols, out.ctypes.data,
-                            max(1, torch.get_num_threads()))
+    getattr(library(), INTERLEAVED[m.type_name][1])(m.address, m.rows, m.cols, out.ctypes.data,
+                                                    max(1, torch.get_num_threads()))
     return StoredMatrix(m.name, m.type_name, m.rows, m.cols, out, interleaved=True)
 
 

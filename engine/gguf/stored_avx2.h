@@ -122,6 +122,7 @@ ALWAYS float dot8(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) 
   int64_t j0 = 0;
   for (; j0 + 8 <= J; j0 += 8) {
     uint16_t dh[8], mh[8];
+    prefetch_ahead(row + j0 * bytes, 8 * bytes);
     for (int i = 0; i < 8; ++i) {
       memcpy(dh + i, row + (j0 + i) * bytes, 2);
       if (min_at) memcpy(mh + i, row + (j0 + i) * bytes + min_at, 2);
@@ -181,6 +182,7 @@ static float dot_q4_k(const uint8_t* row, const uint8_t* act, int64_t K) {
   __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / 256; ++sb) {
     const uint8_t* b = row + sb * 144;
+    prefetch_ahead(b, 144);
     const __m128i sm = k_scales(b + 4);
     /* sc0..sc7 as 16-bit, in both lanes; mins doubled: m0 m0 m1 m1 … (one per 16 weights) */
     const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
@@ -217,6 +219,7 @@ static float dot_q6_k(const uint8_t* row, const uint8_t* act, int64_t K) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t sb = 0; sb < K / 256; ++sb) {
     const uint8_t* b = row + sb * 210;
+    prefetch_ahead(b, 210);
     const __m128i sc8 = _mm_loadu_si128((const __m128i*)(b + 192));
     const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, split));
     const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),

@@ -84,6 +84,7 @@ static void dot_x8(const uint8_t* grp, const uint8_t* act, int64_t K, float* out
   __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
   for (int64_t j = 0; j < K / 32; ++j) {
     const uint8_t* b = grp + 144 * j;
+    prefetch_ahead(b, 144);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b));
     __m256i lo[4], hi[4];
     x8_unpack(b, lo, hi);
