@@ -39,7 +39,7 @@ step "built $(basename "$WHEEL") ($(du -k "$WHEEL" | cut -f1) KB)"
 for member in engine/__main__.py engine/kernels/native_decode.c engine/kernels/native_groups.h \
               engine/kernels/native_ggml.h engine/gguf/stored.c engine/gguf/stored_blocks.h \
               engine/gguf/stored_avx2.h engine/gguf/stored_rows8.h engine/gguf/stored_rows8k.h \
-              engine/gguf/stored_step.h \
+              engine/gguf/stored_rows8q6.h engine/gguf/stored_step.h \
               engine/serving/engine.py \
               engine/remote/client.py engine/records/fileformat.py charts/report.py; do
     grep -qx "$member" "$WORK/members.txt" || fail "the wheel lacks $member"

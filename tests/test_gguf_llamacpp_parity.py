@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.gguf import stored
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "llamacpp_logits.json"
 PEER = ROOT / ".venv-llamacpp" / "bin" / "python"
@@ -65,9 +67,9 @@ def test_first_logits_and_greedy_tokens_are_llamacpps(name, folder):
     lm = load_model(str(_file(name, folder)))
     decoder = native_decoder(lm, "fp32", 64)
     assert type(decoder).__name__ == "StoredDecoder"
-    # Q4_0 and Q4_K linear layers run on their rows interleaved 8 by 8 (stored_rows8.h, 8k.h)
+    # Q4_0, Q4_K, Q6_K linear layers run on their rows interleaved 8 by 8 (stored_rows8*.h)
     linear = [m.matrix for m in lm.model.model.layers.modules() if hasattr(m, "matrix")]
-    assert linear and all(m.interleaved == (m.type_name in ("Q4_0", "Q4_K")) for m in linear)
+    assert linear and all(m.interleaved == (m.type_name in stored.INTERLEAVED) for m in linear)
     assert any(m.interleaved for m in linear) == ("q4_0" in name or "q4_k" in name)
     ids = ref["prompt_ids"]
     logits = decoder.prefill(ids).double()

@@ -1,5 +1,5 @@
-"""Q4_0 and Q4_K with 8 rows interleaved (engine/gguf/stored_rows8.h, stored_rows8k.h): the same
-bytes in another order,
+"""Q4_0, Q4_K and Q6_K with 8 rows interleaved (engine/gguf/stored_rows8.h, 8k.h, 8q6.h): the
+same bytes in another order,
 so its products must be the file's own — checked against gguf-py's dequantized weights times the
 activations as the kernel rounds them (to float32 summation error), for one decode token, a tile
 of 8 prompt tokens and a remainder, with the AVX2 kernels and the plain ones; and the repacked
@@ -29,13 +29,14 @@ def product(m: stored.StoredMatrix, x: torch.Tensor, plain: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("plain", [False, True], ids=["avx2", "plain"])
 @pytest.mark.parametrize("tokens", [1, 8, 13])
-@pytest.mark.parametrize("kind, code", [("Q4_0", stored.Q4_0X8), ("Q4_K", stored.Q4_KX8)])
+@pytest.mark.parametrize("kind, code", [("Q4_0", stored.Q4_0X8), ("Q4_K", stored.Q4_KX8),
+                                        ("Q6_K", stored.Q6_KX8)])
 def test_interleaved_products_are_the_files_own(kind, code, plain, tokens):
     m = random_matrix(kind, 48, 512, seed=tokens)
     x = torch.randn(tokens, 512, generator=torch.Generator().manual_seed(tokens))
     rows8 = stored.interleave(m)
     assert rows8.interleaved and rows8.code == code and rows8.nbytes == m.nbytes
-    group = 256 if kind == "Q4_K" else 32  # the activations' rounding each type's kernel reads
+    group = 32 if kind == "Q4_0" else 256  # the activations' rounding each type's kernel reads
     want = rounded(x.numpy().astype(np.float32), group) @ reference_weights(m).astype(np.float64).T
     got = product(rows8, x, plain)
     scale = np.abs(want).max()
@@ -76,13 +77,44 @@ def test_the_q4_k_layout_is_a_permutation_of_the_stored_bytes():
                         assert packed[at:at + 4].tobytes() == b[16 + 32 * p + 4 * q:][:4].tobytes()
 
 
+def test_the_q6_k_layout_is_a_permutation_of_the_stored_bytes():
+    m = random_matrix("Q6_K", 8, 256)
+    packed = stored.interleave(m).data.reshape(1680)
+    b = m.data.reshape(8, 210)
+    seen = []
+    for r in range(8):
+        seen += [(packed[2 * r:2 * r + 2], b[r, 208:210])]
+        seen += [(packed[16 + 32 * w + 4 * r:][:4], b[r, 192 + 4 * w:][:4]) for w in range(4)]
+        for h in range(2):
+            for q in range(8):
+                seen += [(packed[144 + 512 * h + 256 * k + 32 * q + 4 * r:][:4],
+                          b[r, 64 * h + 32 * k + 4 * q:][:4]) for k in range(2)]
+                seen += [(packed[1168 + 256 * h + 32 * q + 4 * r:][:4],
+                          b[r, 128 + 32 * h + 4 * q:][:4])]
+    assert all(ours.tobytes() == theirs.tobytes() for ours, theirs in seen)
+    assert sum(len(ours) for ours, _ in seen) == 1680  # every byte placed once
+
+
+def test_a_file_matrix_interleaved_a_slice_at_a_time_equals_the_whole(tmp_path, monkeypatch):
+    from engine.gguf import mapped
+
+    m = random_matrix("Q4_K", 40, 256, seed=3)
+    path = tmp_path / "rows.bin"
+    path.write_bytes(b"\0" * 7 + m.data.tobytes())
+    tensor = type("T", (), {"name": "w", "ggml_type": "Q4_K", "shape": (40, 256), "offset": 7,
+                            "nbytes": m.nbytes})()
+    monkeypatch.setattr(mapped, "SLICE_ROWS", 16)  # 16 + 16 + 8 rows
+    got = mapped._matrix(mapped.FileMap(path), tensor, "qwen2", None, rows8=True)
+    assert got.interleaved and np.array_equal(got.data, stored.interleave(m).data)
+
+
 def test_single_rows_and_other_types_are_refused():
     rows8 = stored.interleave(random_matrix("Q4_0", 8, 64))
     with pytest.raises(EngineError, match="interleaved"):
         stored.rows(rows8, torch.tensor([0]))
-    with pytest.raises(EngineError, match="only Q4_0 and Q4_K"):
+    with pytest.raises(EngineError, match="only Q4_0, Q4_K and Q6_K"):
         stored.interleave(random_matrix("Q8_0", 8, 64))
-    with pytest.raises(EngineError, match="only Q4_0 and Q4_K"):
+    with pytest.raises(EngineError, match="only Q4_0, Q4_K and Q6_K"):
         stored.interleave(random_matrix("Q4_0", 12, 64))
     with pytest.raises(EngineError, match="interleaved"):
         stored.dot(stored.interleave(random_matrix("Q4_K", 8, 256)), 0, torch.zeros(256))

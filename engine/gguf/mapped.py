@@ -12,13 +12,15 @@ One exception to "as stored": a llama file's q and k rows are in llama.cpp's RoP
 (names.py), and transformers rotates halves, so those two matrices are copied once with their
 rows put back in Hugging Face's order — row by row, at the stored size, read with pread so the
 file's own pages of them are never mapped in (the process holds each once). Whole rows of GGML
-blocks move, so the values are the file's bit for bit. Likewise a Q4_0 linear layer's matrix is
-copied with its rows interleaved 8 by 8 (the same bytes, reordered; stored_rows8.h says why the
-decode step wants them so): the process then holds that copy instead of the file's pages.
+blocks move, so the values are the file's bit for bit. Likewise a Q4_0, Q4_K or Q6_K linear layer's
+matrix (and an untied head's) is copied with its rows interleaved 8 by 8 (the same bytes,
+reordered; stored_rows8.h says why the decode step wants them so), read and interleaved a slice
+of rows at a time: the process then holds that copy instead of the file's pages.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 from pathlib import Path
@@ -35,10 +37,12 @@ from .stored import (
     StoredMatrix,
     can_interleave,
     interleave,
+    repack_into,
     problem,
 )
 from .table import GGUFTensor
 
+SLICE_ROWS = 1024  # rows read and interleaved at a time (a multiple of 8)
 _LINEAR = {"attn_q": ("self_attn", "q_proj"), "attn_k": ("self_attn", "k_proj"),
            "attn_v": ("self_attn", "v_proj"), "attn_output": ("self_attn", "o_proj"),
            "ffn_gate": ("mlp", "gate_proj"), "ffn_up": ("mlp", "up_proj"),
@@ -71,17 +75,19 @@ class FileMap:
         rows = t.shape[0] if len(t.shape) == 2 else 1
         return self.bytes[t.offset:t.offset + t.nbytes].reshape(rows, -1)
 
-    def read(self, t: GGUFTensor) -> np.ndarray:
-        """A private copy of a tensor's bytes, read without mapping its pages."""
-        out = np.empty(t.nbytes, dtype=np.uint8)
+    def read(self, t: GGUFTensor, into: np.ndarray | None = None, row: int = 0) -> np.ndarray:
+        """A private copy of a tensor's bytes (or, `into`, of as many of its rows as `into`
+        holds, from `row` on), read without mapping its pages."""
+        rows = t.shape[0] if len(t.shape) == 2 else 1
+        out = np.empty(t.nbytes, dtype=np.uint8) if into is None else into
         fd = os.open(self.path, os.O_RDONLY)
         try:
-            got = os.preadv(fd, [out], t.offset)
+            got = os.preadv(fd, [out], t.offset + row * (t.nbytes // rows))
         finally:
             os.close(fd)
-        if got != t.nbytes:
+        if got != out.nbytes:
             raise GGUFError(f"{self.path.name}: tensor {t.name} ends past the end of the file")
-        return out.reshape(t.shape[0] if len(t.shape) == 2 else 1, -1)
+        return out.reshape(rows, -1) if into is None else out
 
     def floats(self, t: GGUFTensor) -> torch.Tensor:
         """A small tensor (a norm, a bias, RoPE's divisors) as float32, copied."""
@@ -96,17 +102,26 @@ class FileMap:
 def _matrix(fm: FileMap, t: GGUFTensor, arch: str, s: Shapes, rows8: bool = False
             ) -> StoredMatrix:
     """A tensor's stored matrix: a view of the map, or a copy at the stored size where its rows
-    are reordered (llama's q/k) or, `rows8`, interleaved 8 by 8 (a Q4_0 matrix the decode step
-    streams: stored_rows8.h), read with pread so the map's pages of it stay out of memory."""
+    are reordered (llama's q/k) or, `rows8`, interleaved 8 by 8 (a Q4_0, Q4_K or Q6_K matrix the
+    decode step streams: stored_rows8.h), read with pread so the map's pages of it stay out of
+    memory."""
     n_head = heads_for(t.name, s.heads, s.kv_heads) if arch in PERMUTED else None
     rows8 = rows8 and can_interleave(t.ggml_type, t.shape[0])
     if n_head is not None:  # row i of the HF order is row order[i] of the file
         order = unpermute(torch.arange(t.shape[0])[:, None], n_head)[:, 0].numpy()
-        data = np.ascontiguousarray(fm.read(t)[order])
-    else:
-        data = fm.read(t) if rows8 else fm.view(t)
-    matrix = StoredMatrix.view(t.name, t.ggml_type, t.shape[0], t.shape[1], data)
-    return interleave(matrix) if rows8 else matrix
+        matrix = StoredMatrix.view(t.name, t.ggml_type, t.shape[0], t.shape[1],
+                                   np.ascontiguousarray(fm.read(t)[order]))
+        return interleave(matrix) if rows8 else matrix
+    if not rows8:
+        return StoredMatrix.view(t.name, t.ggml_type, t.shape[0], t.shape[1], fm.view(t))
+    out = np.empty((t.shape[0], t.nbytes // t.shape[0]), dtype=np.uint8)
+    matrix = StoredMatrix.view(t.name, t.ggml_type, t.shape[0], t.shape[1], out)  # checked first
+    chunk = np.empty((min(SLICE_ROWS, t.shape[0]), out.shape[1]), dtype=np.uint8)
+    for r0 in range(0, t.shape[0], SLICE_ROWS):  # a slice at a time: no second whole copy
+        rows = chunk[:min(SLICE_ROWS, t.shape[0] - r0)]
+        fm.read(t, rows.reshape(-1), r0)
+        repack_into(t.ggml_type, t.shape[1], rows, out[r0:r0 + len(rows)])
+    return dataclasses.replace(matrix, interleaved=True)
 
 
 def _set(module: Any, path: tuple[str, ...], value: Any) -> None:

@@ -44,7 +44,10 @@ static inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
 static inline int64_t view_bytes(int64_t K) { return K + K / 8 + K / 8 + K / 8; }
 int64_t act_bytes(int64_t K) { return view_bytes(K) * (K % 256 ? 1 : 2); }
 static inline int is_k_type(int64_t t) {
-  return t == T_Q4_K || t == T_Q4_KX8 || t == T_Q5_K || t == T_Q6_K;
+  return t == T_Q4_K || t == T_Q4_KX8 || t == T_Q5_K || t == T_Q6_K || t == T_Q6_KX8;
+}
+static inline int is_x8_type(int64_t t) {
+  return t == T_Q4_0X8 || t == T_Q4_KX8 || t == T_Q6_KX8;
 }
 /* The view a type's kernels read. */
 static inline const uint8_t* act_view(int64_t t, const uint8_t* a, int64_t K) {
@@ -116,6 +119,7 @@ static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_
 #endif
 #include "stored_rows8.h"
 #include "stored_rows8k.h"
+#include "stored_rows8q6.h"
 
 /* Rows [lo, hi) of n for thread tid of nt: whole groups of 8 where n has them (an interleaved
  * matrix's rows are read 8 at a time; any other type reads the same split). */
@@ -164,15 +168,18 @@ static void rows_dot(int64_t t, const uint8_t* w, int64_t K, int64_t lo, int64_t
                      const uint8_t* act, float* y, int add) {
   const int64_t rb = row_bytes(t, K);
   act = act_view(t, act, K);
-  if (t == T_Q4_0X8 || t == T_Q4_KX8) { /* lo, hi: multiples of 8 (split_rows) */
+  if (is_x8_type(t)) { /* lo, hi: multiples of 8 (split_rows) */
     for (int64_t g = lo / 8; g < hi / 8; ++g) {
+      const uint8_t* grp = w + 8 * g * rb;
 #if FAST
-      if (t == T_Q4_0X8) dot_x8(w + 8 * g * rb, act, K, y + 8 * g, add);
-      else dot_k8(w + 8 * g * rb, act, K, y + 8 * g, add);
+      if (t == T_Q4_0X8) dot_x8(grp, act, K, y + 8 * g, add);
+      else if (t == T_Q4_KX8) dot_k8(grp, act, K, y + 8 * g, add);
+      else dot_q6k8(grp, act, K, y + 8 * g, add);
 #else
       float out[8];
-      if (t == T_Q4_0X8) dot_x8_plain(w + 8 * g * rb, act, K, out);
-      else dot_k8_plain(w + 8 * g * rb, act, K, out);
+      if (t == T_Q4_0X8) dot_x8_plain(grp, act, K, out);
+      else if (t == T_Q4_KX8) dot_k8_plain(grp, act, K, out);
+      else dot_q6k8_plain(grp, act, K, out);
       for (int r = 0; r < 8; ++r) y[8 * g + r] = add ? y[8 * g + r] + out[r] : out[r];
 #endif
     }
@@ -228,6 +235,7 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
             case T_Q4_0: tile_rows(T_Q4_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_0X8: tile_x8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_KX8: tile_k8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q6_KX8: tile_q6k8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q8_0: tile_rows(T_Q8_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_K: tile_rows_k(T_Q4_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q6_K: tile_rows_k(T_Q6_K, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;

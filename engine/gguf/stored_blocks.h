@@ -31,7 +31,8 @@
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
        T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30, /* GGML's type numbers */
        T_Q4_0X8 = 102, /* ours: Q4_0 with 8 rows interleaved (stored_rows8.h) */
-       T_Q4_KX8 = 112 }; /* ours: Q4_K with 8 rows interleaved (stored_rows8k.h) */
+       T_Q4_KX8 = 112, /* ours: Q4_K with 8 rows interleaved (stored_rows8k.h) */
+       T_Q6_KX8 = 114 }; /* ours: Q6_K with 8 rows interleaved (stored_rows8q6.h) */
 
 static inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -70,14 +71,15 @@ static inline int64_t type_block_bytes(int64_t t) {
     case T_Q8_0: return 34;
     case T_Q4_K: case T_Q4_KX8: return 144;
     case T_Q5_K: return 176;
-    case T_Q6_K: return 210;
+    case T_Q6_K: case T_Q6_KX8: return 210;
     default: return 0;
   }
 }
 
 static inline int64_t type_block_weights(int64_t t) {
   if (is_float_type(t)) return 1;
-  return (t == T_Q4_K || t == T_Q4_KX8 || t == T_Q5_K || t == T_Q6_K) ? 256 : 32;
+  return (t == T_Q4_K || t == T_Q4_KX8 || t == T_Q5_K || t == T_Q6_K || t == T_Q6_KX8) ? 256
+                                                                                         : 32;
 }
 
 static inline int64_t row_bytes(int64_t t, int64_t K) {
