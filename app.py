@@ -41,7 +41,7 @@ from ui.present import (  # noqa: E402
     sidebar_presentation,
     start_presentation,
 )
-from ui.record import not_kept_notice, restore_session  # noqa: E402
+from ui.record import keep_model_choice, not_kept_notice, restore_session  # noqa: E402
 from ui.session_model import SessionModel  # noqa: E402
 from ui.sidebar_settings import (  # noqa: E402
     DECODER_HELP,
@@ -125,6 +125,7 @@ def sidebar_model() -> None:
     refusal = model_refusal(source)  # a shared server: no folder outside its allowlist, and
     gguf = refusal is None and is_gguf_path(source)
     weights = sidebar_weights(gguf)
+    keep_model_choice(None if config().hosted else st.session_state.get(MODEL_SOURCE, ""), weights)
     if refusal is not None:  # no word on whether it exists
         st.sidebar.error(message(refusal), icon=":material/block:")
         no_model()

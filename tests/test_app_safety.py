@@ -229,3 +229,21 @@ def test_thirty_runs_in_a_row_leave_memory_flat():
     gc.collect()
     grown = psutil.Process().memory_info().rss - before
     assert grown < 64 << 20, f"RSS grew {grown / 2**20:.0f} MB over 30 runs"
+
+
+def test_a_reload_keeps_the_model_box_and_the_weights(tmp_path, monkeypatch):
+    missing = str(tmp_path / "my-model")
+    at = fresh(monkeypatch)
+    at.session_state["model_source"] = missing  # what typing it in the sidebar sets
+    at.session_state["weights_variant"] = "q4_0"
+    at.run()
+    errors = [e.value for e in at.sidebar.error]
+    assert errors  # the folder is not there: one line says so
+    token = at.query_params["s"]
+    reloaded = fresh(monkeypatch)
+    reloaded.query_params["s"] = token
+    reloaded.run()
+    assert not reloaded.exception
+    assert reloaded.sidebar.text_input(key="model_source").value == missing
+    assert reloaded.sidebar.selectbox(key="weights_variant").value == "q4_0"
+    assert [e.value for e in reloaded.sidebar.error] == errors

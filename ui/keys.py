@@ -4,6 +4,7 @@ sidebar's generation settings have their keys in ui/sidebar_settings.py's table.
 
 # The sidebar
 MODEL_SOURCE = "model_source"  # Hugging Face id or local folder (local only)
+KEPT_MODEL = "kept_model"  # the model box and weights last written to the session's record
 FOUND_MODEL = "found_model"  # a GGUF file found on this machine (local only): sets MODEL_SOURCE
 MODEL_FOLDERS = "model_folders"  # folders the user adds to that search
 WEIGHTS = "weights_variant"  # the weights variant

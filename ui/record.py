@@ -4,8 +4,9 @@ runs, serving results), kept server-side under a token the page's URL carries (?
 A reload (or a dropped websocket) starts a new Streamlit session with empty state; the new session
 gets a copy of the record (ui/sessions.py) under a token of its own. Every change to a kept value
 goes through a `keep_*` function here, which updates the session's AppState (ui/state.py) and the
-record together. Two kept values are widget values (the prompt box, Compare's run-A selector):
-they live under their widget keys. What is selected (layer, head, step, stage) is not in the
+record together. Four kept values are widget values (the prompt box, Compare's run-A selector,
+the model box and the weights): they live under their widget keys, and a restored model is
+checked again as a typed one is (the sidebar's refusal rules apply to it). What is selected (layer, head, step, stage) is not in the
 record: the address holds it, next to `s`, and a reload applies it (ui/address.py).
 """
 
@@ -56,6 +57,8 @@ KEPT: dict[str, Put] = {
     "serving": _set(None, "serving"),
     "serving_engine": _set(None, "remote"),
     "whatif": _set(None, "whatif"),
+    "model_source": _set_widget(keys.MODEL_SOURCE),
+    "weights": _set_widget(keys.WEIGHTS),
 }
 
 
@@ -102,6 +105,16 @@ def not_kept_notice() -> str | None:
         return None
     return _("This server is busy: your latest work here is not kept on it, so a reload or a "
              "lost connection would lose it (it stays in this tab; download a trace to keep it).")
+
+
+def keep_model_choice(source: str | None, weights: str) -> None:
+    """The model box (None: a hosted server, which has none) and the weights, written when they
+    change, so a reload opens the model this session chose."""
+    kept = st.session_state.setdefault(keys.KEPT_MODEL, {})
+    for item, value in (("model_source", source), ("weights", weights)):
+        if value is not None and kept.get(item) != value:
+            kept[item] = value
+            _keep(item, value)
 
 
 def keep_prompt(prompt: str) -> None:
