@@ -66,7 +66,8 @@ def best_gb_s(run, views: list[np.ndarray], rounds: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("types", nargs="*", default=["Q4_0", "Q4_0x8", "Q8_0", "Q4_K", "Q4_Kx8", "Q6_K", "Q6_Kx8"])
+    parser.add_argument("types", nargs="*",
+                        default=["Q4_0", "Q4_0x8", "Q8_0", "Q4_K", "Q4_Kx8", "Q6_K", "Q6_Kx8"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

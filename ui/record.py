@@ -6,8 +6,9 @@ gets a copy of the record (ui/sessions.py) under a token of its own. Every chang
 goes through a `keep_*` function here, which updates the session's AppState (ui/state.py) and the
 record together. Four kept values are widget values (the prompt box, Compare's run-A selector,
 the model box and the weights): they live under their widget keys, and a restored model is
-checked again as a typed one is (the sidebar's refusal rules apply to it). What is selected (layer, head, step, stage) is not in the
-record: the address holds it, next to `s`, and a reload applies it (ui/address.py).
+checked again as a typed one is (the sidebar's refusal rules apply to it). What is selected
+(layer, head, step, stage) is not in the record: the address holds it, next to `s`, and a
+reload applies it (ui/address.py).
 """
 
 from __future__ import annotations

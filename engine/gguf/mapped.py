@@ -37,8 +37,8 @@ from .stored import (
     StoredMatrix,
     can_interleave,
     interleave,
-    repack_into,
     problem,
+    repack_into,
 )
 from .table import GGUFTensor
 

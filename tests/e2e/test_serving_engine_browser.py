@@ -19,7 +19,8 @@ PAGE = "Serving engine"
 PLOTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(g => ({
   title: (g._fullLayout.title.text || '').replace(/<[^>]+>/g, ''),
   names: g.data.map(d => d.name), xtitle: g._fullLayout.xaxis.title.text,
-  xs: g.data.map(d => d.x ? [...d.x] : []), ys: g.data.map(d => d.y ? [...d.y] : []), width: g.getBoundingClientRect().width}))"""
+  xs: g.data.map(d => d.x ? [...d.x] : []), ys: g.data.map(d => d.y ? [...d.y] : []),
+  width: g.getBoundingClientRect().width}))"""
 
 
 def shot(page, name: str) -> None:
