@@ -118,9 +118,9 @@ def can_interleave(type_name: str, rows: int) -> bool:
 
 def interleave(m: StoredMatrix) -> StoredMatrix:
     """A Q4_0, Q4_K or Q6_K matrix's copy with its rows 8 by 8 side by side, at the stored size:
-    its kernel does about half the instructions a row at a time does, which are the decode
-    step's limit (stored_rows8.h, stored_rows8k.h say why). Its products are the same sums; only
-    rows() and dot(), which read single rows, refuse it."""
+    its kernel does a half (Q4_0) to 60 % (the K-quants) of the instructions a row at a time
+    does, which are the decode step's limit (stored_rows8.h, stored_rows8k.h say why). Its
+    products are the same sums; only rows() and dot(), which read single rows, refuse it."""
     if not can_interleave(m.type_name, m.rows) or m.interleaved:
         raise EngineError(f"{m.name}: only Q4_0, Q4_K and Q6_K rows, 8 at a time, are interleaved")
     out = np.empty_like(m.data)

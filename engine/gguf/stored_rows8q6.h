@@ -24,7 +24,8 @@ void repack_q6_kx8(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst, in
         for (int h = 0; h < 2; ++h)
           for (int q = 0; q < 8; ++q) {
             for (int k = 0; k < 2; ++k)
-              memcpy(out + 144 + 512 * h + 256 * k + 32 * q + 4 * r, b + 64 * h + 32 * k + 4 * q, 4);
+              memcpy(out + 144 + 512 * h + 256 * k + 32 * q + 4 * r,
+                     b + 64 * h + 32 * k + 4 * q, 4);
             memcpy(out + 1168 + 256 * h + 32 * q + 4 * r, b + 128 + 32 * h + 4 * q, 4);
           }
       }
@@ -61,7 +62,8 @@ static void dot_q6k8_plain(const uint8_t* grp, const uint8_t* act, int64_t K, fl
         int32_t isum = 0;
         for (int g = 0; g < 2; ++g) {
           int32_t part = 0;
-          for (int l = 16 * g; l < 16 * g + 16; ++l) part += c[l] * ((const int8_t*)view)[32 * j + l];
+          for (int l = 16 * g; l < 16 * g + 16; ++l)
+            part += c[l] * ((const int8_t*)view)[32 * j + l];
           isum += sc[g] * part;
         }
         const int64_t J = 8 * s + j;
@@ -86,8 +88,7 @@ ALWAYS __m256i q6k8_offset(const __m256i* sc, const int16_t* s16) {
   __m256i m = _mm256_setzero_si256();
   for (int w = 0; w < 4; ++w) { /* lanes' int16 pairs: scales (4w, 4w+2) and (4w+1, 4w+3) */
     const int16_t* x = s16 + 4 * w;
-    const __m256i x02 = _mm256_set1_epi32((int)((uint16_t)x[0] | (uint32_t)(uint16_t)x[2] << 16));
-    const __m256i x13 = _mm256_set1_epi32((int)((uint16_t)x[1] | (uint32_t)(uint16_t)x[3] << 16));
+    const __m256i x02 = pair16(x[0], x[2]), x13 = pair16(x[1], x[3]);
     const __m256i even = _mm256_srai_epi16(_mm256_slli_epi16(sc[w], 8), 8);
     const __m256i odd = _mm256_srai_epi16(sc[w], 8);
     m = _mm256_add_epi32(m, _mm256_madd_epi16(even, x02));
@@ -102,7 +103,8 @@ ALWAYS void q6k8_codes(const uint8_t* b, int h, int q, __m256i* c) {
   const __m256i l0 = _mm256_loadu_si256((const __m256i*)(b + 144 + 512 * h + 32 * q));
   const __m256i l1 = _mm256_loadu_si256((const __m256i*)(b + 144 + 512 * h + 256 + 32 * q));
   const __m256i qh = _mm256_loadu_si256((const __m256i*)(b + 1168 + 256 * h + 32 * q));
-  c[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
+  c[0] = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                         _mm256_slli_epi16(_mm256_and_si256(qh, three), 4));
   c[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), three), 4));
   c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
