@@ -43,12 +43,8 @@ static inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
  * their integer sums add up before a single float multiply). */
 static inline int64_t view_bytes(int64_t K) { return K + K / 8 + K / 8 + K / 8; }
 int64_t act_bytes(int64_t K) { return view_bytes(K) * (K % 256 ? 1 : 2); }
-static inline int is_k_type(int64_t t) {
-  return t == T_Q4_K || t == T_Q4_KX8 || t == T_Q5_K || t == T_Q6_K || t == T_Q6_KX8;
-}
-static inline int is_x8_type(int64_t t) {
-  return t == T_Q4_0X8 || t == T_Q4_KX8 || t == T_Q6_KX8;
-}
+static inline int is_k_type(int64_t t) { return type_block_weights(t) == 256; }
+static inline int is_x8_type(int64_t t) { return stored_type(t) != t; }
 /* The view a type's kernels read. */
 static inline const uint8_t* act_view(int64_t t, const uint8_t* a, int64_t K) {
   return is_k_type(t) ? a + view_bytes(K) : a;
@@ -121,6 +117,14 @@ static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_
 #include "stored_rows8k.h"
 #include "stored_rows8q6.h"
 
+/* Row r of an interleaved group (8 rows of K) put back as the file stores it: the plain path
+ * multiplies that by dot_plain, sharing no arithmetic with the layouts' own kernels. */
+static void stored_row8(int64_t t, const uint8_t* grp, int64_t K, int r, uint8_t* row) {
+  if (t == T_Q4_0X8) x8_row(grp, K, r, row);
+  else if (t == T_Q4_KX8) k8_row(grp, K, r, row);
+  else q6k8_row(grp, K, r, row);
+}
+
 /* Rows [lo, hi) of n for thread tid of nt: whole groups of 8 where n has them (an interleaved
  * matrix's rows are read 8 at a time; any other type reads the same split). */
 static inline void split_rows(int64_t n, int tid, int nt, int64_t* lo, int64_t* hi) {
@@ -176,11 +180,12 @@ static void rows_dot(int64_t t, const uint8_t* w, int64_t K, int64_t lo, int64_t
       else if (t == T_Q4_KX8) dot_k8(grp, act, K, y + 8 * g, add);
       else dot_q6k8(grp, act, K, y + 8 * g, add);
 #else
-      float out[8];
-      if (t == T_Q4_0X8) dot_x8_plain(grp, act, K, out);
-      else if (t == T_Q4_KX8) dot_k8_plain(grp, act, K, out);
-      else dot_q6k8_plain(grp, act, K, out);
-      for (int r = 0; r < 8; ++r) y[8 * g + r] = add ? y[8 * g + r] + out[r] : out[r];
+      uint8_t row[rb];
+      for (int r = 0; r < 8; ++r) { /* the row back as the file stores it, by the row kernel */
+        stored_row8(t, grp, K, r, row);
+        const float v = dot_plain(stored_type(t), row, act, K);
+        y[8 * g + r] = add ? y[8 * g + r] + v : v;
+      }
 #endif
     }
     return;

@@ -60,26 +60,31 @@ static inline float bf16(const uint8_t* p) {
 static inline int is_float_type(int64_t t) { return t == T_F32 || t == T_F16 || t == T_BF16; }
 
 /* Bytes of a block and weights in it. */
+/* The GGML type an interleaved layout holds (any other type: itself). */
+static inline int64_t stored_type(int64_t t) {
+  return t == T_Q4_0X8 ? T_Q4_0 : t == T_Q4_KX8 ? T_Q4_K : t == T_Q6_KX8 ? T_Q6_K : t;
+}
+
 static inline int64_t type_block_bytes(int64_t t) {
-  switch (t) {
+  switch (stored_type(t)) {
     case T_F32: return 4;
     case T_F16: case T_BF16: return 2;
-    case T_Q4_0: case T_Q4_0X8: return 18;
+    case T_Q4_0: return 18;
     case T_Q4_1: return 20;
     case T_Q5_0: return 22;
     case T_Q5_1: return 24;
     case T_Q8_0: return 34;
-    case T_Q4_K: case T_Q4_KX8: return 144;
+    case T_Q4_K: return 144;
     case T_Q5_K: return 176;
-    case T_Q6_K: case T_Q6_KX8: return 210;
+    case T_Q6_K: return 210;
     default: return 0;
   }
 }
 
 static inline int64_t type_block_weights(int64_t t) {
   if (is_float_type(t)) return 1;
-  return (t == T_Q4_K || t == T_Q4_KX8 || t == T_Q5_K || t == T_Q6_K || t == T_Q6_KX8) ? 256
-                                                                                         : 32;
+  t = stored_type(t);
+  return (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? 256 : 32;
 }
 
 static inline int64_t row_bytes(int64_t t, int64_t K) {

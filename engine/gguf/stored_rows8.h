@@ -27,24 +27,12 @@ void repack_q4_0x8(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst, in
     }
 }
 
-/* Plain: the 8 rows of one group against one token's activations, as dot_plain computes a row
- * (Σ d·dx·Σ c·xq, the −8 of every code taken out with Σ xq). */
-static void dot_x8_plain(const uint8_t* grp, const uint8_t* act, int64_t K, float* out) {
-  const int8_t* xq = (const int8_t*)act;
-  const float* dx = act_dx(act, K);
-  for (int r = 0; r < 8; ++r) out[r] = 0.0f;
+/* Row r of a group back as stored (Q4_0 rows of K): its scale and nibbles from each column. */
+static void x8_row(const uint8_t* grp, int64_t K, int r, uint8_t* row) {
+  const int at = r % 2 ? 4 + r / 2 : r / 2; /* r's place in ROW_ORDER */
   for (int64_t j = 0; j < K / 32; ++j) {
-    const uint8_t* b = grp + 144 * j;
-    int32_t xs = 0;
-    for (int l = 0; l < 32; ++l) xs += xq[32 * j + l];
-    for (int i = 0; i < 8; ++i) {
-      const int r = ROW_ORDER[i];
-      const uint8_t* qs = b + 16 + 16 * r;
-      int32_t isum = 0;
-      for (int l = 0; l < 16; ++l)
-        isum += (qs[l] & 0xF) * xq[32 * j + l] + (qs[l] >> 4) * xq[32 * j + 16 + l];
-      out[r] += f16(b + 2 * i) * dx[j] * (float)(isum - 8 * xs);
-    }
+    memcpy(row + 18 * j, grp + 144 * j + 2 * at, 2);
+    memcpy(row + 18 * j + 2, grp + 144 * j + 16 + 16 * r, 16);
   }
 }
 

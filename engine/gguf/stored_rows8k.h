@@ -36,32 +36,17 @@ void repack_q4_kx8(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst, in
     }
 }
 
-/* Plain: the 8 rows of one group against one token's per-256 view, as dot_plain computes a row
- * (Σ d·dx·Σ sc·Σ c·xq − Σ dmin·dx·Σ mn·Σ xq). */
-static void dot_k8_plain(const uint8_t* grp, const uint8_t* act, int64_t K, float* out) {
-  const int8_t* xq = (const int8_t*)act;
-  const float* dx = act_dx(act, K);
-  const int16_t* s16 = act_s16(act, K);
-  for (int r = 0; r < 8; ++r) out[r] = 0.0f;
+/* Row r of a group back as stored (Q4_K rows of K): repack_q4_kx8 undone for one row. */
+static void k8_row(const uint8_t* grp, int64_t K, int r, uint8_t* row) {
   for (int64_t s = 0; s < K / 256; ++s) {
     const uint8_t* b = grp + 1152 * s;
-    for (int r = 0; r < 8; ++r) {
-      uint8_t packed[12];
-      for (int w = 0; w < 3; ++w) memcpy(packed + 4 * w, b + 32 + 32 * w + 4 * r, 4);
-      int32_t isum = 0, mins = 0;
-      for (int j = 0; j < 8; ++j) {
-        int sc, mn, part = 0;
-        k_scale_min(j, packed, &sc, &mn);
-        for (int l = 0; l < 32; ++l) {
-          const uint8_t byte = b[128 + 256 * (j / 2) + 32 * (l / 4) + 4 * r + l % 4];
-          part += (j % 2 ? byte >> 4 : byte & 0xF) * xq[256 * s + 32 * j + l];
-        }
-        isum += sc * part;
-        mins += mn * (s16[16 * s + 2 * j] + s16[16 * s + 2 * j + 1]);
-      }
-      out[r] += f16(b + 2 * r) * dx[8 * s] * (float)isum -
-                f16(b + 16 + 2 * r) * dx[8 * s] * (float)mins;
-    }
+    uint8_t* out = row + 144 * s;
+    memcpy(out, b + 2 * r, 2);
+    memcpy(out + 2, b + 16 + 2 * r, 2);
+    for (int w = 0; w < 3; ++w) memcpy(out + 4 + 4 * w, b + 32 + 32 * w + 4 * r, 4);
+    for (int p = 0; p < 4; ++p)
+      for (int q = 0; q < 8; ++q)
+        memcpy(out + 16 + 32 * p + 4 * q, b + 128 + 256 * p + 32 * q + 4 * r, 4);
   }
 }
 

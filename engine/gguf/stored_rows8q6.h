@@ -32,44 +32,20 @@ void repack_q6_kx8(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst, in
     }
 }
 
-/* Row r's stored block back from a group's super-block column (the plain kernel's input). */
-static void q6k8_block(const uint8_t* b, int r, uint8_t* block) {
-  memcpy(block + 208, b + 2 * r, 2);
-  for (int w = 0; w < 4; ++w) memcpy(block + 192 + 4 * w, b + 16 + 32 * w + 4 * r, 4);
-  for (int h = 0; h < 2; ++h)
-    for (int q = 0; q < 8; ++q) {
-      for (int k = 0; k < 2; ++k)
-        memcpy(block + 64 * h + 32 * k + 4 * q, b + 144 + 512 * h + 256 * k + 32 * q + 4 * r, 4);
-      memcpy(block + 128 + 32 * h + 4 * q, b + 1168 + 256 * h + 32 * q + 4 * r, 4);
-    }
-}
-
-/* Plain: each row's block put back together and multiplied as dot_plain does. */
-static void dot_q6k8_plain(const uint8_t* grp, const uint8_t* act, int64_t K, float* out) {
-  uint8_t block[210];
-  for (int r = 0; r < 8; ++r) {
-    out[r] = 0.0f;
-    for (int64_t s = 0; s < K / 256; ++s) {
-      q6k8_block(grp + 1680 * s, r, block);
-      const uint8_t* view = act + 256 * s; /* the super-block's int8s; dx and s16 by index */
-      const float* dx = act_dx(act, K);
-      const int16_t* s16 = act_s16(act, K);
-      for (int j = 0; j < 8; ++j) {
-        uint8_t c[32];
-        float a, o[2];
-        int16_t sc[2];
-        unpack32(T_Q6_K, block, j, c, &a, sc, o);
-        int32_t isum = 0;
-        for (int g = 0; g < 2; ++g) {
-          int32_t part = 0;
-          for (int l = 16 * g; l < 16 * g + 16; ++l)
-            part += c[l] * ((const int8_t*)view)[32 * j + l];
-          isum += sc[g] * part;
-        }
-        const int64_t J = 8 * s + j;
-        out[r] += a * dx[J] * (float)isum + dx[J] * (o[0] * s16[2 * J] + o[1] * s16[2 * J + 1]);
+/* Row r of a group back as stored (Q6_K rows of K): repack_q6_kx8 undone for one row. */
+static void q6k8_row(const uint8_t* grp, int64_t K, int r, uint8_t* row) {
+  for (int64_t s = 0; s < K / 256; ++s) {
+    const uint8_t* b = grp + 1680 * s;
+    uint8_t* block = row + 210 * s;
+    memcpy(block + 208, b + 2 * r, 2);
+    for (int w = 0; w < 4; ++w) memcpy(block + 192 + 4 * w, b + 16 + 32 * w + 4 * r, 4);
+    for (int h = 0; h < 2; ++h)
+      for (int q = 0; q < 8; ++q) {
+        for (int k = 0; k < 2; ++k)
+          memcpy(block + 64 * h + 32 * k + 4 * q, b + 144 + 512 * h + 256 * k + 32 * q + 4 * r,
+                 4);
+        memcpy(block + 128 + 32 * h + 4 * q, b + 1168 + 256 * h + 32 * q + 4 * r, 4);
       }
-    }
   }
 }
 
