@@ -21,6 +21,11 @@ PLOTS = """() => [...document.querySelectorAll('.js-plotly-plot')].map(g => ({
   names: g.data.map(d => d.name), xtitle: g._fullLayout.xaxis.title.text,
   xs: g.data.map(d => d.x ? [...d.x] : []), ys: g.data.map(d => d.y ? [...d.y] : []),
   width: g.getBoundingClientRect().width}))"""
+GANTT = "Every request over time, as the client saw it"
+DRAWN = """(titles) => titles.every(t => [...document.querySelectorAll('.js-plotly-plot')].some(
+  g => g._fullLayout && (g._fullLayout.title.text || '').replace(/<[^>]+>/g, '') === t
+       && g.getBoundingClientRect().width > 0))"""
+CHARTS = [GANTT, "The server's own gauges (/metrics, about every 0.5 s)", "Tokens per second"]
 
 
 def shot(page, name: str) -> None:
@@ -57,8 +62,11 @@ def test_a_real_load_runs_live_and_is_drawn(page):
     expect(page.get_by_text("Showing your load")).to_be_visible(timeout=180_000)
     wait_for_app(page)
     expect(page.locator('[data-testid="stException"]')).to_have_count(0)
+    # Plotly draws after the script has finished (the final charts replace the live ones under
+    # new keys): wait for all three, drawn, before reading them.
+    page.wait_for_function(DRAWN, arg=CHARTS, timeout=60_000)
     plots = {p["title"]: p for p in page.evaluate(PLOTS)}
-    gantt = plots["Every request over time, as the client saw it"]
+    gantt = plots[GANTT]
     assert gantt["xtitle"] == "time since the load started (s)"
     assert sorted(set(gantt["ys"][2])) == [f"request {i}" for i in range(4)]  # decode bars
     assert gantt["width"] > 900
@@ -81,8 +89,8 @@ def test_the_load_survives_a_reload(page):
     page.reload()
     wait_for_app(page)
     expect(page.get_by_text("Showing your load")).to_be_visible(timeout=60_000)
-    expect(page.get_by_text("Every request over time, as the client saw it").first
-           ).to_be_visible()
+    page.wait_for_function(DRAWN, arg=CHARTS, timeout=60_000)
+    expect(page.get_by_text(GANTT).first).to_be_visible(timeout=30_000)
     expect(page.locator('[data-testid="stException"]')).to_have_count(0)
 
 
@@ -112,8 +120,7 @@ def test_stop_keeps_the_partial_load(page):
     expect(page.get_by_text("stopped before the end: the partial load")).to_be_visible(
         timeout=60_000)
     expect(page.locator('[data-testid="stException"]')).to_have_count(0)
-    expect(page.get_by_text("Every request over time, as the client saw it").first
-           ).to_be_visible()
+    page.wait_for_function(DRAWN, arg=[GANTT], timeout=60_000)
 
 
 def test_a_reload_mid_load_keeps_what_came(page):
@@ -138,7 +145,7 @@ def test_a_load_file_opens_and_replays_and_a_crafted_one_is_one_message(page, tm
     upload = page.locator('[data-testid="stFileUploader"] input[type=file]')
     upload.set_input_files(str(good))
     expect(page.get_by_text("Showing file four.loadtest.json")).to_be_visible(timeout=60_000)
-    expect(page.get_by_text("Every request over time, as the client saw it").first).to_be_visible()
+    page.wait_for_function(DRAWN, arg=[GANTT], timeout=60_000)
     bad = tmp_path / "crafted.json"
     bad.write_text(good.read_text().replace('"max_new_tokens":8', '"max_new_tokens":1'))
     upload.set_input_files(str(bad))
