@@ -65,7 +65,8 @@ TEXT_OUTSIDE = """() => {
 
 # Overlaps inside each plotly chart: a legend over a plot area, a legend or axis title outside
 # the chart, and the toolbar (modebar, drawn over the chart's top right) over any text of the
-# chart. [chart index, what, text].
+# chart, and a chart whose bottom passes its element's box (the next element is drawn over it).
+# [chart index, what, text].
 CHART_OVERLAPS = """() => {
   const out = [];
   const meets = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 &&
@@ -83,6 +84,9 @@ CHART_OVERLAPS = """() => {
       if (l.left < f.left - 1 || l.right > f.right + 1 || l.top < f.top - 1 || l.bottom > f.bottom + 1)
         out.push([i, "legend outside the chart", legend.textContent.slice(0, 60)]);
     });
+    const box = plot.closest('[data-testid="stElementContainer"]');
+    if (box && f.bottom > box.getBoundingClientRect().bottom + 1)
+      out.push([i, "chart past its box", String(Math.round(f.bottom - box.getBoundingClientRect().bottom))]);
     const bar = plot.querySelector('.modebar');
     if (!bar) return;
     const m = bar.getBoundingClientRect();

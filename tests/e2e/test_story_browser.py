@@ -98,7 +98,8 @@ def test_a_clicker_brings_each_figure_into_view_in_presentation_mode(browser, ur
 
 def test_on_a_phone_no_legend_title_or_toolbar_covers_a_chart(browser, url):
     """At 390×844 on Generate, KV cache and every stage of Step by step: no legend on a plot, no
-    chart text outside its figure, the chart toolbar over no text (its box, shown or not)."""
+    chart text outside its figure, the chart toolbar over no text (its box, shown or not), no
+    chart running past its box under the next element."""
     page = browser.new_page(viewport={"width": 390, "height": 844})
     page.goto(f"{url}/?example=qa")
     wait_for_app(page)
