@@ -37,6 +37,13 @@ def text_ids(tokenizer: Any, text: str, add_special_tokens: bool = False) -> lis
                           split_special_tokens=True)["input_ids"])
 
 
+def special_ids(tokenizer: Any) -> set[int]:
+    """Ids of the tokenizer's special tokens: the named ones (bos, eos, …) and every added token
+    marked special — Llama 3's `<|start_header_id|>` / `<|end_header_id|>` are only the latter."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return set(tokenizer.all_special_ids) | {i for i, t in added.items() if t.special}
+
+
 def _holds_added_token(tokenizer: Any, text: str) -> bool:
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
     return any(t.content in text for t in added.values())

@@ -33,6 +33,7 @@ from .forward import (
     forward_full,
     prefill,
     prepare_prompt,
+    special_ids,
 )
 from .loader import LoadedModel
 from .records.trace import DecoderUsed, MachineLoad, Step, Trace
@@ -338,7 +339,7 @@ class Run:
     def trace(self) -> Trace:
         """The trace so far; a run stopped or still going keeps every finished step."""
         tok = self.lm.tokenizer
-        special = set(tok.all_special_ids)
+        special = special_ids(tok)
         return Trace(
             model=self.lm.spec, settings=self.settings, prompt=self.prompt,
             prompt_token_ids=tuple(self.prompt_ids),

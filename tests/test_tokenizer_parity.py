@@ -148,3 +148,18 @@ def test_built_from_the_header_or_from_the_file_it_is_the_same_tokenizer(vocab, 
     again = gguf_tokenizer(files[vocab])  # transformers' own reading of the file
     assert again.backend_tokenizer.to_str() == tokenizers[vocab].backend_tokenizer.to_str()
     assert again.chat_template == tokenizers[vocab].chat_template
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_the_chat_prompts_special_tokens_are_the_files_control_tokens(vocab, files, tokenizers):
+    """A trace marks a prompt token special (the chips, the story page's count) by
+    `special_ids`: exactly the tokens the file types CONTROL (3), Llama 3's header markers
+    included, which the tokenizer's named special tokens leave out."""
+    from engine.forward import prepare_prompt, special_ids
+
+    tokenizer = tokenizers[vocab]
+    if getattr(tokenizer, "chat_template", None) is None:
+        pytest.skip(f"{vocab}'s file has no chat template")
+    types = read_header(files[vocab]).get("tokenizer.ggml.token_type")
+    ids = prepare_prompt(tokenizer, "Hi", True)
+    assert [i in special_ids(tokenizer) for i in ids] == [types[i] == 3 for i in ids]

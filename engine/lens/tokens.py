@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..assets import asset
-from ..forward import text_ids
+from ..forward import special_ids, text_ids
 from ..spec import ModelSpec
 
 
@@ -118,7 +118,7 @@ def tokenize(tokenizer: Any, text: str) -> list[Token]:
     """The text's tokens exactly as the model sees them in a prompt (no BOS/chat template
     added; a typed special-token string is ordinary text, as `text_ids` says)."""
     ids = text_ids(tokenizer, text)
-    special = set(tokenizer.all_special_ids)
+    special = special_ids(tokenizer)
     return [Token(i, p, i in special) for i, p in zip(ids, tokenizer.convert_ids_to_tokens(ids))]
 
 
