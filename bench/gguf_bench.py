@@ -71,7 +71,7 @@ class Bandwidth:
             if i:
                 time.sleep(spread_s / max(times - 1, 1))
             self.reads.append(read_gb_s(self.buffer))
-        return self.reads[-1]
+        return max(self.reads[-times:])
 
     @property
     def ceiling(self) -> float:
@@ -96,7 +96,8 @@ def run_ours(path: Path, args: argparse.Namespace, logits_out: Path | None) -> d
         "resident_before": resident, "process_s": time.perf_counter() - start}
 
 
-def run_llama(path: Path, args: argparse.Namespace, extra_buffers: bool, top: int) -> dict:
+def run_llama(path: Path, args: argparse.Namespace, extra_buffers: bool, top: int,
+              bandwidth: Bandwidth) -> dict:
     """One fresh llama.cpp worker: the agreement run (its first evaluation, as ours), then the
     timed window (the short prompt and its steps, the long prompt) judged for disturbance."""
     resident = resident_fraction(path)
@@ -106,7 +107,9 @@ def run_llama(path: Path, args: argparse.Namespace, extra_buffers: bool, top: in
     with worker:
         machine, own, cpu = _machine_ticks(), _own_ticks(), worker.cpu_ms()
         start = time.perf_counter()
+        read_before = bandwidth.read(2)  # the bracketed MBU's reads, as ours takes in its process
         run = worker.ask(short, args.steps + 1)
+        read_after = bandwidth.read(2)
         long_run = worker.ask(long, 1) if args.long else None
         wall = (time.perf_counter() - start) * 1000
         machine_after, own_after, cpu_after = _machine_ticks(), _own_ticks(), worker.cpu_ms()
@@ -127,6 +130,7 @@ def run_llama(path: Path, args: argparse.Namespace, extra_buffers: bool, top: in
         "cold_ttft_ms": first["prefill_ms"], "ttft_ms": run["prefill_ms"],
         "ttft_long_ms": long_run["prefill_ms"] if long_run else None, "step_ms": run["step_ms"],
         "itl_ms": statistics.median(run["step_ms"]),
+        "read_gb_s_around_steps": [read_before, read_after],
         "window": {"wall_ms": wall, "cpu_share": cpu_share, "others_share": others,
                    "disturbed": others is not None and cpu_share is not None
                    and others >= OTHERS_LIMIT and cpu_share < CPU_SHARE_LIMIT},
@@ -174,7 +178,7 @@ def one_row(shape: str, qtype: str, args: argparse.Namespace, bandwidth: Bandwid
                 f"ITL {measured['ours']['itl_ms']:.2f} ms")
             if gguf_peer.installed():
                 top = measured["ours"]["vocab"] if r == 0 else 0
-                llama = run_llama(path, args, extra, top)
+                llama = run_llama(path, args, extra, top, bandwidth)
                 if llama["crashed_with_defaults"]:
                     extra, note = False, gguf_peer.NO_EXTRA
                 measured["llama"] = llama

@@ -14,7 +14,8 @@ step's setup, then a greedy run of `--agree` tokens after the `--prompt` ids (th
 after opening, which faults the mapped weights in, timed apart as the cold TTFT; its logits
 saved to `--logits-out` for the agreement with llama.cpp), then the timed window: TTFT of the
 short prompt (prefill to the first token's logits and its argmax), `--steps` decode steps after
-it, TTFT of the `--long` prompt. Over that window the process's CPU time and the machine's other
+it (a plain read of the bytes a step streams right before and right after them), TTFT of the
+`--long` prompt. Over that window the process's CPU time and the machine's other
 work are read as the app reads them for each step (engine/clock.py), and the app's rule
 (engine/timing/disturbance.py) says whether other work disturbed it.
 """
@@ -65,6 +66,16 @@ def read_bytes_per_step(decoder, lm) -> int:
     return decoder.weight_bytes - embed.nbytes + embed.row_bytes
 
 
+def same_bytes_gb_s(decoder, threads: int, times: int = 2) -> float:
+    """GB/s of the best of `times` plain reads of the matrices a decode step streams, with the
+    step's threads: the bandwidth of this moment, taken right before and after the timed steps
+    (the bracketed MBU: bench/gguf_bench.py)."""
+    from engine.gguf.stored import plain_read_s
+
+    total = sum(n for _, n in decoder.streamed)
+    return max(total / plain_read_s(decoder.streamed, threads) for _ in range(times)) / 1e9
+
+
 def measure(path: Path, threads: int, prompt: int, long: int, steps: int, agree: int,
             logits_out: Path | None) -> dict:
     import torch
@@ -110,8 +121,10 @@ def measure(path: Path, threads: int, prompt: int, long: int, steps: int, agree:
         logits = decoder.prefill(short)
         logits.argmax()
         ttft_ms = clock_ms(device) - start
+        read_before = same_bytes_gb_s(decoder, threads)
         _, step_ms = timed_greedy(logits, lambda t, i: decoder.step_logits(t, prompt + i),
                                   steps + 1, device)
+        read_after = same_bytes_gb_s(decoder, threads)
         ttft_long_ms = None
         if long:
             start = clock_ms(device)
@@ -136,6 +149,7 @@ def measure(path: Path, threads: int, prompt: int, long: int, steps: int, agree:
         "stored_as": decoder.stored_as, "cold_ttft_ms": cold_ttft_ms, "tokens": tokens,
         "ttft_ms": ttft_ms, "ttft_long_ms": ttft_long_ms, "step_ms": step_ms,
         "itl_ms": statistics.median(step_ms) if step_ms else None,
+        "read_gb_s_around_steps": [read_before, read_after],
         "window": {"wall_ms": wall, "cpu_share": cpu_share, "others_share": others,
                    "disturbed": others is not None and others >= OTHERS_LIMIT
                    and cpu_share < CPU_SHARE_LIMIT},

@@ -107,3 +107,27 @@ def test_a_type_without_a_kernel_or_a_short_buffer_is_one_line():
         stored.StoredMatrix.view("w", "IQ2_XS", 2, 256, np.zeros(10, np.uint8))
     with pytest.raises(Exception, match="bytes where"):
         stored.StoredMatrix.view("w", "Q4_0", 2, 64, np.zeros(10, np.uint8))
+
+
+@pytest.mark.parametrize("cols", [4096, 896])  # whole groups of 256 and not (then no K view)
+def test_the_activations_are_rounded_alike_by_both_builds_and_numpy(cols):
+    """quantize_act's AVX2 path and its plain loop write the same bytes, and the int8 codes are
+    numpy's round-half-to-even of x / dx (exact ties included: a block holding 127 has dx = 1)."""
+    import ctypes
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 1, cols).astype(np.float32)
+    x[:32] = np.concatenate([[127.0], np.arange(31) - 15.5]).astype(np.float32)  # ties at .5
+    x[32:64] = 0.0  # an all-zero block: dx = 0, codes 0
+    made = []
+    for plain in (False, True):
+        lib = stored.library(plain)
+        lib.quantize_act.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+        act = np.zeros(lib.act_bytes(cols), dtype=np.uint8)
+        lib.quantize_act(x.ctypes.data, cols, act.ctypes.data)
+        made.append(act)
+    assert np.array_equal(made[0], made[1])
+    blocks = x.reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
+    inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+    assert np.array_equal(made[0][:cols].view(np.int8), np.rint(blocks * inv).astype(np.int8).ravel())

@@ -55,21 +55,66 @@ static inline int16_t* act_s16(const uint8_t* a, int64_t K) {
   return (int16_t*)(a + K + K / 4);
 }
 
-/* x (K floats) → one view at `a`, G values a scale: dx = max|x| / 127, xq = round(x / dx). */
-static void quantize_view(const float* x, int64_t K, int64_t G, uint8_t* a) {
+#if FAST
+#include <immintrin.h>
+/* max |x| over n (a multiple of 8) values. */
+static inline float abs_max(const float* x, int64_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int64_t l = 0; l < n; l += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + l)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* 32 values × id rounded to the nearest integer (ties to even, as nearbyintf) → 32 int8 at q,
+ * and the sums of each 16 at s16. */
+static inline void round_block(const float* x, float id, int8_t* q, int16_t* s16) {
+  const __m256 m = _mm256_set1_ps(id);
+  __m256i i[4];
+  for (int k = 0; k < 4; ++k)
+    i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), m),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (int g = 0; g < 2; ++g) {
+    const __m256i t = _mm256_add_epi32(i[2 * g], i[2 * g + 1]);
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+    s16[g] = (int16_t)_mm_cvtsi128_si32(h);
+  }
+  /* packs interleave the 128-bit lanes: the permute puts the 8 groups of 4 back in order */
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]),
+                                       _mm256_packs_epi32(i[2], i[3]));
+  _mm256_storeu_si256((__m256i*)q,
+                      _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+#else
+static inline float abs_max(const float* x, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t l = 0; l < n; ++l) amax = fmaxf(amax, fabsf(x[l]));
+  return amax;
+}
+#endif
+
+/* Blocks [j0, j1) (32 values each) of x (K floats) → one view at `a`, G values a scale:
+ * dx = max|x| / 127, xq = round(x / dx). */
+static void quantize_blocks(const float* x, int64_t K, int64_t G, uint8_t* a, int64_t j0,
+                            int64_t j1) {
   int8_t* q = (int8_t*)a;
   float* dx = act_dx(a, K);
   int16_t* s16 = act_s16(a, K);
   float* ds = act_ds(a, K);
   float d = 0.0f, id = 0.0f;
-  for (int64_t j = 0; j < K / 32; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     if ((32 * j) % G == 0) {
-      float amax = 0.0f;
-      for (int64_t l = 32 * j; l < 32 * j + G; ++l) amax = fmaxf(amax, fabsf(x[l]));
+      const float amax = abs_max(x + 32 * j, G);
       d = amax / 127.0f;  /* llama.cpp's Q8_0 inverts d; its Q8_K divides 127 by the max */
       id = !d ? 0.0f : G == 32 ? 1.0f / d : 127.0f / amax;
     }
     dx[j] = d;
+#if FAST
+    round_block(x + 32 * j, id, q + 32 * j, s16 + 2 * j);
+#else
     for (int g = 0; g < 2; ++g) {
       int sum = 0;
       for (int l = 16 * g; l < 16 * g + 16; ++l) {
@@ -78,15 +123,26 @@ static void quantize_view(const float* x, int64_t K, int64_t G, uint8_t* a) {
       }
       s16[2 * j + g] = (int16_t)sum;
     }
+#endif
     ds[j] = d * (s16[2 * j] + s16[2 * j + 1]);
   }
 }
 
-/* x (K floats) → both views at `a` (act_bytes(K) bytes). */
-void quantize_act(const float* x, int64_t K, uint8_t* a) {
-  quantize_view(x, K, 32, a);
-  if (K % 256 == 0) quantize_view(x, K, 256, a + view_bytes(K));
+static void quantize_view(const float* x, int64_t K, int64_t G, uint8_t* a) {
+  quantize_blocks(x, K, G, a, 0, K / 32);
 }
+
+/* This thread's share (tid of nt) of x (K floats) → both views at `a` (act_bytes(K) bytes):
+ * whole groups of 256 values where K has them, so each scale's group stays in one thread. */
+static void quantize_share(const float* x, int64_t K, uint8_t* a, int tid, int nt) {
+  const int64_t per = K % 256 ? 1 : 8, groups = K / 32 / per;
+  const int64_t j0 = groups * tid / nt * per, j1 = groups * (tid + 1) / nt * per;
+  quantize_blocks(x, K, 32, a, j0, j1);
+  if (K % 256 == 0) quantize_blocks(x, K, 256, a + view_bytes(K), j0, j1);
+}
+
+/* x (K floats) → both views at `a` (act_bytes(K) bytes). */
+void quantize_act(const float* x, int64_t K, uint8_t* a) { quantize_share(x, K, a, 0, 1); }
 
 /* Plain: Σ_blocks a·dx·Σ s·c·xq (integer inner sums) + Σ_16 o·dx·S16 (the offsets). */
 static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_t K) {
@@ -277,6 +333,28 @@ float stored_dot(const uint8_t* row, int64_t t, int64_t K, const float* x, uint8
   quantize_act(x, K, act);
   const uint8_t* view = act_view(t, act, K);
   return plain ? dot_plain(t, row, view, K) : row_dot(t, row, view, K);
+}
+
+/* A plain read of n buffers (parts[i], bytes[i] bytes, whole 64-byte lines) with the step's
+ * threads, each buffer's lines split among them as the step splits its rows: the bytes one
+ * decode step streams, read and nothing else. The benchmark times it right before and after a
+ * decode window (the bandwidth of that moment, for MBU on a VM whose bandwidth changes in
+ * states that last seconds). The XOR of every 8 bytes comes back so nothing is optimized away. */
+uint64_t stored_read(const uint8_t* const* parts, const int64_t* bytes, int64_t n, int threads) {
+  uint64_t seen = 0;
+#pragma omp parallel num_threads(threads) reduction(^ : seen)
+  {
+    const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    uint64_t acc[8] = {0};
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t lines = bytes[i] / 64;
+      const uint64_t* w = (const uint64_t*)parts[i];
+      for (int64_t l = lines * tid / nt; l < lines * (tid + 1) / nt; ++l)
+        for (int k = 0; k < 8; ++k) acc[k] ^= w[8 * l + k];
+    }
+    for (int k = 0; k < 8; ++k) seen ^= acc[k];
+  }
+  return seen;
 }
 
 #include "stored_step.h"

@@ -53,6 +53,8 @@ def library(plain: bool = False) -> ctypes.CDLL:
     lib.stored_rows.restype = None
     lib.stored_dot.argtypes = [void_p, i64, i64, void_p, void_p, ctypes.c_int]
     lib.stored_dot.restype = ctypes.c_float
+    lib.stored_read.argtypes = [void_p, void_p, i64, ctypes.c_int]
+    lib.stored_read.restype = ctypes.c_uint64
     for _, repack in INTERLEAVED.values():
         getattr(lib, repack).argtypes = [void_p, i64, i64, void_p, ctypes.c_int]
         getattr(lib, repack).restype = None
@@ -178,6 +180,19 @@ def dot(m: StoredMatrix, row: int, x: torch.Tensor, plain: bool = False) -> floa
     act = torch.empty(lib.act_bytes(m.cols), dtype=torch.uint8)
     return float(lib.stored_dot(m.address + row * m.row_bytes, m.code, m.cols, x.data_ptr(),
                                 act.data_ptr(), int(plain)))
+
+
+def plain_read_s(parts: list[tuple[int, int]], threads: int) -> float:
+    """Seconds one plain read of `parts` ((address, bytes) each) takes with `threads`: the
+    bytes a decode step streams, read and nothing else (stored.c's `stored_read`)."""
+    import time
+
+    lib = library()
+    addresses = (ctypes.c_void_p * len(parts))(*[a for a, _ in parts])
+    sizes = (ctypes.c_int64 * len(parts))(*[n for _, n in parts])
+    start = time.perf_counter()
+    lib.stored_read(addresses, sizes, len(parts), threads)
+    return time.perf_counter() - start
 
 
 class StoredLinear(torch.nn.Module):

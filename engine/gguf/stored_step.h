@@ -5,7 +5,8 @@
  * in them), attention over the cache, o, SwiGLU, the LM head — inside one OpenMP region with
  * barriers between dependent phases, but every matrix is read where the file's mapping holds it,
  * in its own GGML type, through stored.c's 8-bit-activation kernels. Each matrix's rows are split
- * among the threads; a phase's input is quantized once (by one thread) before its products.
+ * among the threads; a phase's input is quantized once before its products (the attention's
+ * output and the MLP's, the widest, by all threads, a share each; a norm's output by one).
  *
  * Parts: p[l · PARTS + i] / ty[…] for layer l, then p[layers · PARTS + FINAL_NORM / LM_HEAD /
  * EMBED]. Norms and biases are float32 (NULL: absent). The cache is float32
@@ -45,6 +46,7 @@ static void attend_head(const float* q, const float* keys, const float* values, 
   float top = -INFINITY;
   for (int64_t s = 0; s <= pos; ++s) {
     float dot = 0.0f;
+#pragma omp simd reduction(+ : dot) /* a vector of partial sums: the plain loop is serial */
     for (int64_t i = 0; i < d; ++i) dot += q[i] * keys[s * d + i];
     scores[s] = dot * scale;
     if (scores[s] > top) top = scores[s];
@@ -147,8 +149,8 @@ void stored_step(const StepConfig* c, const uint8_t* const* p, const int64_t* ty
           memcpy(rec_attn + (slot * c->heads + i) * T, s.scores + i * T, (pos + 1) * sizeof(float));
       }
 #pragma omp barrier
-#pragma omp single
-      quantize_act(s.att, q, act);
+      quantize_share(s.att, q, act, tid, nt);
+#pragma omp barrier
       share(P[P_O], Ty[P_O], h, q, s.att, act, s.x, 1, tid, nt);
 #pragma omp barrier
 #pragma omp single
@@ -164,8 +166,8 @@ void stored_step(const StepConfig* c, const uint8_t* const* p, const int64_t* ty
         for (int64_t i = lo; i < hi; ++i) s.gate[i] = s.gate[i] / (1.0f + expf(-s.gate[i])) * s.up[i];
       }
 #pragma omp barrier
-#pragma omp single
-      quantize_act(s.gate, c->inter, act);
+      quantize_share(s.gate, c->inter, act, tid, nt);
+#pragma omp barrier
       share(P[P_DOWN], Ty[P_DOWN], h, c->inter, s.gate, act, s.x, 1, tid, nt);
 #pragma omp barrier
     }

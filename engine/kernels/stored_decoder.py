@@ -127,6 +127,8 @@ class StoredDecoder(CachedStep):
         tied = table is m.lm_head.matrix
         self._bytes = sum(x.nbytes for x in matrices.values()) - (
             0 if tied else table.nbytes - table.row_bytes)
+        self.streamed = [(x.address, x.nbytes) for x in matrices.values()
+                         if tied or x is not table]  # what a step reads whole
         self.stored_as = "the file's GGML blocks (" + ", ".join(
             f"{k} ×{v}" for k, v in Counter(x.type_name for x in matrices.values()).most_common()
         ) + ")"
