@@ -15,10 +15,14 @@ a step (engine/timing/disturbance.py). The page cache is never dropped (shared m
 measurement records how much of the file it held.
 
 MBU: bytes a decode step reads (the stored weights, an untied embedding for its one row, and our
-float32 KV cache at the timed steps' middle position) ÷ ITL ÷ the read bandwidth measured here
-with the same threads (engine/kernels/microbench.py; the best read of the run); the roof ITL is
-those bytes ÷ that bandwidth. The first step's agreement: KL(llama.cpp ‖ ours) over the whole
-vocabulary, the overlap of the two top-10 sets, and how many greedy tokens agree from the start.
+float32 KV cache at the timed steps' middle position) ÷ ITL ÷ the read bandwidth measured here with
+the same threads (engine/kernels/microbench.py; the best read of the run); the roof ITL is those
+bytes ÷ that bandwidth. MBU bracketed divides by the better of two plain reads right before and
+right after each engine's timed steps instead (ours: the step's own matrices, in its process,
+bench/gguf_ours.py; llama.cpp: the buffer here, around the worker's steps): the bandwidth of that
+stretch of a VM whose bandwidth changes in states that last seconds. The first step's agreement:
+KL(llama.cpp ‖ ours) over the whole vocabulary, the overlap of the two top-10 sets, and how many
+greedy tokens agree from the start.
 
     .venv/bin/python -m bench.gguf_bench [--shapes 135m,1b,3b,8b] [--types q4_0,q8_0,q4_k_m]
         [--threads 2] [--rounds 3] [--json out.json] [--markdown]
