@@ -54,7 +54,7 @@ PROJECTOR = {
     "#1f77b4": "#0050b5",  # decode, GQA, neighbours, head 0
     "#ff7f0e": "#b35000",  # int8 cache, head 1
     "#e6550d": "#a63603",  # run B on Compare runs
-    "#2ca02c": "#1a7a1a",  # KV cache, native kernel, MLA, window + sinks, head 2
+    "#2ca02c": "#1a7a1a",  # KV cache, MLA, window + sinks, head 2
     "#d62728": "#c0001a",  # prefill, MHA, int4, prompt tokens, head 3
     "#9467bd": "#6a3d9a",  # compiled, window, head 4
     "#8c564b": "#6b3a2e",
@@ -71,7 +71,7 @@ PROJECTOR = {
     "#c7c7c7": "#9c9c9c",  # vocabulary sample (background points)
     "#d9d9d9": "#c4c4c4",  # masked (future) cells
     "#e6e6e6": "#d0d0d0",  # unused cache slots
-    "#7b4173": "#5c2a56",  # a request on the Serving page (charts/serving.py REQUEST_COLORS)
+    "#7b4173": "#5c2a56",  # native kernel; a request on the Serving page (REQUEST_COLORS)
     "#6b6ecf": "#3b3eac",  # batch size (Serving)
     "#bdbdbd": "#8f8f8f",  # waiting in the queue (Serving's Gantt)
 }

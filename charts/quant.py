@@ -2,7 +2,7 @@
 
 Pure functions of engine records (no Streamlit, no model), tested on their data and layout.
 Colours mean one thing each: the variant's stored bytes brown, what one decode step reads teal,
-an ITL measured on the native C step green and on torch eager blue (as on the Prefill vs decode
+an ITL measured on the native C step plum and on torch eager blue (as on the Prefill vs decode
 page's kernel comparison; hatched, as on the live chart, when other programs used the CPUs
 meanwhile), KL pink; the calculator's formats one colour each.
 """

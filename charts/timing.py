@@ -13,7 +13,7 @@ from i18n import N_, _
 from .live import DECODE_COLOR, PREFILL_COLOR
 
 COMPILED_COLOR = "#9467bd"
-NATIVE_COLOR = "#2ca02c"
+NATIVE_COLOR = "#7b4173"  # plum: green is the KV cache everywhere
 MARGIN = 2.5  # log axes reach this factor beyond the outermost point (or the ridge / the peak)
 # The roofline's point names stay English (the colours read them, and tables key on them); these
 # are the names drawn (`point_name`), and the engine's two `timed_by` texts, as shown in the title.

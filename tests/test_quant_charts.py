@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from charts.live import DELAYED_NAME, DELAYED_PATTERN
+from charts.live import DELAYED_NAME, DELAYED_PATTERN, KV_COLOR, PREFILL_COLOR
 from charts.quant import (
     ITL_COLORS,
     KL_COLOR,
@@ -13,7 +13,7 @@ from charts.quant import (
     overhead_chart,
     study_chart,
 )
-from charts.timing import DECODE_COLOR, NATIVE_COLOR
+from charts.timing import COMPILED_COLOR, DECODE_COLOR, NATIVE_COLOR
 from engine.quant.calculator import explainer_table, group_overhead, model_weights
 
 from .test_quant_study import fake_study
@@ -39,9 +39,10 @@ def test_itl_bars_are_coloured_by_the_decoder_that_ran_them():
     fig = study_chart(study)
     itl = {t.name: t for t in fig.data if t.name.startswith("ITL")}
     assert set(itl) == {"ITL, native", "ITL, torch eager"}
-    # the kernel comparison's colours: native C green, eager torch blue — one meaning each
+    # the kernel comparison's colours: native C plum, eager torch blue — one meaning each, and
+    # neither is the prefill's red, the compiled step's purple or the KV cache's green
     assert ITL_COLORS == {"native": NATIVE_COLOR, "torch eager": DECODE_COLOR}
-    assert NATIVE_COLOR != DECODE_COLOR
+    assert len({NATIVE_COLOR, DECODE_COLOR, PREFILL_COLOR, COMPILED_COLOR, KV_COLOR}) == 5
     for decoder, color in ITL_COLORS.items():
         bars = itl[f"ITL, {decoder}"]
         assert bars.marker.color == color and bars.yaxis == "y2"
