@@ -41,7 +41,12 @@ from ui.present import (  # noqa: E402
     sidebar_presentation,
     start_presentation,
 )
-from ui.record import keep_model_choice, not_kept_notice, restore_session  # noqa: E402
+from ui.record import (  # noqa: E402
+    hold_page_widgets,
+    keep_model_choice,
+    not_kept_notice,
+    restore_session,
+)
 from ui.session_model import SessionModel  # noqa: E402
 from ui.sidebar_settings import (  # noqa: E402
     DECODER_HELP,
@@ -213,6 +218,7 @@ def sidebar_settings() -> None:
 st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")
 st.html(f"<style>{(ASSETS / 'style.css').read_text()}</style>")
 restore_session()
+hold_page_widgets()  # the Prompt box keeps its text while another page is shown
 start_language()  # before any word is drawn
 open_link()  # a share link's values, on the session's first run, before any widget
 start_presentation()  # before the sidebar draws: presenting, the page opens without it

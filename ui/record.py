@@ -118,6 +118,19 @@ def keep_model_choice(source: str | None, weights: str) -> None:
             _keep(item, value)
 
 
+# Widgets drawn on one page whose value outlives it: Streamlit drops a widget's value at the end of
+# a run that did not draw it (any other page), unless the value is written back on every run.
+HELD_WIDGETS = (keys.PROMPT,)
+
+
+def hold_page_widgets() -> None:
+    """Write each held widget's value back, so a page change does not empty it (the Prompt box,
+    coming back to Generate). Call on every run, before the page draws."""
+    for key in HELD_WIDGETS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def keep_prompt(prompt: str) -> None:
     _keep("prompt", prompt)
 

@@ -213,6 +213,19 @@ def test_a_reload_keeps_the_trace_and_the_prompt(browser, url):
     page.close()
 
 
+def test_the_prompt_box_keeps_its_text_across_pages(browser, url):
+    """Streamlit drops a widget's value on a run whose page does not draw it: the Prompt box was
+    empty on coming back to Generate from any other page, its run still shown."""
+    page = open_app(browser, url)
+    generate_and_wait(page, "Why is the sky blue?")
+    go_to(page, "Tokens")
+    go_to(page, "Generate")
+    expect(page.get_by_role("textbox", name="Prompt", exact=True)).to_have_value(
+        "Why is the sky blue?", timeout=30_000)
+    no_exception(page)
+    page.close()
+
+
 def test_crafted_uploads_get_one_message(browser, url, tmp_path, lm):
     from engine import GenerationSettings, Run
     from engine.records.tracefile import trace_to_bytes
