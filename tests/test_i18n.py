@@ -76,6 +76,25 @@ def test_simplified_is_generated_by_opencc_then_reviewed():
                             else simplify(hant[m.id])) for m in hans)
 
 
+# Words OpenCC's Taiwan → Mainland conversion leaves that a Mainland reader would not write here,
+# each with the word the review puts instead (assets/locale/zh_Hans/review.json).
+NOT_MAINLAND = {"计算机": "计算器 (a calculator; 计算机 is a computer)", "矢量": "向量",
+                "内核": "核心 (CPU cores)", "橘色": "橙色", "纯文字": "纯文本", "重播": "回放",
+                "造访": "访问", "档案": "文件", "伺服器": "服务器", "预设": "默认", "品质": "质量"}
+
+
+def test_simplified_chinese_reads_mainland():
+    import json
+
+    texts = [m.string for m in catalog("zh_Hans")]
+    texts = [t for s in texts for t in ((s,) if isinstance(s, str) else s)]
+    glossary = json.loads(catalogs.GLOSSARY.read_text("utf-8"))["terms"]
+    texts += [t.get(k, "") for t in glossary for k in ("zh-Hans", "note-zh-Hans")]
+    found = {word: why for word, why in NOT_MAINLAND.items() if any(word in t for t in texts)}
+    assert found == {}
+    assert not any("目前" in t and "到目前为止" not in t for t in texts)  # 当前, as a UI says
+
+
 def test_the_language_reaches_every_call():
     with using("zh-Hant"):
         assert language() == "zh-Hant"
