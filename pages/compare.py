@@ -351,7 +351,7 @@ def numbers_section(a: Trace, b: Trace) -> None:
     with c2:
         show_chart(kv_chart(a, b), key="compare_kv")
     notes = [_("Run {name}: {warning}").format(name=n, warning=w)
-             for n, t in (("A", a), ("B", b)) if (w := assess(t).warning())]
+             for n, t in (("A", a), ("B", b)) if (w := assess(t).warning(shared=config().hosted))]
     for note in notes:
         st.warning(note, icon=":material/speed:")
     if a.device != b.device or a.machine != b.machine:

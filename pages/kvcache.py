@@ -26,7 +26,7 @@ from engine.kv.kvcalc import CACHE_DTYPES, from_spec, load_models
 from engine.kv.paging import paged_layout
 from engine.serving.metrics import peak_step
 from engine.serving.record import ServingRun
-from engine.timing.disturbance import ADVICE, RULE
+from engine.timing.disturbance import RULE, advice
 from i18n import N_, _
 from ui.common import no_trace_notice, show_chart
 from ui.config import config
@@ -135,12 +135,12 @@ def on_off_table(found: tuple[OnOff, ...]) -> None:
     if delayed:
         st.warning(_("Other work on this machine delayed {delayed} of {rounds} rounds (crosses in "
                      "the chart): their times show the machine, not the model. {advice}").format(
-            delayed=delayed, rounds=sum(r.rounds for r in found), advice=_(ADVICE)),
+            delayed=delayed, rounds=sum(r.rounds for r in found), advice=advice(config().hosted)),
             icon=":material/speed:")
         with st.expander(_("How a run is marked delayed")):
             st.markdown(_("{rule} A round is delayed when any step of its run with the cache, or "
                           "of its run without, is.").format(rule=_(RULE)))
-    for note in on_off_notes(found):
+    for note in on_off_notes(found, shared=config().hosted):
         st.warning(note, icon=":material/warning:")
     show_chart(on_off_rounds_chart(found), name="cache on vs off rounds")
     last = max(found, key=lambda r: r.new_tokens)

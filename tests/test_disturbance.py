@@ -64,6 +64,13 @@ def test_the_warning_counts_steps_and_says_what_to_do(quiet_trace):
     assert "25%" in RULE and "75%" in RULE
 
 
+def test_on_a_shared_server_the_advice_is_one_a_visitor_can_follow(quiet_trace):
+    """A hosted demo's other work is its other visitors': no "close other programs" there."""
+    warning = assess(_with(quiet_trace, 0.3, 0.6)).warning(shared=True)
+    assert "other visitors" in warning and "run it again in a minute" in warning
+    assert "close other programs" not in warning
+
+
 def test_older_traces_are_not_measured_and_not_flagged(quiet_trace):
     trace = _with(quiet_trace, None, None)
     assert not assess(trace).measured and not assess(trace).disturbed

@@ -12,6 +12,7 @@ from charts.present import presentation
 from engine import Trace
 from engine.timing.disturbance import RULE, assess
 from i18n import _, chinese
+from ui.config import config
 from ui.present import chart_config, chart_format, figure_title, presenting
 from ui.state import app_state, current_trace
 
@@ -36,7 +37,7 @@ def require_trace() -> Trace:
 def disturbance_warning(trace: Trace) -> None:
     """A plain warning when other work on the machine delayed this run's steps, with the rule."""
     result = assess(trace)
-    warning = result.warning()
+    warning = result.warning(shared=config().hosted)
     if warning is None:
         return
     st.warning(warning, icon=":material/speed:")

@@ -31,7 +31,7 @@ from ..loader import LoadedModel
 from ..records.trace import Trace
 from ..runner import Run
 from ..settings import GenerationSettings
-from ..timing.disturbance import ADVICE, assess
+from ..timing.disturbance import advice, assess
 from .kvcache import CacheConfig, build_cache
 
 
@@ -254,7 +254,7 @@ def _why(shorter: OnOff, longer: OnOff, cache: bool) -> str:
              "not to be trusted")
 
 
-def on_off_notes(results: Sequence[OnOff]) -> list[str]:
+def on_off_notes(results: Sequence[OnOff], shared: bool = False) -> list[str]:
     """One line for each output length whose median time is below the next shorter length's
     (with the cache or without): more tokens never take less time, so the line says why the
     measurement shows it, and what to do."""
@@ -271,5 +271,5 @@ def on_off_notes(results: Sequence[OnOff]) -> list[str]:
                 notes.append(line.format(
                     longer=longer.new_tokens, shorter=shorter.new_tokens,
                     longer_ms=longer.median_ms(cache), shorter_ms=shorter.median_ms(cache),
-                    why=_why(shorter, longer, cache), advice=_(ADVICE)))
+                    why=_why(shorter, longer, cache), advice=advice(shared)))
     return notes

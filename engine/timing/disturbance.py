@@ -26,6 +26,16 @@ RULE = N_("A step is marked *delayed by other work on this machine* when other p
           "× 1 host thread).")
 
 ADVICE = N_("Run it again, and close other programs (or wait for them) first.")
+# On a server many visitors share (a hosted demo) the other work is theirs: nothing to close.
+SHARED_ADVICE = N_("This server's CPUs are shared with the demo's other visitors, whose runs "
+                   "took them meanwhile: run it again in a minute, or run the app on your own "
+                   "computer (`make run`) for times that show your machine.")
+
+
+def advice(shared: bool = False) -> str:
+    """What to do about a disturbed measurement, in the session's language: on a shared server
+    (`shared`), advice a visitor can act on."""
+    return _(SHARED_ADVICE if shared else ADVICE)
 
 
 def expected_threads(trace: Trace) -> int:
@@ -66,8 +76,9 @@ class Disturbance:
     def disturbed(self) -> bool:
         return bool(self.delayed_steps)
 
-    def warning(self) -> str | None:
-        """One plain paragraph for the page, or None when the run was not disturbed."""
+    def warning(self, shared: bool = False) -> str | None:
+        """One plain paragraph for the page, or None when the run was not disturbed; `shared`:
+        the app runs on a server its visitors share (advice they can act on)."""
         if not self.disturbed:
             return None
         parts = [_("This run's timing was disturbed: {n} of {steps} steps were delayed by other "
@@ -81,7 +92,7 @@ class Disturbance:
             else:
                 parts.append(_("Other programs used {share:.0%} of all CPUs' time during the "
                                "run.").format(share=self.others_share))
-        parts.append(_(ADVICE))
+        parts.append(advice(shared))
         return ("" if chinese() else " ").join(parts)
 
 

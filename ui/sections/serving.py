@@ -27,7 +27,7 @@ from engine.clock import MachineSample, others_share
 from engine.errors import InputError
 from engine.serving.metrics import summarize_stream
 from engine.serving.record import RequestSpec, ServingConfig, ServingRun
-from engine.timing.disturbance import ADVICE, OTHERS_LIMIT, RULE
+from engine.timing.disturbance import OTHERS_LIMIT, RULE, advice
 from engine.timing.metrics import percentile
 from i18n import N_, _
 from ui.common import show_chart
@@ -121,12 +121,12 @@ def busy_warning(share: float | None, what: str = N_("this run"),
         text = _("{delayed} of {steps} steps of {what} were delayed by other work on this "
                  "machine: its times are slower than this machine's best.").format(
             delayed=delayed, steps=steps, what=_(what))
-        st.warning(sentences(text, _(RULE), _(ADVICE)), icon=":material/speed:")
+        st.warning(sentences(text, _(RULE), advice(config().hosted)), icon=":material/speed:")
     elif share is not None and share >= OTHERS_LIMIT:
         text = _("Other programs used {share:.0%} of all CPUs' time while {what} ran (the rule "
                  "marks ≥ {limit:.0%}): its times are slower than this machine's best.").format(
             share=share, what=_(what), limit=OTHERS_LIMIT)
-        st.warning(sentences(text, _(ADVICE)), icon=":material/speed:")
+        st.warning(sentences(text, advice(config().hosted)), icon=":material/speed:")
 
 
 def cpu_watch(device: Any) -> Callable[[], float | None]:
