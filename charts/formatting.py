@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from babel.dates import format_datetime
 from babel.numbers import get_decimal_symbol, get_group_symbol
 
-from i18n import babel_locale
+from i18n import N_, _, babel_locale
 
 MAX_CHARS = 8  # durations and sizes: "1.21 MiB", "85.3 ms", "1023 KiB"; a rate adds its unit
 NONE = "–"
@@ -107,3 +107,17 @@ def moment(iso: str) -> str:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return format_datetime(when, "medium", tzinfo=timezone.utc, locale=babel_locale()) + " UTC"
+
+
+# Why a recorded run ended (engine/records/trace.py STOP_REASONS), as a reader says it: the
+# trace's own words ("eos", "length") are a file format's, not a sentence.
+STOP_REASON_WORDS = {"eos": N_("the model ended its answer"),
+                     "length": N_("the token limit was reached"),
+                     "stopped": N_("stopped before the end"), "running": N_("still running"),
+                     "limit": N_("the server's time limit per click was reached")}
+
+
+def stop_reason(reason: str) -> str:
+    """A trace's stop reason in the session's language (an unknown one as recorded)."""
+    words = STOP_REASON_WORDS.get(reason)
+    return _(words) if words else reason

@@ -36,7 +36,7 @@ from engine.timing.metrics import summarize
 from i18n import _, language
 
 from .attention import downsample, heatmap, sequence_labels
-from .formatting import count, duration, moment, rate, size
+from .formatting import count, duration, moment, rate, size, stop_reason
 from .kvcache import live_memory_chart
 from .live import step_chart
 from .report_parts import (
@@ -113,7 +113,7 @@ def numbers(trace: Trace) -> list[Number]:
         Number("prompt_tokens", _("Prompt tokens"), s.prompt_tokens, count(s.prompt_tokens),
                _("After the chat template, special tokens included.")),
         Number("output_tokens", _("Generated tokens"), s.output_tokens, count(s.output_tokens),
-               _("Stopped because: {reason}.").format(reason=trace.stop_reason)),
+               _("Stopped because: {reason}.").format(reason=stop_reason(trace.stop_reason))),
         Number("kv_bytes", _("KV cache at the end"), trace.kv_bytes, size(trace.kv_bytes), kv_how),
     ]
 
@@ -170,7 +170,7 @@ def _settings(trace: Trace) -> str:
         (_("Chat template"), on if g.chat_template else off),
         ("KV cache", on if g.kv_cache else _("off (recompute everything each step)")),
         (_("Attention recorded"), layers if trace.attention_layers else _("no")),
-        (_("Stop reason"), trace.stop_reason)])
+        (_("Stop reason"), stop_reason(trace.stop_reason))])
 
 
 def _machine(trace: Trace) -> str:

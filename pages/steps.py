@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from charts import piece_text
-from charts.formatting import duration
+from charts.formatting import duration, stop_reason
 from charts.live import WARMUP_LABEL
 from engine import Trace, summarize
 from engine.timing.disturbance import assess, cpu_share, expected_threads
@@ -26,7 +26,7 @@ def summary(trace: Trace) -> None:
     st.caption(_("{model} on {device} · {prompt} prompt tokens → {output} generated · stop: "
                  "{stop}").format(model=plain(trace.model.name), device=plain(trace.device),
                                   prompt=s.prompt_tokens, output=s.output_tokens,
-                                  stop=trace.stop_reason))
+                                  stop=stop_reason(trace.stop_reason)))
     cols = st.columns(4)
     cols[0].metric("TTFT", duration(s.ttft_ms))
     cols[1].metric("ITL p50", duration(s.itl_p50_ms), help=warmup_note(s))

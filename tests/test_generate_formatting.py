@@ -68,3 +68,18 @@ def test_generate_page_metrics_are_short(lm):
     kv = next(m for m in at.metric if m.label == "KV cache")
     assert "4,147,200 B" in kv.help  # the exact measured bytes, in the help
     assert np.isclose(1000 / 1206.44, 0.83, atol=0.005)
+
+
+def test_every_stop_reason_reads_as_words_in_each_language():
+    """The trace's "eos" / "length" were shown raw on Steps, Compare runs and the handout."""
+    from charts.formatting import stop_reason
+    from engine.records.trace import STOP_REASONS
+    from i18n import using
+
+    for lang in ("en", "zh-Hant", "zh-Hans"):
+        with using(lang):
+            words = [stop_reason(r) for r in STOP_REASONS]
+        assert all(w != r for w, r in zip(words, STOP_REASONS)), (lang, words)
+        assert len(set(words)) == len(STOP_REASONS)
+    with using("zh-Hant"):
+        assert stop_reason("eos") == "模型結束了它的回答"

@@ -8,6 +8,7 @@ import streamlit as st
 
 from charts.attention import downsample, sequence_labels
 from charts.compare import answer_chips_html, heatmap_pair, prompt_chips_html
+from charts.formatting import stop_reason
 from charts.tokens import piece_text, visible
 from engine import Trace
 from engine.lens.attention_stats import full_attention
@@ -57,7 +58,7 @@ def tokens_section(a: Trace, b: Trace, names: tuple[str, str] | None = None,
         st.warning(text.format(**fields), icon=":material/difference:")
     for name, trace in zip(names, (a, b)):
         st.markdown(_("**{name}** · {n} answer tokens, ended: {reason}").format(
-            name=f"{name[:1].upper()}{name[1:]}", n=len(trace.steps), reason=trace.stop_reason))
+            name=f"{name[:1].upper()}{name[1:]}", n=len(trace.steps), reason=stop_reason(trace.stop_reason)))
         st.markdown(answer_chips_html(trace, diff.answer), unsafe_allow_html=True)
     same = diff.prompt is None
     lengths = {"a": diff.prompt_lengths[0], "b": diff.prompt_lengths[1]}
