@@ -95,6 +95,16 @@ def test_simplified_chinese_reads_mainland():
     assert not any("目前" in t and "到目前为止" not in t for t in texts)  # 当前, as a UI says
 
 
+def test_labels_a_reader_meets_first_are_chinese():
+    """A toggle's and the Attention tabs' names were left English in both Chinese catalogs (the
+    English term may follow in brackets, as the prose keeps it)."""
+    for lang in ("zh_Hant", "zh_Hans"):
+        strings = {m.id: m.string for m in catalog(lang)}
+        left = [k for k in ("Chat template", "Head view", "Model view")
+                if not re.search(r"[\u4e00-\u9fff]", strings[k])]
+        assert left == [], lang
+
+
 def test_the_language_reaches_every_call():
     with using("zh-Hant"):
         assert language() == "zh-Hant"
