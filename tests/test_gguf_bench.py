@@ -41,6 +41,19 @@ def test_a_row_is_medians_and_paired_ratios():
     assert s["disturbed_rounds"] == 1 and s["file_gb"] == pytest.approx(4.9)
 
 
+def test_bracketed_mbu_divides_each_round_by_its_own_better_read():
+    row = _row()
+    for r, (ours, llama) in zip(row["rounds"], [([20, 25], [40, 10]), ([40, 40], [20, 20]),
+                                                 ([30, 10], [25, 25])]):
+        r["ours"]["read_gb_s_around_steps"], r["llama"]["read_gb_s_around_steps"] = ours, llama
+    s = summarize(row, ceiling_gb_s=40.0)
+    # ours: 4 GB a step at 200 / 210 / 190 ms = 20 / 19.05 / 21.05 GB/s over 25 / 40 / 30
+    assert s["mbu_bracketed"]["ours"] == pytest.approx(0.7017, abs=1e-4)  # median of .8, .476, .702
+    # llama.cpp: 16 / 13.3 / 20 GB/s over 40 / 20 / 25
+    assert s["mbu_bracketed"]["llama"] == pytest.approx(2 / 3)  # median of .4, .667, .8
+    assert summarize(_row(), 40.0)["mbu_bracketed"] == {"ours": None, "llama": None}  # no reads
+
+
 def test_the_markdown_names_the_machine_and_marks_the_crash_workaround():
     row = _row()
     report = {"date": "2026-12-06T00:00:00+00:00", "rows": [row | {"summary": summarize(row, 40)}],
