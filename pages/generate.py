@@ -11,7 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
-from charts.formatting import duration, rate, size
+from charts.formatting import duration, rate, size, stop_reason
 from charts.live import empty_step_chart
 from engine import Run, Trace, TraceFormatError, summarize
 from engine.lens.weights_notice import run_weights
@@ -56,8 +56,6 @@ CHART_EVERY_S = 1.0
 FRAME_S = 0.1
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}  # the options' values
 REPLAY_SPEED_NAMES = {"instant": N_("instant")}  # the options drawn otherwise than their value
-STOP_REASONS = {"eos": N_("the model ended its answer"), "length": N_("the token limit was reached"),
-                "stopped": N_("you pressed Stop"), "running": N_("still running")}
 VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the status line
 
 
@@ -292,8 +290,9 @@ def replay_trace(trace: Trace, slots: LiveSlots) -> None:
 def summary(trace: Trace) -> None:
     """Why the run ended, and on what: ", weights q4_0 (89.9 MB), decode steps by the native C
     step" when the trace records its decoder."""
-    reason = (_("{limit} was reached").format(limit=limit_text())
-              if trace.stop_reason == "limit" else _(STOP_REASONS[trace.stop_reason]))
+    reason = (_("{limit} was reached").format(limit=limit_text()) if trace.stop_reason == "limit"
+              else _("you pressed Stop") if trace.stop_reason == "stopped"
+              else stop_reason(trace.stop_reason))  # this session's own run: its own words
     d = trace.decoder
     decoder = "" if d is None else _(", weights {weights} ({mb} MB), decode steps by the {decoder}").format(
         weights=plain(run_weights(trace)), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
