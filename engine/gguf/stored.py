@@ -14,6 +14,7 @@ Shapes: M = tokens in a forward, K = a row's length (the input width), N = rows 
 from __future__ import annotations
 
 import ctypes
+import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -185,8 +186,6 @@ def dot(m: StoredMatrix, row: int, x: torch.Tensor, plain: bool = False) -> floa
 def plain_read_s(parts: list[tuple[int, int]], threads: int) -> float:
     """Seconds one plain read of `parts` ((address, bytes) each) takes with `threads`: the
     bytes a decode step streams, read and nothing else (stored.c's `stored_read`)."""
-    import time
-
     lib = library()
     addresses = (ctypes.c_void_p * len(parts))(*[a for a, _ in parts])
     sizes = (ctypes.c_int64 * len(parts))(*[n for _, n in parts])
