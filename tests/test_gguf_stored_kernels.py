@@ -131,3 +131,20 @@ def test_the_activations_are_rounded_alike_by_both_builds_and_numpy(cols):
     d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
     inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
     assert np.array_equal(made[0][:cols].view(np.int8), np.rint(blocks * inv).astype(np.int8).ravel())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_plain_read_reads_every_byte_once(threads):
+    """stored_read (the bracketed MBU's read) returns the XOR of every 8 bytes of its buffers,
+    each split among the threads: numpy's XOR of the same words, so no line is skipped or read
+    twice."""
+    import ctypes
+
+    rng = np.random.default_rng(7)
+    parts = [rng.integers(0, 2**63, n, dtype=np.uint64) for n in (8 * 1000, 8 * 37, 8 * 4096)]
+    lib = stored.library()
+    addresses = (ctypes.c_void_p * 3)(*[p.ctypes.data for p in parts])
+    sizes = (ctypes.c_int64 * 3)(*[p.nbytes for p in parts])
+    want = np.bitwise_xor.reduce(np.concatenate(parts))
+    assert lib.stored_read(addresses, sizes, 3, threads) == int(want)
+    assert stored.plain_read_s([(p.ctypes.data, p.nbytes) for p in parts], threads) > 0
