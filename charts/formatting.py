@@ -9,6 +9,7 @@ goes to the metric's help or a caption, never into the value. Pure functions: no
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from babel.dates import format_datetime
@@ -121,3 +122,18 @@ def stop_reason(reason: str) -> str:
     """A trace's stop reason in the session's language (an unknown one as recorded)."""
     words = STOP_REASON_WORDS.get(reason)
     return _(words) if words else reason
+
+
+def batch_note(batches: Sequence[int]) -> str:
+    """How a run's decode steps (their batch sizes: 1 = alone) shared the model with other runs:
+    "Decoded in a batch of 7 for 22 of its 31 steps (up to 9 runs): …", the median size of the
+    shared steps; "" when every step ran alone."""
+    shared = sorted(b for b in batches if b > 1)
+    if not shared:
+        return ""
+    median = shared[len(shared) // 2]
+    most = shared[-1]
+    return _("Decoded in a batch of {n} for {shared} of its {steps} steps{most}: one forward read "
+             "the weights once for every run in it, as a server batches its users.").format(
+                 n=median, shared=len(shared), steps=len(batches),
+                 most=_(" (up to {m} runs)").format(m=most) if most > median else "")

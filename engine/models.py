@@ -69,6 +69,30 @@ class ModelEntry:
             raise EngineError(str(got))
         return got
 
+    def batcher(self, gate: Callable[[], Any] | None = None, **options: Any) -> Any:
+        """The shared StepBatcher of these weights (engine/serving/batcher.py: live runs decoded
+        in one batch), built once with `gate` and `options` on the weights the native step's
+        prefill runs on (its variant's copy); raises EngineError saying why it cannot run."""
+        from .serving.batcher import StepBatcher
+        from .serving.model_runner import serving_problem
+
+        try:  # outside `extra`'s lock, which building the native decoder takes too
+            model = self.native().model
+        except EngineError:
+            model = self.lm.model
+
+        def build(lm: LoadedModel) -> Any:
+            problem = serving_problem(lm)
+            if problem is not None:
+                return EngineError(problem)
+            weight_bytes = sum(p.nbytes for p in model.parameters())  # tied ones once
+            return StepBatcher(lm, model, self.weights, weight_bytes, gate=gate, **options)
+
+        got = self.extra("batcher", build)
+        if isinstance(got, EngineError):
+            raise EngineError(str(got))
+        return got
+
     def native_problem(self) -> str | None:
         """Why the native step cannot run these weights (one line), or None — without building
         the decoder (cheap: for the sidebar)."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol
 
@@ -82,7 +83,14 @@ class DecodeStep(Protocol):
     def load_prefix(self, cache: DynamicCache, n: int) -> None: ...
 
 
-DecoderSource = DecodeStep | Callable[[], DecodeStep]
+class Seats(Protocol):
+    """A decoder shared by many runs (engine/serving/batcher.py's StepBatcher): `admit` waits
+    for a place holding `tokens` positions (or `stop`), and returns the run's DecodeStep."""
+
+    def admit(self, tokens: int, stop: threading.Event) -> DecodeStep: ...
+
+
+DecoderSource = DecodeStep | Callable[[], DecodeStep] | Seats
 
 
 def native_cache_bytes(spec: ModelSpec, positions: int) -> tuple[int, ...]:
@@ -200,12 +208,15 @@ class Run:
             return
         self._decided = True
         source = self._native_source
+        need = len(self.prompt_ids) + self.settings.max_new_tokens
         try:
-            native = source() if callable(source) and not hasattr(source, "step") else source
+            if hasattr(source, "admit"):  # a batcher seats the run for the positions it needs
+                native = source.admit(need, self._stop)
+            else:
+                native = source() if callable(source) and not hasattr(source, "step") else source
         except EngineError as err:
             self.decoder = self._torch(str(err).splitlines()[0] if str(err) else N_("unavailable"))
             return
-        need = len(self.prompt_ids) + self.settings.max_new_tokens
         if need > native.max_tokens:
             self.decoder = self._torch(
                 _("prompt ({prompt}) + new tokens ({new}) exceed the native cache of {cache} "
@@ -213,7 +224,8 @@ class Run:
                                    cache=native.max_tokens))
             return
         self.native = native
-        self.decoder = DecoderUsed("native", None, native.weights, int(native.weight_bytes))
+        self.decoder = DecoderUsed(getattr(native, "name", "native"), None, native.weights,
+                                   int(native.weight_bytes))
 
     def stop(self) -> None:
         """Ask the run to stop before its next step; what is done stays in the trace."""
@@ -229,18 +241,23 @@ class Run:
 
     def _steps(self) -> Iterator[Step]:
         self._choose_decoder()
-        loop = self._start()
-        for i in range(len(self.steps), self.settings.max_new_tokens):  # a branch starts with some
-            if self._stop.is_set():
-                self.stop_reason = "stopped"
-                return
-            step = self._step(loop, i)
-            self.steps.append(step)
-            yield step
-            if step.token_id in loop.eos:
-                self.stop_reason = "eos"
-                return
-        self.stop_reason = "length"
+        try:
+            loop = self._start()
+            for i in range(len(self.steps), self.settings.max_new_tokens):  # a branch: some done
+                if self._stop.is_set():
+                    self.stop_reason = "stopped"
+                    return
+                step = self._step(loop, i)
+                self.steps.append(step)
+                yield step
+                if step.token_id in loop.eos:
+                    self.stop_reason = "eos"
+                    return
+            self.stop_reason = "length"
+        finally:
+            release = getattr(self.native, "release", None)  # a batched decoder's place
+            if release is not None:
+                release()
 
     def _start(self) -> _Loop:
         """The loop's state before the prefill."""
@@ -266,8 +283,15 @@ class Run:
             loop.recorder.last_query_only = i > 0 and (loop.cache is None or _uncached(loop) > 1)
         before = MachineSample.now(loop.device)
         self._first = self._first or before
-        with torch.inference_mode(), recording(loop.model, loop.recorder):
-            logits, hidden, attention = self._forward(loop, i)
+        # A decoder shared with other runs (batched: it has `exclusive`) has the model to itself
+        # only for the prefill; its decode steps record attention themselves, and the model's
+        # attention is not switched around them (another run's prefill may be using it).
+        alone = getattr(self.native, "exclusive", None)
+        hooked = None if i > 0 and alone is not None else loop.recorder
+        alone = alone if i == 0 else None
+        with torch.inference_mode(), alone() if alone else nullcontext(), \
+                recording(loop.model, hooked):
+            logits, hidden, attention, batched = self._forward(loop, i)
             forward_ms = clock_ms(loop.device) - before.wall_ms
             if i == 0 and self.native is not None:
                 self.native.load_prefix(loop.cache, n_prompt)  # the prompt's K/V, into its cache
@@ -285,17 +309,21 @@ class Run:
             loop.cache = None  # the native cache holds the prompt from here on; drop the torch copy
         last = token in loop.eos or i == s.max_new_tokens - 1
         text = loop.detok.push(token) + (loop.detok.flush() if last else "")
-        return self._record(i, choice, text, per_layer, before, after, forward_ms,
+        if batched is not None:  # the run's step waited for the batch: its forward alone
+            forward_ms = min(batched.forward_ms, forward_ms)
+        step = self._record(i, choice, text, per_layer, before, after, forward_ms,
                             attention.numpy() if attention is not None else None, hidden_np)
+        return replace(step, batch=batched.batch) if batched is not None else step
 
-    def _forward(self, loop: _Loop, i: int
-                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def _forward(self, loop: _Loop, i: int) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                     torch.Tensor | None, Any]:
         """One forward: the prefill (i = 0), else a decode step on the chosen decoder.
-        Returns logits (V,), hidden (L + 1, hidden) or None, and the attention the decoder
-        recorded itself, (L_rec, H, 1, S) float16, or None (the recorder holds it)."""
+        Returns logits (V,), hidden (L + 1, hidden) or None, the attention the decoder
+        recorded itself, (L_rec, H, 1, S) float16, or None (the recorder holds it), and a
+        batched decoder's output (its batch size and forward time), else None."""
         s = self.settings
         if i == 0:
-            return (*prefill(loop.model, loop.sequence, loop.cache, s.record_hidden), None)
+            return (*prefill(loop.model, loop.sequence, loop.cache, s.record_hidden), None, None)
         if self.native is not None:
             done = self.native.step(int(loop.sequence[0, -1]), len(self.prompt_ids) + i - 1,
                                     attention_layers=self.recorded_layers,
@@ -303,11 +331,12 @@ class Run:
             attention = done.attention
             if attention is not None:  # (L_rec, H, S) → (L_rec, H, 1, S), as recorded
                 attention = attention[:, :, None].to(torch.float16)
-            return done.logits, done.hidden, attention
+            return (done.logits, done.hidden, attention,
+                    done if hasattr(done, "batch") else None)
         if loop.cache is not None:  # the positions the cache lacks: one, except in a re-run
             fed = loop.sequence[:, loop.sequence.shape[1] - _uncached(loop):]  # (1, T)
-            return (*decode_one_token(loop.model, fed, loop.cache, s.record_hidden), None)
-        return (*forward_full(loop.model, loop.sequence, s.record_hidden), None)
+            return (*decode_one_token(loop.model, fed, loop.cache, s.record_hidden), None, None)
+        return (*forward_full(loop.model, loop.sequence, s.record_hidden), None, None)
 
     def _kv_bytes(self, loop: _Loop, i: int) -> tuple[int, ...]:
         """Per layer, the KV cache's bytes after step i: measured from the torch cache's tensors,

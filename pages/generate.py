@@ -11,12 +11,13 @@ from pathlib import Path
 import streamlit as st
 
 from charts import piece_text, step_chart, token_chips_html, topk_chart
-from charts.formatting import duration, rate, size, stop_reason
+from charts.formatting import batch_note, duration, rate, size, stop_reason
 from charts.live import empty_step_chart
 from engine import Run, Trace, TraceFormatError, summarize
 from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
 from i18n import N_, _, language
+from ui.batching import batched_seat, budget_timer
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
@@ -214,8 +215,11 @@ def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
         return None
     keep_prompt(prompt)
     budget = threading.Event()  # set when the hosted per-click budget is spent
-    run = run_experiment(lambda job: Run(lm, prompt, generation_settings(), stop_event=budget,
-                                         **session_model().run_options()), turn=False, cut=False)
+    settings, model = generation_settings(), session_model()
+    seat = batched_seat(model, settings)  # None: the run takes the whole machine in its turn
+    options = model.run_options() if seat is None else {"native": seat, "weights": model.weights}
+    run = run_experiment(lambda job: Run(lm, prompt, settings, stop_event=budget, **options),
+                         turn=False, cut=False)
     if run is None:  # the prompt was refused: the reason is shown
         return None
     started = run.trace()
@@ -223,8 +227,10 @@ def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
     show(started, slots, "live")
     prefill = _("Prefill: the {n}-token prompt in one forward pass…").format(
         n=len(started.prompt_token_ids))
-    if run_experiment(lambda job: decode(run, slots, job), progress=prefill, where=line,
-                      stop=budget, cut=False) is None:
+    with budget_timer(budget, seat is not None):
+        decoded = run_experiment(lambda job: decode(run, slots, job), progress=prefill,
+                                 where=line, stop=budget, cut=False, turn=seat is None)
+    if decoded is None:
         return None
     trace = run.trace()
     if budget.is_set() and trace.stop_reason == "stopped":
@@ -300,6 +306,9 @@ def summary(trace: Trace) -> None:
                  "{reason}. Model: {model} on {device}{decoder}.").format(
                      tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,
                      model=plain(trace.model.name), device=plain(trace.device), decoder=decoder))
+    shared = batch_note([s.batch for s in trace.steps[1:]])
+    if shared:
+        st.caption(shared)
 
 
 def why_this_token(trace: Trace) -> None:

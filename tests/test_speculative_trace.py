@@ -98,7 +98,7 @@ def _meta_rewritten(data: bytes, change) -> bytes:
 
 def test_a_version_4_file_still_loads(tiny_lm):
     trace = generate_trace(tiny_lm, "hello there", GenerationSettings(max_new_tokens=4))
-    assert FORMAT_VERSION == 7 and trace.speculation is None
+    assert FORMAT_VERSION == 8 and trace.speculation is None
 
     def as_version_4(meta):
         meta["version"] = 4

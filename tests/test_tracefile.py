@@ -163,6 +163,8 @@ def _older_file(trace, version: int) -> bytes:
     meta = json.loads(np.load(io.BytesIO(parts["meta.json.npy"])).tobytes())
     meta["version"] = version
     del meta["decoder"], meta["branch"]
+    for record in meta["steps"]:
+        del record["batch"]
     if version <= 2:
         del meta["machine"]
         for record in meta["steps"]:
@@ -195,7 +197,21 @@ def test_older_files_are_upgraded_with_unknown_timing(trace, version):
     assert back.trace.decoder is None and trace.decoder is not None
     assert (back.trace.machine is None) == (version <= 2)
     assert (back.trace.steps[1].cpu_ms is None) == (version <= 2)
-    assert FORMAT_VERSION == 7
+    assert FORMAT_VERSION == 8
+
+
+def test_a_version_7_file_ran_every_step_alone_and_batch_sizes_round_trip(trace):
+    """Version 8 records each step's batch size; a version 7 file's steps all ran alone."""
+    batched = replace(trace, steps=(trace.steps[0], *(replace(s, batch=3) for s in trace.steps[1:])))
+    assert [s.batch for s in load_trace(trace_to_bytes(batched)).steps] == \
+        [1] + [3] * (len(trace.steps) - 1)
+    def as_version_7(meta):
+        meta["version"] = 7
+        for record in meta["steps"]:
+            del record["batch"]
+
+    back = load_trace(_rewrite_meta(trace_to_bytes(batched), as_version_7))
+    assert [s.batch for s in back.steps] == [1] * len(trace.steps)
 
 
 def test_the_decoder_record_round_trips_and_is_checked(trace):

@@ -47,6 +47,7 @@ class AppConfig:
     session_entries: int = 256  # records of all visitors together
     session_keep_s: float = 1800.0  # a record changed this recently is never evicted for others
     uploads_mb: int = 1024  # uploaded files the server holds for all sessions together
+    batching: bool = False  # visitors' Generate runs decode in one batch (engine/serving/batcher.py)
 
     @classmethod
     def from_env(cls) -> "AppConfig":
@@ -54,9 +55,9 @@ class AppConfig:
             return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2,
                                        file_growth=8.0),
                        HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128,
-                       uploads_mb=200)
+                       uploads_mb=200, batching=_batching(True))
         return cls(False, Limits(1024, 256, 50, 512, 8192, record_mb=256), 4096, 2048,
-                   12 * 3600.0)
+                   12 * 3600.0, batching=_batching(False))
 
     @property
     def weights_choices(self) -> tuple[str, ...]:
@@ -72,6 +73,12 @@ def _click_s(default: float = 15.0) -> float:
     except ValueError:
         return default
     return min(max(value, 1.0), 600.0) if value == value else default
+
+
+def _batching(default: bool) -> bool:
+    """INFERENCE_EXPLORER_BATCHING=1 / 0 turns batched Generate runs on or off (hosted: on)."""
+    value = os.environ.get("INFERENCE_EXPLORER_BATCHING", "")
+    return default if value not in ("0", "1") else value == "1"
 
 
 def config() -> AppConfig:

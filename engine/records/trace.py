@@ -55,6 +55,7 @@ class Step:
     forward_ms: float | None = None  # the model forward alone (no sampling, no recording)
     cpu_ms: float | None = None  # CPU time this process used during the step, all threads
     others_share: float | None = None  # share (0–1) of all CPUs' time other processes used
+    batch: int = 1  # runs whose steps shared this forward (engine/serving/batcher.py); 1: alone
 
     def __post_init__(self) -> None:
         if len(self.top_pieces) != len(self.top_ids):
@@ -80,13 +81,15 @@ class MachineLoad:
                 ("threads", "cores", "load_before", "load_after", "others_share")}
 
 
-DECODER_NAMES = ("native", "torch")
+DECODER_NAMES = ("native", "torch", "batched")
 
 
 @dataclass(frozen=True, slots=True)
 class DecoderUsed:
-    """What ran a run's decode steps: the hand-written C step ("native") or transformers
-    ("torch", with the one-line reason the native step did not run), and the weights it read.
+    """What ran a run's decode steps: the hand-written C step ("native"), transformers
+    ("torch", with the one-line reason the native step did not run) or the hosted server's
+    batched steps ("batched": engine/serving/batcher.py, one forward for every live run's step),
+    and the weights it read.
 
     `weights` names the variant (fp32, fp16, bf16, int8, q4_0, … — engine/quant/variants.py);
     `weight_bytes` is measured from the tensors the decode step used: the native decoder's packed
@@ -112,6 +115,8 @@ class DecoderUsed:
         session's language (a reason recorded in English is one of the runner's messages)."""
         if self.name == "native":
             return _("native C step")
+        if self.name == "batched":
+            return _("server's batch (continuous batching)")
         return _("torch eager — {reason}").format(reason=_(self.reason) if self.reason else "")
 
     def to_dict(self) -> dict[str, str | int | None]:

@@ -35,7 +35,7 @@ from .trace import BranchOf, DecoderUsed, MachineLoad, Speculation, Step, Trace
 from .tracecheck import check_trace
 
 FORMAT_NAME = "inference-explorer-trace"
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 META_KEY = "meta.json"
 MAX_TRACE_BYTES = 1 << 30  # decompressed; the app passes a smaller cap (hosted: smaller still)
 MAX_META_BYTES = 8 << 20
@@ -79,13 +79,23 @@ def _add_branch(meta: dict[str, Any]) -> dict[str, Any]:
     return {**meta, "version": 7, "branch": None}
 
 
+def _add_batch(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 8 records how many runs shared each step's forward (batched steps); older files
+    ran every step alone (1) — a fact, not an unknown."""
+    steps = meta.get("steps")
+    if isinstance(steps, list):
+        steps = [{**step, "batch": 1} if isinstance(step, dict) else step for step in steps]
+    return {**meta, "version": 8, "steps": steps}
+
+
 # version n → function turning version-n metadata into version n+1.
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_experiments,
                                                                    2: _add_machine,
                                                                    3: _add_decoder,
                                                                    4: _add_speculation,
                                                                    5: _residual_stream,
-                                                                   6: _add_branch}
+                                                                   6: _add_branch,
+                                                                   7: _add_batch}
 OLD_HIDDEN = 6  # files older than this hold hidden states whose last row is final-normed
 
 
@@ -105,6 +115,7 @@ _ARRAY_FIELDS = {  # name → allowed dtype
 _SCALAR_STEP_FIELDS = ("index", "phase", "token_id", "piece", "text", "position", "context_len",
                        "latency_ms", "kv_bytes", "kv_bytes_per_layer", "chosen_prob", "chosen_rank")
 _TIMING_STEP_FIELDS = ("forward_ms", "cpu_ms", "others_share")  # version 3; None when unknown
+_BATCH_STEP_FIELDS = ("batch",)  # version 8
 
 
 def trace_to_bytes(trace: Trace, experiments: ExperimentsSection | None = None) -> bytes:
@@ -133,7 +144,8 @@ def trace_to_bytes(trace: Trace, experiments: ExperimentsSection | None = None) 
     }
     arrays: dict[str, np.ndarray] = {}
     for step in trace.steps:
-        record = {name: getattr(step, name) for name in _SCALAR_STEP_FIELDS + _TIMING_STEP_FIELDS}
+        record = {name: getattr(step, name)
+                  for name in _SCALAR_STEP_FIELDS + _TIMING_STEP_FIELDS + _BATCH_STEP_FIELDS}
         record["kv_bytes_per_layer"] = list(step.kv_bytes_per_layer)
         record["top_pieces"] = list(step.top_pieces)
         meta["steps"].append(record)
@@ -265,6 +277,7 @@ def _build(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Trace:
     for i, record in enumerate(records):
         fields = {name: record[name] for name in _SCALAR_STEP_FIELDS}
         fields.update({name: record.get(name) for name in _TIMING_STEP_FIELDS})
+        fields.update({name: record[name] for name in _BATCH_STEP_FIELDS})
         fields["kv_bytes_per_layer"] = tuple(record["kv_bytes_per_layer"])
         fields["top_pieces"] = tuple(str(v) for v in record["top_pieces"])
         fields.update({name: _array(arrays, i, name) for name in _ARRAY_FIELDS})

@@ -34,12 +34,12 @@ class Linear:
     """y = x · Wᵀ (+ b) for x (…, in), W (out, in) the module's weight — or the module itself
     where it has no float weight (a `StoredLinear`)."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, pack: bool = True) -> None:
         self.module = None if has_float_weight(module) else module
         self.weight: torch.Tensor | None = None if self.module is not None else module.weight
         self.bias: torch.Tensor | None = module.bias
         self.packed = None
-        if self.weight is not None and mkl_packing_available(self.weight):
+        if pack and self.weight is not None and mkl_packing_available(self.weight):
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, PACK_HINT_ROWS)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

@@ -56,13 +56,13 @@ def packs_weights(lm: Any) -> bool:
     return has_float_weight(lm.model.lm_head)
 
 
-def check_pool_memory(lm: Any, slots: int) -> None:
+def check_pool_memory(lm: Any, slots: int, pack: bool = True) -> None:
     """Refuse, before allocating, a pool plus packed weights over half the free memory."""
     from ..errors import InputError
     from ..quant.variants import available_memory
 
     pool = slots * lm.spec.kv_bytes_per_token
-    packed = lm.spec.weight_bytes if packs_weights(lm) else 0
+    packed = lm.spec.weight_bytes if pack and packs_weights(lm) else 0
     need = pool + packed  # the pool and the packed copy of the weights
     free = available_memory()
     if need > free / 2:
@@ -76,11 +76,12 @@ def check_pool_memory(lm: Any, slots: int) -> None:
 class PagedModelRunner:
     """Holds the K and V pools: (layers, num_blocks · block_size slots, kv_heads, head_dim)."""
 
-    def __init__(self, lm: Any, num_blocks: int, block_size: int) -> None:
+    def __init__(self, lm: Any, num_blocks: int, block_size: int, pack: bool = True) -> None:
+        """`pack` False: no packed copy of float weights (linear.py), F.linear on the model's."""
         problem = serving_problem(lm)
         if problem:
             raise ValueError(problem)
-        check_pool_memory(lm, num_blocks * block_size)
+        check_pool_memory(lm, num_blocks * block_size, pack)
         self.model = lm.model
         self.spec = lm.spec
         self.device = lm.device
@@ -90,16 +91,22 @@ class PagedModelRunner:
         self.k_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
         self.v_pool = torch.zeros(shape, dtype=dtype, device=lm.device)
         self.block_size = block_size
-        self.linears = [{name: Linear(module) for name, module in (
+        self.linears = [{name: Linear(module, pack) for name, module in (
             ("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj),
             ("v", layer.self_attn.v_proj), ("o", layer.self_attn.o_proj),
             ("gate", layer.mlp.gate_proj), ("up", layer.mlp.up_proj), ("down", layer.mlp.down_proj))}
             for layer in inner.layers[:lm.spec.layers]]
-        self.lm_head = Linear(lm.model.lm_head)
+        self.lm_head = Linear(lm.model.lm_head, pack)
 
     @property
     def pool_bytes(self) -> int:
         return self.k_pool.nbytes + self.v_pool.nbytes
+
+    @property
+    def packed_bytes(self) -> int:
+        """The packed copies of the weights this runner holds (0 without)."""
+        return sum(lin.packed.nbytes for lin in [self.lm_head, *(
+            x for layer in self.linears for x in layer.values())] if lin.packed is not None)
 
     def read_kv(self, layer: int, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V stored at `slots` of one layer: (len(slots), kv_heads, head_dim) each."""
@@ -109,6 +116,16 @@ class PagedModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: list[Chunk], copies: list[tuple[int, int]] = ()) -> torch.Tensor:
         """Logits (B, vocab) at the last new position of each chunk."""
+        return self.forward_recorded(chunks, copies).logits
+
+    @torch.inference_mode()
+    def forward_recorded(self, chunks: list[Chunk], copies: list[tuple[int, int]] = (),
+                         attention_layers: frozenset[int] = frozenset(),
+                         hidden: bool = False) -> "Recorded":
+        """`forward`, also keeping for each chunk's last new position what a traced run records:
+        each layer of `attention_layers`'s softmax row per head over the chunk's context (those
+        layers' attention computed explicitly, the others by SDPA), and with `hidden` the
+        residual stream entering every layer and leaving the last."""
         device, spec, bs = self.device, self.spec, self.block_size
         inner = self.model.model
         lengths = [len(c.token_ids) for c in chunks]
@@ -137,13 +154,19 @@ class PagedModelRunner:
             valid[b, :n] = True
         copy_src = torch.tensor([s * bs + i for s, _ in copies for i in range(bs)], device=device)
         copy_dst = torch.tensor([d * bs + i for _, d in copies for i in range(bs)], device=device)
+        last = torch.tensor([sum(lengths[:b + 1]) - 1 for b in range(batch)], device=device)
+        rows = torch.arange(batch, device=device)
+        attention: dict[int, torch.Tensor] = {}  # layer → (B, H, L) the last query's softmax
+        residual: list[torch.Tensor] = []  # (B, hidden) entering each layer, then leaving
 
-        hidden = inner.embed_tokens(ids)[None]  # (1, T, hidden)
-        cos, sin = inner.rotary_emb(hidden, position_ids=positions[None])  # (1, T, head_dim)
+        hidden_states = inner.embed_tokens(ids)[None]  # (1, T, hidden)
+        cos, sin = inner.rotary_emb(hidden_states, position_ids=positions[None])  # (1, T, D)
         groups = spec.heads // spec.kv_heads
         for index, layer in enumerate(inner.layers[:spec.layers]):
+            if hidden:
+                residual.append(hidden_states[0, last])
             attn = layer.self_attn
-            x = layer.input_layernorm(hidden)
+            x = layer.input_layernorm(hidden_states)
             lin = self.linears[index]
             q, k, v = lin["q"](x), lin["k"](x), lin["v"](x)
             q = q.view(1, -1, spec.heads, spec.head_dim).transpose(1, 2)  # (1, H, T, D)
@@ -163,12 +186,32 @@ class PagedModelRunner:
             keys = keys.repeat_interleave(groups, dim=1)  # (B, H, L, D)
             values = values.repeat_interleave(groups, dim=1)
             queries = q[0][:, flat].permute(1, 0, 2, 3)  # (B, H, Q, D)
-            out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
-                                                 scale=attn.scaling)  # (B, H, Q, D)
+            if index in attention_layers:
+                scores = (queries @ keys.transpose(-1, -2)) * attn.scaling  # (B, H, Q, L)
+                probs = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
+                out = probs.to(values.dtype) @ values  # (B, H, Q, D)
+                attention[index] = probs[rows, :, torch.tensor(lengths, device=device) - 1]
+            else:
+                out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
+                                                     scale=attn.scaling)  # (B, H, Q, D)
             out = out.permute(0, 2, 1, 3)[valid]  # (T, H, D), flat order
-            hidden = hidden + lin["o"](out.reshape(1, -1, spec.heads * spec.head_dim))
-            x = layer.post_attention_layernorm(hidden)
-            hidden = hidden + lin["down"](layer.mlp.act_fn(lin["gate"](x)) * lin["up"](x))
-        last = torch.tensor([sum(lengths[:b + 1]) - 1 for b in range(batch)], device=device)
-        return self.lm_head(inner.norm(hidden[0, last]))  # (B, vocab)
+            hidden_states = hidden_states + lin["o"](
+                out.reshape(1, -1, spec.heads * spec.head_dim))
+            x = layer.post_attention_layernorm(hidden_states)
+            hidden_states = hidden_states + lin["down"](
+                layer.mlp.act_fn(lin["gate"](x)) * lin["up"](x))
+        if hidden:
+            residual.append(hidden_states[0, last])
+        logits = self.lm_head(inner.norm(hidden_states[0, last]))  # (B, vocab)
+        return Recorded(logits, attention, torch.stack(residual, dim=1) if hidden else None)
 
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Recorded:
+    """A forward's logits (B, vocab); `attention`: layer → (B, H, L) the last new position's
+    softmax row per head (positions past a chunk's context are 0); `hidden`: (B, layers + 1,
+    hidden) or None."""
+
+    logits: torch.Tensor
+    attention: dict[int, torch.Tensor]
+    hidden: torch.Tensor | None

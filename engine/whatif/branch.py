@@ -146,8 +146,8 @@ class BranchRun(Run):
         self.loop = loop
         return loop
 
-    def _forward(self, loop: _Loop, i: int
-                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def _forward(self, loop: _Loop, i: int) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                     torch.Tensor | None, Any]:
         """The first step after the branch point, with the native step: the positions the
         reused cache lacks run in torch (none in a branch but its new token, which the native
         step feeds; prompt + prefix + token in a re-run), then the native cache takes over."""
@@ -159,7 +159,7 @@ class BranchRun(Run):
             out = decode_one_token(loop.model, loop.sequence[:, held:], cache,
                                    self.settings.record_hidden)
             self.native.load_prefix(cache, loop.sequence.shape[1])
-            return (*out, None)
+            return (*out, None, None)
         self.native.load_prefix(cache, held)
         return super()._forward(loop, i)
 

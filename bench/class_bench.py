@@ -1,0 +1,150 @@
+"""A class at once: N visitors press Generate at the same moment on the hosted demo, with the
+server's batching on and off (issue 39's table).
+
+A hosted-mode server (tests/e2e/turns_load.py's `hosted_server`, the model from this user's
+cache) and Debian's Chromium: N browser contexts, each its own client (X-Forwarded-For
+10.39.x.y, as a Space's proxy writes it) on the Generate page with 32 new tokens; each types a
+short prompt, and all press Ctrl+Enter one after another as fast as the browser takes it. Per
+visitor, in the browser's own clock from its keypress: the first generated token on screen, and
+the finished run (its summary line shown, the app idle). Errors: a page showing an exception or
+an error, or a run that never finished. The server's peak RSS (VmHWM) at the end. Then the same
+with batching off (INFERENCE_EXPLORER_BATCHING=0: one run at a time in the fair turn), on a new
+server, in the same invocation.
+
+    python -m bench.class_bench [--visitors 10 20 30] [--modes on off]
+        [--out bench/out/class_bench.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+from tests.e2e.browser import APP_IDLE, launch_chromium
+from tests.e2e.turns_load import LOADED, hosted_server, warmed_up
+
+PROMPT = "Name three colours of the rainbow."
+QUERY = "?new_tokens=32"
+WATCH = """() => {
+  const log = window.__class = {ran: false, first: null, done: null, error: null};
+  const app = document.querySelector('[data-testid="stApp"]');
+  new MutationObserver(() => {
+    const state = app.dataset.testScriptState;
+    if (state === 'running') log.ran = true;
+    if (log.first === null && document.querySelectorAll('.ie-chips .ie-gen').length > 0)
+      log.first = Date.now();
+    if (log.error === null && document.querySelector(
+        '[data-testid="stException"], [data-testid="stAlertContentError"]')) log.error = Date.now();
+    if (log.ran && log.done === null && state === 'notRunning'
+        && document.body.textContent.includes('stopped because')) log.done = Date.now();
+  }).observe(document.body, {childList: true, subtree: true, characterData: true,
+                             attributes: true, attributeFilter: ['data-test-script-state']});
+}"""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def server_pid(proc) -> int:
+    """The Streamlit process (the launcher may exec it or run it as a child)."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    kids = children.read_text().split() if children.exists() else []
+    return int(kids[0]) if kids else proc.pid
+
+
+def one_class(browser, url: str, visitors: int, timeout_s: float) -> dict:
+    pages = []
+    for i in range(visitors):
+        context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                      extra_http_headers={"X-Forwarded-For":
+                                                          f"10.39.{i // 250}.{i % 250 + 1}"})
+        page = context.new_page()
+        page.goto(f"{url}/{QUERY}")
+        pages.append(page)
+    for page in pages:
+        page.get_by_text(LOADED).first.wait_for(timeout=300_000)
+        page.wait_for_selector(APP_IDLE, timeout=300_000)
+        page.evaluate(WATCH)
+        page.get_by_role("textbox", name="Prompt", exact=True).fill(PROMPT)
+    pressed = []
+    for page in pages:
+        pressed.append(page.evaluate("Date.now()"))
+        page.get_by_role("textbox", name="Prompt", exact=True).press("Control+Enter")
+    deadline = time.monotonic() + timeout_s
+    logs = [None] * visitors
+    while time.monotonic() < deadline:
+        logs = [page.evaluate("window.__class") for page in pages]
+        if all(log["done"] is not None or log["error"] is not None for log in logs):
+            break
+        time.sleep(0.5)
+    first = [(log["first"] - t) / 1000 for log, t in zip(logs, pressed) if log["first"]]
+    done = [(log["done"] - t) / 1000 for log, t in zip(logs, pressed) if log["done"]]
+    errors = sum(log["error"] is not None or log["done"] is None for log in logs)
+    for page in pages:
+        page.context.close()
+    return {"visitors": visitors, "first_token_s": [round(x, 2) for x in first],
+            "finished_s": [round(x, 2) for x in done], "errors": errors,
+            "first_median_s": round(statistics.median(first), 2) if first else None,
+            "first_p90_s": round(percentile(first, 0.9), 2) if first else None,
+            "first_max_s": round(max(first), 2) if first else None,
+            "finished_max_s": round(max(done), 2) if done else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--visitors", type=int, nargs="+", default=[10, 20, 30])
+    parser.add_argument("--modes", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--out", default="bench/out/class_bench.json")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        for mode in args.modes:
+            log = Path(tmp) / f"server-{mode}.log"
+            env = {"INFERENCE_EXPLORER_BATCHING": "1" if mode == "on" else "0"}
+            with hosted_server(log, env=env) as (url, proc):
+                warmed_up(log)
+                for n in args.visitors:
+                    row = {"batching": mode, **one_class(browser, url, n, args.timeout)}
+                    row["server_peak_rss_mb"] = peak_rss_mb(server_pid(proc))
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items()
+                                      if not isinstance(v, list)}), flush=True)
+        browser.close()
+    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "prompt": PROMPT,
+              "new_tokens": 32, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print("\n| batching | visitors | first token median s | p90 s | max s | all finished s | "
+          "errors | server peak RSS MB |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batching']} | {r['visitors']} | {r['first_median_s']} | {r['first_p90_s']} | "
+              f"{r['first_max_s']} | {r['finished_max_s']} | {r['errors']} | "
+              f"{r['server_peak_rss_mb'] and round(r['server_peak_rss_mb'])} |")
+
+
+if __name__ == "__main__":
+    main()

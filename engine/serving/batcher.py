@@ -1,0 +1,312 @@
+"""Live runs decoded together: continuous batching of many visitors' recorded runs.
+
+The article's serving lesson, applied to our own hosted demo: a decode step reads every weight
+once, whatever the number of requests in it, so the steps of runs that overlap in time should be
+one forward. A :class:`StepBatcher` owns a block pool (block_manager.py) and a paged model runner
+(model_runner.py) for one model; each live `Run` (engine/runner.py) gets a
+:class:`BatchedDecoder` as its plugged-in decoder. The run's prefill still runs alone in
+transformers (it records the prompt's whole attention), holding the batcher's `exclusive` turn;
+its K/V then go into the pool. Each decode step is handed to the batcher's worker thread, which
+runs one forward for every step asked for at that moment — runs join at the next step after
+their prefill and leave when they end, as in vLLM's continuous batching — and gives each run
+its own logits, the attention rows and residual stream it records, and the batch size.
+
+Gathering: after a step the worker waits for the members still running to ask for their next
+one (each first draws its token on its own page), at most `gather_ms` or half the last step's
+time, so a slow page does not stall the others for long.
+
+Admission: a run is admitted when the pool can hold its prompt and every new token it may ask
+for (blocks reserved up front: no preemption) and fewer than `max_batch` runs are in; else it
+waits (`admit` polls its stop event and reports its place through `on_wait`).
+
+`gate`: a context-manager factory the worker enters around each step and a prefill around
+itself (the app's fair turn, shared with experiments that need the whole machine); the default
+takes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Iterator
+
+import torch
+from transformers import DynamicCache
+
+from ..clock import clock_ms
+from ..errors import EngineError, InputError
+from .block_manager import BlockManager
+from .model_runner import Chunk, PagedModelRunner
+
+Gate = Callable[[], ContextManager[Any]]
+BLOCK_SIZE = 16
+GATHER_MS = 20.0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BatchedOutput:
+    """One run's share of a batched step (engine/runner.py's StepOutput), and the step's size."""
+
+    logits: torch.Tensor  # (V,)
+    attention: torch.Tensor | None  # (L_rec, H, S)
+    hidden: torch.Tensor | None  # (L + 1, hidden)
+    batch: int  # runs in the step's forward
+    forward_ms: float  # the forward alone (the run's step also waited for it to start)
+
+
+@dataclass(slots=True, eq=False)
+class _Ask:
+    decoder: "BatchedDecoder"
+    token: int
+    position: int
+    layers: tuple[int, ...]
+    hidden: bool
+    done: threading.Event = field(default_factory=threading.Event)
+    result: BatchedOutput | None = None
+    error: BaseException | None = None
+
+
+class StepBatcher:
+    """The batched decode steps of one model's live runs (see the module's docstring).
+
+    `model` is what the steps multiply by (the runs' prefill runs on it too); `max_tokens`
+    the longest prompt + new tokens one run may hold; the pool holds `slots` token positions."""
+
+    def __init__(self, lm: Any, model: Any, weights: str, weight_bytes: int, *,
+                 max_batch: int = 32, max_tokens: int = 512, slots: int = 8192,
+                 gate: Gate | None = None, gather_ms: float = GATHER_MS,
+                 pack: bool = False) -> None:
+        """`pack`: the runner's packed copy of float weights (linear.py) — off by default: on
+        the default model it is several times the weights' size and no faster for these
+        batches (measured)."""
+        if max_tokens > slots:
+            raise InputError(f"a pool of {slots} slots cannot hold a run of {max_tokens} tokens")
+        runner_lm = lm if model is lm.model else _WithModel(lm, model)
+        num_blocks = -(-slots // BLOCK_SIZE)
+        self.runner = PagedModelRunner(runner_lm, num_blocks, BLOCK_SIZE, pack)
+        self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_sharing=False)
+        self.lm, self.model, self.weights = lm, model, weights
+        self.weight_bytes = int(weight_bytes)
+        self.max_batch, self.max_tokens = max_batch, max_tokens
+        self.gate: Gate = gate or contextlib.nullcontext
+        self.gather_ms = gather_ms
+        # the model: one forward at a time, batched or a prefill (reentrant: a dropped decoder's
+        # finalizer may run in the thread that holds it)
+        self._compute = threading.RLock()
+        self._cond = threading.Condition()
+        self._ids = itertools.count()
+        self._members: dict[int, BatchedDecoder] = {}  # admitted, not released
+        self._reserved: dict[int, int] = {}  # member → blocks held for it
+        self._asks: dict[int, _Ask] = {}  # member → its pending step
+        self._waiting: list[int] = []  # tickets waiting for admission, in order
+        self._last_ms = 0.0
+        self.steps = 0  # batched forwards run
+        self.history: list[tuple[float, int]] = []  # recent (end ms, batch size), for the page
+        self._worker: threading.Thread | None = None
+
+    # — admission —
+
+    def admit(self, tokens: int, stop: threading.Event) -> "BatchedDecoder":
+        """engine/runner.py's Seats: a place for a run of `tokens` positions."""
+        return self.decoder(tokens, stop)
+
+    def decoder(self, max_tokens: int, stop: threading.Event | None = None,
+                on_wait: Callable[[int], None] | None = None) -> "BatchedDecoder":
+        """A decoder for one run of at most `max_tokens` positions, once it is admitted (blocks
+        while the batch is full or the pool short; `on_wait(place)` about every 0.5 s)."""
+        if max_tokens > self.max_tokens:
+            raise InputError(f"prompt + new tokens ({max_tokens}) exceed what a batched run may "
+                             f"hold ({self.max_tokens})")
+        need = self.blocks.blocks_for(max_tokens)
+        with self._cond:
+            ticket = next(self._ids)
+            self._waiting.append(ticket)
+            try:
+                while not (self._waiting[0] == ticket and len(self._members) < self.max_batch
+                           and sum(self._reserved.values()) + need <= self.blocks.num_blocks):
+                    if stop is not None and stop.is_set():
+                        raise EngineError("stopped while waiting for a place in the batch")
+                    if on_wait is not None:
+                        place = self._waiting.index(ticket) + 1
+                        self._cond.release()
+                        try:
+                            on_wait(place)
+                        finally:
+                            self._cond.acquire()
+                    self._cond.wait(0.5)
+            finally:
+                self._waiting.remove(ticket)
+                self._cond.notify_all()
+            decoder = BatchedDecoder(self, ticket, max_tokens)
+            self._members[ticket] = decoder
+            self._reserved[ticket] = need
+        weakref.finalize(decoder, self._release, ticket)
+        return decoder
+
+    def _release(self, member: int) -> None:
+        with self._cond:
+            if self._members.pop(member, None) is None:
+                return  # released already
+            self._reserved.pop(member, None)
+            self._asks.pop(member, None)
+            if member in self.blocks.tables:
+                with self._compute:  # the pool's tables change only between forwards
+                    self.blocks.free(member)
+            self._cond.notify_all()
+
+    @property
+    def nbytes(self) -> int:
+        """What the batcher holds beyond the model: its K/V pool (and any packed weights)."""
+        return self.runner.pool_bytes + self.runner.packed_bytes
+
+    @property
+    def running(self) -> int:
+        with self._cond:
+            return len(self._members)
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._waiting)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The model to oneself (a run's prefill), between batched steps."""
+        with self.gate(), self._compute:
+            yield
+
+    # — the steps —
+
+    def _load(self, member: int, cache: DynamicCache, n: int) -> None:
+        """A prefill's K/V of n positions into the member's blocks (under `exclusive`)."""
+        self.blocks.allocate(member, [0] * n)  # no prefix sharing: the ids only count
+        slots = torch.tensor(self.blocks.context_slots(member))
+        for i, layer in enumerate(cache.layers[:self.lm.spec.layers]):
+            self.runner.k_pool[i, slots] = layer.keys[0, :, :n].transpose(0, 1)  # (n, KV, D)
+            self.runner.v_pool[i, slots] = layer.values[0, :, :n].transpose(0, 1)
+
+    def _ask(self, ask: _Ask) -> BatchedOutput:
+        member = ask.decoder.member
+        with self._cond:
+            if member not in self._members:
+                raise EngineError("this run left the batch")
+            self._asks[member] = ask
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._work, name="step-batcher",
+                                                daemon=True)
+                self._worker.start()
+            self._cond.notify_all()
+        ask.done.wait()
+        if ask.error is not None:
+            raise ask.error
+        assert ask.result is not None
+        return ask.result
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._asks:
+                    if not self._cond.wait(30.0) and not self._asks:
+                        self._worker = None
+                        return  # idle: a later step starts a new worker
+                deadline = time.monotonic() + min(self.gather_ms, self._last_ms / 2) / 1000
+                while len(self._asks) < len(self._members) and time.monotonic() < deadline:
+                    self._cond.wait(max(0.0, deadline - time.monotonic()))
+                asks = list(self._asks.values())
+                self._asks.clear()
+            self._run(asks)
+
+    def _run(self, asks: list[_Ask]) -> None:
+        try:
+            with self.gate(), self._compute:
+                start = clock_ms(self.lm.device)
+                outputs = self._forward(asks)
+                ms = clock_ms(self.lm.device) - start
+            self._last_ms = ms
+            self.steps += 1
+            self.history = (self.history + [(time.monotonic(), len(asks))])[-256:]
+            for ask, (logits, attention, hidden) in zip(asks, outputs):
+                ask.result = BatchedOutput(logits, attention, hidden, len(asks), ms)
+        except BaseException as err:  # noqa: BLE001 — every waiting run hears of it
+            for ask in asks:
+                ask.error = err if isinstance(err, EngineError) else EngineError(
+                    f"the batched step failed: {type(err).__name__}: {err}")
+        finally:
+            for ask in asks:
+                ask.done.set()
+
+    def _forward(self, asks: list[_Ask]) -> list[tuple[torch.Tensor, torch.Tensor | None,
+                                                        torch.Tensor | None]]:
+        chunks = []
+        for ask in asks:
+            member = ask.decoder.member
+            if len(self.blocks.tables[member].tokens) != ask.position:
+                raise EngineError(f"a batched step at position {ask.position} does not follow "
+                                  "the run's cache")
+            slot = self.blocks.append(member, [ask.token])[0]
+            chunks.append(Chunk([ask.token], ask.position, [slot],
+                                self.blocks.context_slots(member)))
+        layers = frozenset(layer for ask in asks for layer in ask.layers)
+        done = self.runner.forward_recorded(chunks, (), layers, any(a.hidden for a in asks))
+        out = []
+        for b, ask in enumerate(asks):
+            length = ask.position + 1
+            attention = (torch.stack([done.attention[k][b, :, :length] for k in ask.layers])
+                         if ask.layers else None)  # (L_rec, H, S)
+            hidden = done.hidden[b] if ask.hidden and done.hidden is not None else None
+            out.append((done.logits[b], attention, hidden))
+        return out
+
+
+class BatchedDecoder:
+    """One run's place in a StepBatcher: engine/runner.py's DecodeStep, its steps batched."""
+
+    name = "batched"
+
+    def __init__(self, batcher: StepBatcher, member: int, max_tokens: int) -> None:
+        self.batcher, self.member, self.max_tokens = batcher, member, max_tokens
+
+    @property
+    def weights(self) -> str:
+        return self.batcher.weights
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.batcher.weight_bytes
+
+    @property
+    def model(self) -> Any:
+        return self.batcher.model
+
+    def exclusive(self) -> ContextManager[None]:
+        return self.batcher.exclusive()
+
+    def load_prefix(self, cache: DynamicCache, n: int) -> None:
+        if n > self.max_tokens:
+            raise InputError(f"{n} positions do not fit this run's {self.max_tokens}")
+        self.batcher._load(self.member, cache, n)
+
+    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
+             hidden: bool = False) -> BatchedOutput:
+        if position >= self.max_tokens:
+            raise InputError(f"position {position} is past this run's {self.max_tokens} tokens")
+        return self.batcher._ask(_Ask(self, token, position, tuple(attention_layers), hidden))
+
+    def release(self) -> None:
+        """Leave the batch: its blocks go back to the pool (also when the decoder is dropped)."""
+        self.batcher._release(self.member)
+
+
+@dataclass(frozen=True, slots=True)
+class _WithModel:
+    """A loaded model's spec and device with another torch model (a weights variant's copy)."""
+
+    base: Any
+    model: Any
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)

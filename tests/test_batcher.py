@@ -1,0 +1,104 @@
+"""Live runs decoded in one batch (engine/serving/batcher.py): each run's trace equals its solo
+run's — tokens, attention rows, residual stream, KV bytes — and its steps say they were shared."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine.runner import Run
+from engine.serving.batcher import StepBatcher
+from engine.settings import GenerationSettings
+
+PROMPTS = ("What is the capital of France?", "Write a haiku about the sea.",
+           "List three prime numbers.", "Why is the sky blue?")
+
+
+def settings(**kw) -> GenerationSettings:
+    return GenerationSettings(max_new_tokens=10, decoder="torch", **kw)
+
+
+def run_together(lm, batcher, prompts, how) -> list:
+    """Each prompt's run in a thread of its own, all started at once; their traces."""
+    traces: list = [None] * len(prompts)
+    start = threading.Barrier(len(prompts))
+
+    def one(i: int) -> None:
+        start.wait()
+        traces[i] = Run(lm, prompts[i], how, native=batcher).run_all()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return traces
+
+
+def test_batched_runs_equal_their_solo_runs(lm):
+    how = settings(record_hidden=True)
+    batched_how = GenerationSettings(max_new_tokens=10, record_hidden=True)
+    solo = [Run(lm, p, how).run_all() for p in PROMPTS]
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=1024, max_tokens=256)
+    together = run_together(lm, batcher, PROMPTS, batched_how)
+    assert max(step.batch for t in together for step in t.steps) > 1, "no step was shared"
+    for alone, shared in zip(solo, together):
+        assert shared.decoder.name == "batched"
+        assert [s.token_id for s in shared.steps] == [s.token_id for s in alone.steps]
+        assert shared.steps[0].batch == 1  # the prefill runs alone
+        for a, b in zip(alone.steps, shared.steps):
+            assert a.kv_bytes == b.kv_bytes
+            assert b.attention.shape == a.attention.shape
+            np.testing.assert_allclose(b.attention.astype(np.float32),
+                                       a.attention.astype(np.float32), atol=2e-3)
+            np.testing.assert_allclose(b.hidden, a.hidden, rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(b.top_probs, a.top_probs, atol=1e-4)
+            assert b.forward_ms <= b.latency_ms
+    assert batcher.running == 0 and batcher.blocks.free_blocks == batcher.blocks.num_blocks
+
+
+def test_a_full_batch_seats_the_next_run_when_one_leaves(lm):
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, max_batch=2, slots=1024,
+                          max_tokens=256)
+    traces = run_together(lm, batcher, PROMPTS, GenerationSettings(max_new_tokens=6))
+    assert all(len(t.steps) == 6 or t.stop_reason == "eos" for t in traces)
+    assert max(step.batch for t in traces for step in t.steps) == 2
+    assert batcher.running == 0
+
+
+def test_a_stopped_or_abandoned_run_gives_its_place_back(lm):
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=512, max_tokens=256)
+    stop = threading.Event()
+    run = Run(lm, PROMPTS[0], GenerationSettings(max_new_tokens=20), stop_event=stop,
+              native=batcher)
+    steps = iter(run)
+    next(steps), next(steps)
+    assert batcher.running == 1
+    stop.set()
+    assert list(steps) == [] and run.stop_reason == "stopped"
+    assert batcher.running == 0 and batcher.blocks.free_blocks == batcher.blocks.num_blocks
+    abandoned = iter(Run(lm, PROMPTS[1], GenerationSettings(max_new_tokens=20), native=batcher))
+    next(abandoned), next(abandoned)
+    abandoned.close()  # a page that left mid-run
+    assert batcher.running == 0
+
+
+def test_a_run_longer_than_a_seat_is_refused_in_one_line(lm):
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=512, max_tokens=64)
+    trace = Run(lm, PROMPTS[0], GenerationSettings(max_new_tokens=60), native=batcher).run_all()
+    assert trace.decoder.name == "torch" and "exceed" in trace.decoder.reason
+
+
+@pytest.mark.parametrize("batch", [0, 5000, 1.5])
+def test_the_trace_reader_checks_the_batch_size(lm, batch):
+    from dataclasses import replace
+
+    from engine.records.tracecheck import check_trace
+    from engine.records.tracefile import TraceFormatError
+
+    trace = Run(lm, "Hi", GenerationSettings(max_new_tokens=2)).run_all()
+    bad = replace(trace, steps=(trace.steps[0], replace(trace.steps[1], batch=batch)))
+    with pytest.raises(TraceFormatError, match="batch size"):
+        check_trace(bad)

@@ -1,0 +1,82 @@
+"""Batched Generate runs on a shared server: each visitor's run joins the model's StepBatcher
+(engine/serving/batcher.py) instead of queueing for the whole machine, as servers batch users.
+
+Only runs the batcher can decode: the KV cache on, the decoder not forced to torch, a model the
+paged runner serves. Everything else (sweeps, studies, patching, other runs) keeps the fair turn
+(ui/turns.py) — and the batcher takes that same turn around each of its steps and each run's
+prefill, as one client, so a whole-machine experiment still gets the machine to itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import streamlit as st
+
+from engine import EngineError
+from engine.settings import GenerationSettings
+from i18n import _
+from ui import shared
+from ui.config import config
+from ui.session_model import SessionModel
+
+BATCH_CLIENT = "\0batched runs"  # the turn's client for batched steps: no address looks like it
+SLOTS = 2048  # token positions of K/V the pool holds for all batched runs together (hosted: the
+# two weights entries and their pools stay within HOSTED_MODEL_MB)
+MAX_BATCH = 32
+
+
+def _gate() -> Any:
+    return shared.LOCK.turn(kind="batched step", client=BATCH_CLIENT)
+
+
+class Seat:
+    """engine/runner.py's Seats for one visitor's run: admission to the batch, its wait shown
+    in `notice` (an st.empty)."""
+
+    def __init__(self, batcher: Any, notice: Any) -> None:
+        self.batcher, self.notice = batcher, notice
+
+    def admit(self, tokens: int, stop: threading.Event) -> Any:
+        def waiting(place: int) -> None:
+            self.notice.info(_("The batch is full ({n} runs share each step); yours joins as soon "
+                               "as a place frees up ({place} in line). Keep this page open.").format(
+                                   n=self.batcher.max_batch, place=place),
+                             icon=":material/hourglass:")
+        try:
+            return self.batcher.decoder(tokens, stop, waiting)
+        finally:
+            self.notice.empty()
+
+
+def batched_seat(model: SessionModel, settings: GenerationSettings) -> Seat | None:
+    """This run's seat in the batch, or None when it runs alone in the fair turn: batching off
+    (`config().batching`), a setting the batch does not decode (cache off, torch asked), or a
+    model the batcher cannot serve."""
+    if not config().batching or not settings.kv_cache or settings.decoder == "torch":
+        return None
+    try:
+        batcher = model.entry.batcher(_gate, max_batch=MAX_BATCH, slots=SLOTS,
+                                      max_tokens=config().limits.sequence_tokens)
+    except EngineError:
+        return None
+    return Seat(batcher, st.empty())
+
+
+@contextlib.contextmanager
+def budget_timer(budget: threading.Event, start: bool) -> Iterator[None]:
+    """A batched run's per-click budget (a run in the turn gets it from the turn): `budget` is
+    set once the hosted limit has passed."""
+    limit = config().limits.click_s
+    timer = threading.Timer(limit, budget.set) if start and limit else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
