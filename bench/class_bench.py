@@ -2,22 +2,26 @@
 server's batching on and off (issue 39's table).
 
 A hosted-mode server (tests/e2e/turns_load.py's `hosted_server`, the model from this user's
-cache) and Debian's Chromium: N browser contexts, each its own client (X-Forwarded-For
-10.39.x.y, as a Space's proxy writes it) on the Generate page with 32 new tokens; each types a
-short prompt, and all press Ctrl+Enter one after another as fast as the browser takes it. Per
-visitor, in the browser's own clock from its keypress: the first generated token on screen, and
-the finished run (its summary line shown, the app idle). Errors: a page showing an exception or
-an error, or a run that never finished. The server's peak RSS (VmHWM) at the end. Then the same
-with batching off (INFERENCE_EXPLORER_BATCHING=0: one run at a time in the fair turn), on a new
-server, in the same invocation.
+cache) and N visitors, each its own client (X-Forwarded-For 10.39.x.y, as a Space's proxy writes
+it) on the Generate page with 32 new tokens, a short prompt each, all pressing Generate at once.
+The visitors speak Streamlit's websocket protocol (bench/class_clients.py: a class's browsers run
+on the students' machines, and Chromium pages on the bench machine would take most of its
+cores); `--browser` uses Chromium contexts instead (then the two share the machine). Per
+visitor, from its keypress: the first generated token's chip, and the finished run (its summary
+line, then the script's end). Errors: an exception or error shown, or a run that never
+finished. The server's peak RSS (VmHWM) and CPU time. Then the same with batching off
+(INFERENCE_EXPLORER_BATCHING=0: one run at a time in the fair turn), on a new server, in the
+same invocation.
 
-    python -m bench.class_bench [--visitors 10 20 30] [--modes on off]
+    python -m bench.class_bench [--visitors 10 20 30] [--modes on off] [--browser]
         [--out bench/out/class_bench.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -29,11 +33,13 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from bench.class_clients import class_at_once
 from tests.e2e.browser import APP_IDLE, launch_chromium
 from tests.e2e.turns_load import LOADED, hosted_server, warmed_up
 
 PROMPT = "Name three colours of the rainbow."
 QUERY = "?new_tokens=32"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WATCH = """() => {
   const log = window.__class = {ran: false, first: null, done: null, error: null};
   const app = document.querySelector('[data-testid="stApp"]');
@@ -73,7 +79,32 @@ def server_pid(proc) -> int:
     return int(kids[0]) if kids else proc.pid
 
 
-def one_class(browser, url: str, visitors: int, timeout_s: float) -> dict:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def summary(visitors: int, first: list[float], done: list[float], errors: int) -> dict:
+    return {"visitors": visitors, "first_token_s": [round(x, 2) for x in first],
+            "finished_s": [round(x, 2) for x in done], "errors": errors,
+            "first_median_s": round(statistics.median(first), 2) if first else None,
+            "first_p90_s": round(percentile(first, 0.9), 2) if first else None,
+            "first_max_s": round(max(first), 2) if first else None,
+            "finished_max_s": round(max(done), 2) if done else None}
+
+
+def protocol_class(url: str, visitors: int, timeout_s: float) -> dict:
+    crowd = asyncio.run(class_at_once(url, visitors, PROMPT, QUERY.lstrip("?"), timeout_s))
+    first = [v.first - v.pressed for v in crowd if v.first and v.pressed]
+    done = [v.done - v.pressed for v in crowd if v.done and v.pressed]
+    errors = sum(bool(v.errors) or v.done is None for v in crowd)
+    row = summary(visitors, first, done, errors)
+    row["error_texts"] = sorted({e for v in crowd for e in v.errors})[:5]
+    return row
+
+
+def browser_class(browser, url: str, visitors: int, timeout_s: float) -> dict:
     pages = []
     for i in range(visitors):
         context = browser.new_context(viewport={"width": 1280, "height": 900},
@@ -103,12 +134,7 @@ def one_class(browser, url: str, visitors: int, timeout_s: float) -> dict:
     errors = sum(log["error"] is not None or log["done"] is None for log in logs)
     for page in pages:
         page.context.close()
-    return {"visitors": visitors, "first_token_s": [round(x, 2) for x in first],
-            "finished_s": [round(x, 2) for x in done], "errors": errors,
-            "first_median_s": round(statistics.median(first), 2) if first else None,
-            "first_p90_s": round(percentile(first, 0.9), 2) if first else None,
-            "first_max_s": round(max(first), 2) if first else None,
-            "finished_max_s": round(max(done), 2) if done else None}
+    return summary(visitors, first, done, errors)
 
 
 def main() -> None:
@@ -116,33 +142,42 @@ def main() -> None:
     parser.add_argument("--visitors", type=int, nargs="+", default=[10, 20, 30])
     parser.add_argument("--modes", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--browser", action="store_true",
+                        help="Chromium contexts as the visitors (on the same machine)")
     parser.add_argument("--out", default="bench/out/class_bench.json")
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as pw:
-        browser = launch_chromium(pw)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        # Playwright's sync API runs an event loop in this thread: only with --browser
+        browser = launch_chromium(stack.enter_context(sync_playwright())) if args.browser else None
         for mode in args.modes:
             log = Path(tmp) / f"server-{mode}.log"
             env = {"INFERENCE_EXPLORER_BATCHING": "1" if mode == "on" else "0"}
             with hosted_server(log, env=env) as (url, proc):
                 warmed_up(log)
+                pid = server_pid(proc)
                 for n in args.visitors:
-                    row = {"batching": mode, **one_class(browser, url, n, args.timeout)}
-                    row["server_peak_rss_mb"] = peak_rss_mb(server_pid(proc))
+                    used = cpu_s(pid)
+                    row = (browser_class(browser, url, n, args.timeout) if browser is not None
+                           else protocol_class(url, n, args.timeout))
+                    row = {"batching": mode, **row, "server_cpu_s": round(cpu_s(pid) - used, 1),
+                           "server_peak_rss_mb": peak_rss_mb(pid)}
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items()
                                       if not isinstance(v, list)}), flush=True)
-        browser.close()
+        if browser is not None:
+            browser.close()
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "prompt": PROMPT,
-              "new_tokens": 32, "rows": rows}
+              "new_tokens": 32, "clients": "Chromium" if args.browser else "protocol",
+              "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print("\n| batching | visitors | first token median s | p90 s | max s | all finished s | "
-          "errors | server peak RSS MB |\n|---|---|---|---|---|---|---|---|")
+          "errors | server CPU s | server peak RSS MB |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['batching']} | {r['visitors']} | {r['first_median_s']} | {r['first_p90_s']} | "
-              f"{r['first_max_s']} | {r['finished_max_s']} | {r['errors']} | "
+              f"{r['first_max_s']} | {r['finished_max_s']} | {r['errors']} | {r['server_cpu_s']} | "
               f"{r['server_peak_rss_mb'] and round(r['server_peak_rss_mb'])} |")
 
 

@@ -292,6 +292,11 @@ class ModelStore:
                 self._evict(keep=key)
             return entry
 
+    def entries(self) -> list[ModelEntry]:
+        """The loaded entries (a snapshot; their order of use unchanged)."""
+        with self._lock:
+            return list(self._entries.values())
+
     def peek(self, source: str, weights: str) -> ModelEntry | None:
         """The entry if it is loaded (now the most recently used); never loads, never waits."""
         key = (source, weights_name(weights))

@@ -17,15 +17,15 @@ from engine import Run, Trace, TraceFormatError, summarize
 from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
 from i18n import N_, _, language
-from ui.batching import batched_seat, budget_timer
+from ui.batching import batched_seat, budget_timer, server_busy
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
-from ui.keys import PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
+from ui.keys import FILES_ASKED, PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
 from ui.preload import preload_chart_code
 from ui.record import keep_new_trace, keep_prompt, keep_trace
 from ui.replay import REPLAY_MAX_S, LiveSlots, ask_replay, replay, replay_asked, trace_waits
-from ui.run_files import report_file_bytes, trace_file_bytes
+from ui.run_files import files_made, report_file_bytes, trace_file_bytes
 from ui.sections.lens import logit_lens_section
 from ui.state import (
     app_state,
@@ -51,6 +51,11 @@ def samples_in_order() -> list[str]:
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
 # after a redraw runs several times slower than the others (the first-decode-step spike).
 CHART_EVERY_S = 1.0
+# A run decoded in a batch of B redraws its live chart every B / 4 s at least: the figure costs
+# the server tens of milliseconds per session, which a class's thirty sessions would spend again
+# every second on the cores that decode everyone's tokens.
+CHART_BATCH_PER_S = 4
+FRAMES_BATCH_PER_S = 50  # and its tokens every B / 50 s: a class of 30 sees them twice a second
 # The tokens, answer and metrics redraw at most this often (the first token at once): a faster
 # model than the eye needs would spend a core of the visitor's machine, and of a shared server,
 # on frames no one reads. The finished run is drawn whole after its last step.
@@ -136,6 +141,16 @@ def shown_trace(stop: bool) -> Trace | None:
         else:
             keep_trace(trace)
     return trace
+
+
+def frame_s(batch: int) -> float:
+    """How often a live run's tokens redraw while its steps run in a batch of `batch`."""
+    return max(FRAME_S, batch / FRAMES_BATCH_PER_S)
+
+
+def chart_every_s(batch: int) -> float:
+    """How often a live run's chart redraws while its steps run in a batch of `batch`."""
+    return max(CHART_EVERY_S, batch / CHART_BATCH_PER_S)
 
 
 def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> None:
@@ -260,12 +275,12 @@ def decode(run: Run, slots: LiveSlots, job: Job) -> Run:
             else:
                 keep_trace(trace)
             now = time.monotonic()
-            if step.index > 0 and now - framed < FRAME_S:
+            if step.index > 0 and now - framed < frame_s(step.batch):
                 continue
             job.progress((step.index + 1) / most, _(
                 "Decode: token {n} of at most {most} (Stop keeps the tokens so far)").format(
                     n=step.index + 1, most=most))
-            redraw = now - drawn >= CHART_EVERY_S
+            redraw = now - drawn >= chart_every_s(step.batch)
             show(trace, slots, "live", redraw)
             framed = time.monotonic()
             drawn = framed if redraw else drawn
@@ -332,6 +347,14 @@ def why_this_token(trace: Trace) -> None:
 
 
 def download(trace: Trace) -> None:
+    """The run's two files. While other visitors' runs share the server, a button makes them
+    on demand: the report's figures and the compressed trace cost a busy class's cores a second
+    per visitor at the moment everyone's run ends."""
+    if server_busy() and not files_made(trace) and not st.session_state.get(FILES_ASKED):
+        st.button(_("Prepare the downloads (trace file and report)"), key=FILES_ASKED,
+                  help=_("The server is decoding other visitors' runs right now, so the files "
+                         "are made when you ask for them."))
+        return
     row = st.container(horizontal=True)
     row.download_button(_("Download trace"), data=trace_file_bytes(trace), on_click="ignore",
                         file_name="inference-explorer.trace.npz", mime="application/octet-stream",

@@ -56,7 +56,7 @@ def test_batched_runs_equal_their_solo_runs(lm):
             np.testing.assert_allclose(b.hidden, a.hidden, rtol=1e-3, atol=1e-3)
             np.testing.assert_allclose(b.top_probs, a.top_probs, atol=1e-4)
             assert b.forward_ms <= b.latency_ms
-    assert batcher.running == 0 and batcher.blocks.free_blocks == batcher.blocks.num_blocks
+    assert batcher.running == 0 and batcher.reserved_blocks == 0
 
 
 def test_a_full_batch_seats_the_next_run_when_one_leaves(lm):
@@ -78,11 +78,33 @@ def test_a_stopped_or_abandoned_run_gives_its_place_back(lm):
     assert batcher.running == 1
     stop.set()
     assert list(steps) == [] and run.stop_reason == "stopped"
-    assert batcher.running == 0 and batcher.blocks.free_blocks == batcher.blocks.num_blocks
+    assert batcher.running == 0 and batcher.reserved_blocks == 0
     abandoned = iter(Run(lm, PROMPTS[1], GenerationSettings(max_new_tokens=20), native=batcher))
     next(abandoned), next(abandoned)
     abandoned.close()  # a page that left mid-run
     assert batcher.running == 0
+
+
+def test_runs_coming_and_going_under_load_all_finish_and_the_pool_is_reused(lm):
+    """Twelve short runs through a batch of 3 whose pool holds three of them: runs leave while
+    others prefill and load, and every later one finds its blocks (no deadlock, no leak)."""
+    how = GenerationSettings(max_new_tokens=4)
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, max_batch=3,
+                          slots=3 * 48, max_tokens=48)
+    prompts = [f"Count to {n}." for n in range(12)]
+    traces: list = [None] * len(prompts)
+
+    def one(i: int) -> None:
+        traces[i] = Run(lm, prompts[i], how, native=batcher).run_all()
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert not any(t.is_alive() for t in threads), "a run never finished"
+    assert all(t.decoder.name == "batched" and len(t.steps) >= 1 for t in traces)
+    assert batcher.running == 0 and batcher.reserved_blocks == 0
 
 
 def test_a_run_longer_than_a_seat_is_refused_in_one_line(lm):

@@ -29,6 +29,13 @@ SLOTS = 2048  # token positions of K/V the pool holds for all batched runs toget
 MAX_BATCH = 32
 
 
+def server_busy() -> bool:
+    """Whether other visitors' runs are decoding in a batch, or waiting for the turn, now."""
+    batchers = [entry.extras.get("batcher") for entry in shared.MODELS.entries()]
+    return shared.LOCK.waiting > 0 or any(
+        getattr(b, "running", 0) > 0 for b in batchers if b is not None)
+
+
 def _gate() -> Any:
     return shared.LOCK.turn(kind="batched step", client=BATCH_CLIENT)
 

@@ -48,3 +48,4 @@ REMOTE_PROMPTS = "remote_prompts"
 
 # The language (mirrored in the URL as ?lang=zh-Hant / zh-Hans / en)
 LANG = "lang"
+FILES_ASKED = "files_asked"  # the Generate page's "Prepare the downloads" button

@@ -47,6 +47,13 @@ def report_file_bytes(trace: Trace) -> bytes:
                 lambda: report_html(trace, found).encode("utf-8"))
 
 
+def files_made(trace: Trace) -> bool:
+    """Whether this session has made both of the run's files (the report in its language)."""
+    found = current_experiments()
+    return all(held(name, (trace, found)) is not None
+               for name in (TRACE_FILE, report_name(language())))
+
+
 def made_files(trace: Trace, found: Experiments) -> dict[str, bytes]:
     """The files this session has already made for (trace, found), compressed for keeping (the
     report holds plotly.js: ~5 MB, ~1.5 MB compressed)."""
