@@ -173,6 +173,7 @@ class Run:
         self.recorded_layers = recorded_layers(lm.spec, settings, len(ids))
         self.lm, self.prompt, self.settings = lm, prompt, settings
         self.prompt_ids = ids
+        self._prompt_view: tuple[tuple[str, ...], tuple[bool, ...]] | None = None
         self.steps: list[Step] = []
         self.stop_reason = "running"
         self.created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -366,14 +367,18 @@ class Run:
             others_share=others_share(before, after))
 
     def trace(self) -> Trace:
-        """The trace so far; a run stopped or still going keeps every finished step."""
-        tok = self.lm.tokenizer
-        special = special_ids(tok)
+        """The trace so far; a run stopped or still going keeps every finished step. (A live
+        page asks for it at every step: the prompt's pieces are looked up once.)"""
+        if self._prompt_view is None:
+            tok = self.lm.tokenizer
+            special = special_ids(tok)
+            self._prompt_view = (tuple(tok.convert_ids_to_tokens(self.prompt_ids)),
+                                 tuple(i in special for i in self.prompt_ids))
+        pieces, specials = self._prompt_view
         return Trace(
             model=self.lm.spec, settings=self.settings, prompt=self.prompt,
             prompt_token_ids=tuple(self.prompt_ids),
-            prompt_pieces=tuple(tok.convert_ids_to_tokens(self.prompt_ids)),
-            prompt_special=tuple(i in special for i in self.prompt_ids),
+            prompt_pieces=pieces, prompt_special=specials,
             steps=tuple(self.steps), stop_reason=self.stop_reason,
             tokenize_ms=self.tokenize_ms, device=str(self.lm.device),
             attention_layers=self.recorded_layers, created_at=self.created_at,

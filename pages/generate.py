@@ -17,7 +17,7 @@ from engine import Run, Trace, TraceFormatError, summarize
 from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
 from i18n import N_, _, language
-from ui.batching import batched_seat, budget_timer, server_busy
+from ui.batching import ModelShare, batched_budget, batched_seat, server_busy
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
@@ -51,11 +51,12 @@ def samples_in_order() -> list[str]:
 # browser's redraw runs on the same cores as the model when both are on one machine, and the step
 # after a redraw runs several times slower than the others (the first-decode-step spike).
 CHART_EVERY_S = 1.0
-# A run decoded in a batch of B redraws its live chart every B / 4 s at least: the figure costs
-# the server tens of milliseconds per session, which a class's thirty sessions would spend again
-# every second on the cores that decode everyone's tokens.
-CHART_BATCH_PER_S = 4
-FRAMES_BATCH_PER_S = 50  # and its tokens every B / 50 s: a class of 30 sees them twice a second
+# In a batch of LIVE_CHART_BATCH runs or more the chart is drawn once, at the end, and the tokens
+# every B / 20 s (a class of 30 sees them every 1.5 s): each frame costs the server a few
+# milliseconds per session and the chart ~60 ms, between the steps of everyone's batch (measured
+# with 20 visitors: the pages' frames took more of each step than the forward).
+LIVE_CHART_BATCH = 4
+FRAMES_BATCH_PER_S = 20
 # The tokens, answer and metrics redraw at most this often (the first token at once): a faster
 # model than the eye needs would spend a core of the visitor's machine, and of a shared server,
 # on frames no one reads. The finished run is drawn whole after its last step.
@@ -144,13 +145,14 @@ def shown_trace(stop: bool) -> Trace | None:
 
 
 def frame_s(batch: int) -> float:
-    """How often a live run's tokens redraw while its steps run in a batch of `batch`."""
+    """How often a live run's tokens redraw (and its partial trace is kept) while its steps run
+    in a batch of `batch`."""
     return max(FRAME_S, batch / FRAMES_BATCH_PER_S)
 
 
 def chart_every_s(batch: int) -> float:
     """How often a live run's chart redraws while its steps run in a batch of `batch`."""
-    return max(CHART_EVERY_S, batch / CHART_BATCH_PER_S)
+    return CHART_EVERY_S if batch < LIVE_CHART_BATCH else float("inf")
 
 
 def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> None:
@@ -242,8 +244,8 @@ def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
     show(started, slots, "live")
     prefill = _("Prefill: the {n}-token prompt in one forward pass…").format(
         n=len(started.prompt_token_ids))
-    with budget_timer(budget, seat is not None):
-        decoded = run_experiment(lambda job: decode(run, slots, job), progress=prefill,
+    with batched_budget(budget, seat is not None) as share:
+        decoded = run_experiment(lambda job: decode(run, slots, job, share), progress=prefill,
                                  where=line, stop=budget, cut=False, turn=seat is None)
     if decoded is None:
         return None
@@ -262,21 +264,23 @@ def keep_run(trace: Trace) -> None:
         set_pending_run(trace)
 
 
-def decode(run: Run, slots: LiveSlots, job: Job) -> Run:
+def decode(run: Run, slots: LiveSlots, job: Job, share: ModelShare | None = None) -> Run:
     """Every step of the run, drawn live and kept (Stop, or leaving the page, keeps what ran);
-    the status line counts the tokens."""
+    the status line counts the tokens. `share`: a batched run's budget, fed every step."""
     most = run.settings.max_new_tokens
     try:
         drawn = framed = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
         for step in run:
+            if share is not None:
+                share.add(step.forward_ms, step.latency_ms, step.batch)
+            now = time.monotonic()
+            if step.index > 0 and now - framed < frame_s(step.batch):
+                continue  # kept and drawn at the next frame (or whole at the end)
             trace = run.trace()
             if step.index == 0:
                 keep_new_trace(trace)  # results computed on the old trace go
             else:
                 keep_trace(trace)
-            now = time.monotonic()
-            if step.index > 0 and now - framed < frame_s(step.batch):
-                continue
             job.progress((step.index + 1) / most, _(
                 "Decode: token {n} of at most {most} (Stop keeps the tokens so far)").format(
                     n=step.index + 1, most=most))
@@ -347,13 +351,15 @@ def why_this_token(trace: Trace) -> None:
 
 
 def download(trace: Trace) -> None:
-    """The run's two files. While other visitors' runs share the server, a button makes them
-    on demand: the report's figures and the compressed trace cost a busy class's cores a second
-    per visitor at the moment everyone's run ends."""
-    if server_busy() and not files_made(trace) and not st.session_state.get(FILES_ASKED):
+    """The run's two files. On a shared server (hosted, or while other visitors' runs decode)
+    a button makes them on demand: the report's figures and the compressed trace cost the
+    server's cores most of a second per visitor, at the moment a class's runs all end
+    (measured: 20 visitors' pages took 18 s after the last token, mostly making these)."""
+    on_demand = config().hosted or server_busy()
+    if on_demand and not files_made(trace) and not st.session_state.get(FILES_ASKED):
         st.button(_("Prepare the downloads (trace file and report)"), key=FILES_ASKED,
-                  help=_("The server is decoding other visitors' runs right now, so the files "
-                         "are made when you ask for them."))
+                  help=_("The server's cores are shared with other visitors, so the files are "
+                         "made when you ask for them."))
         return
     row = st.container(horizontal=True)
     row.download_button(_("Download trace"), data=trace_file_bytes(trace), on_click="ignore",

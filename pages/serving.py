@@ -35,6 +35,7 @@ from ui.keys import (
 )
 from ui.record import keep_serving
 from ui.replay import LiveSlots, paced, replay, replay_asked, step_frames
+from ui.sections.server_batch import server_batch_section
 from ui.sections.serving import (
     STREAMS,
     YOUR_STREAM,
@@ -393,6 +394,7 @@ elif replay_asked("serving") and serving_results().run is not None and serving_r
     replay_run(serving_results().run, SLOTS)
 shown_run(SLOTS)
 batching_section(loaded_model())
+server_batch_section()
 sharing_section(loaded_model())
 speculation_section(loaded_model())
 serving_files_section()

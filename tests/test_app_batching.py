@@ -34,3 +34,31 @@ def test_runs_the_batch_cannot_take_keep_the_turn(monkeypatch, how):
     at = generate(at, "Name a colour.", tokens=3)
     assert not at.exception
     assert state_of(at.session_state).trace.decoder.name != "batched"
+
+
+def test_the_hosted_model_store_holds_both_weights_with_their_batches():
+    """Hosted offers fp32 and q4_0: both entries, with their native decoders and their batches'
+    K/V pools, fit HOSTED_MODEL_MB together (else visitors of one evict the other's model)."""
+    from engine.models import ModelStore
+    from ui.batching import MAX_BATCH, SLOTS
+    from ui.config import HOSTED_MODEL_MB
+
+    store = ModelStore(HOSTED_MODEL_MB << 20)
+    for weights in ("fp32", "q4_0"):
+        entry = store.get("default", weights)
+        entry.native()
+        entry.batcher(None, max_batch=MAX_BATCH, slots=SLOTS, max_tokens=320)
+    assert len(store.entries()) == 2
+    assert sum(e.nbytes for e in store.entries()) <= HOSTED_MODEL_MB << 20
+
+
+def test_the_serving_page_shows_this_servers_batch_without_anyones_text(monkeypatch):
+    monkeypatch.delenv("INFERENCE_EXPLORER_BATCHING", raising=False)
+    at = generate(fresh(monkeypatch, hosted=True).run(), "Name a secret colour.", tokens=4)
+    at.switch_page("pages/serving.py").run()
+    assert not at.exception
+    assert any(h.value == "This server's own batch, live" for h in at.subheader)
+    labels = {m.label: m.value for m in at.metric}
+    assert {"Runs decoding now", "Waiting to join", "Median batch, last minute"} <= labels.keys()
+    assert labels["Runs decoding now"] == "0"  # the run has ended: it left the batch
+    assert not any("secret" in m.value for m in at.markdown if "batch" in m.value.lower())

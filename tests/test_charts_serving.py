@@ -183,3 +183,16 @@ def test_presentation_maps_every_serving_colour_to_a_projector_one():
     assert {t.name: t for t in shown.data}["request 0"].marker.color == PROJECTOR[request_color(0)]
     gantt = presentation(gantt_chart(_run()))
     assert {t.name: t for t in gantt.data}["prefill"].marker.color == PROJECTOR[PREFILL_COLOR]
+
+
+def test_the_live_batch_chart_draws_one_bar_per_recent_step():
+    from charts.serving import BATCH_COLOR, live_batch_chart
+
+    recent = [(100.0, 1, 50.0), (100.2, 8, 90.0), (100.5, 30, 160.0)]
+    fig = live_batch_chart(recent, now=101.0)
+    bar = fig.data[0]
+    assert list(bar.y) == [1, 8, 30] and bar.marker.color == BATCH_COLOR
+    assert [round(x, 1) for x in bar.x] == [-1.0, -0.8, -0.5]
+    assert "30 runs in one forward of 160 ms" in bar.hovertemplate[2]
+    assert fig.layout.xaxis.title.text == "seconds before now"
+    assert fig.layout.yaxis.title.text == "runs in the step"

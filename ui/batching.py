@@ -24,7 +24,7 @@ from ui.config import config
 from ui.session_model import SessionModel
 
 BATCH_CLIENT = "\0batched runs"  # the turn's client for batched steps: no address looks like it
-SLOTS = 2048  # token positions of K/V the pool holds for all batched runs together (hosted: the
+SLOTS = 4096  # token positions of K/V the pool holds for all batched runs together (hosted: the
 # two weights entries and their pools stay within HOSTED_MODEL_MB)
 MAX_BATCH = 32
 
@@ -73,17 +73,40 @@ def batched_seat(model: SessionModel, settings: GenerationSettings) -> Seat | No
     return Seat(batcher, st.empty())
 
 
+WALL_LIMITS = 4  # a batched run also stops after this many per-click limits of wall time
+
+
+class ModelShare:
+    """A batched run's per-click budget: its share of model time — each decode step's forward
+    divided by the runs that shared it, the prefill whole — against the hosted limit (a run in
+    the turn gets the limit as the time it holds the machine). `budget` is set once the share
+    reaches the limit (the run stops before its next step), or after WALL_LIMITS limits of
+    wall time, so a crowded server still ends every run."""
+
+    def __init__(self, budget: threading.Event, limit: float | None) -> None:
+        self.budget, self.limit, self.used_s = budget, limit, 0.0
+
+    def add(self, forward_ms: float | None, latency_ms: float, batch: int) -> None:
+        if self.limit is None:
+            return
+        self.used_s += (forward_ms if forward_ms is not None else latency_ms) / 1000 / batch
+        if self.used_s >= self.limit:
+            self.budget.set()
+
+
 @contextlib.contextmanager
-def budget_timer(budget: threading.Event, start: bool) -> Iterator[None]:
-    """A batched run's per-click budget (a run in the turn gets it from the turn): `budget` is
-    set once the hosted limit has passed."""
+def batched_budget(budget: threading.Event, batched: bool) -> Iterator[ModelShare | None]:
+    """A batched run's ModelShare (None for a run in the turn, whose budget the turn sets)."""
     limit = config().limits.click_s
-    timer = threading.Timer(limit, budget.set) if start and limit else None
+    if not batched:
+        yield None
+        return
+    timer = threading.Timer(limit * WALL_LIMITS, budget.set) if limit else None
     if timer is not None:
         timer.daemon = True
         timer.start()
     try:
-        yield
+        yield ModelShare(budget, limit)
     finally:
         if timer is not None:
             timer.cancel()

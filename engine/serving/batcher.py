@@ -48,6 +48,7 @@ Gate = Callable[[], ContextManager[Any]]
 BLOCK_SIZE = 16
 GATHER_MS = 20.0
 MAX_GATHER_MS = 500.0
+HISTORY = 120  # recent steps the batcher remembers (the Serving page's live view)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -59,6 +60,19 @@ class BatchedOutput:
     hidden: torch.Tensor | None  # (L + 1, hidden)
     batch: int  # runs in the step's forward
     forward_ms: float  # the forward alone (the run's step also waited for it to start)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchView:
+    """StepBatcher.snapshot: runs admitted, runs waiting to be, the positions each decoding run
+    holds, steps run so far, the recent steps as (monotonic s, batch, forward ms), the cap."""
+
+    running: int
+    waiting: int
+    lengths: tuple[int, ...]
+    steps: int
+    recent: tuple[tuple[float, int, float], ...]
+    max_batch: int
 
 
 @dataclass(slots=True, eq=False)
@@ -110,7 +124,7 @@ class StepBatcher:
         self._waiting: list[int] = []  # tickets waiting for admission, in order
         self._last_ms = 0.0
         self.steps = 0  # batched forwards run
-        self.history: list[tuple[float, int]] = []  # recent (end ms, batch size), for the page
+        self.history: list[tuple[float, int, float]] = []  # recent (monotonic s, batch, forward ms)
         self._worker: threading.Thread | None = None
 
     # — admission —
@@ -177,6 +191,15 @@ class StepBatcher:
     def nbytes(self) -> int:
         """What the batcher holds beyond the model: its K/V pool (and any packed weights)."""
         return self.runner.pool_bytes + self.runner.packed_bytes
+
+    def snapshot(self) -> "BatchView":
+        """What the batch is doing now, anonymous: counts, each decoding run's length, the
+        recent steps' sizes and times (never a run's tokens)."""
+        with self._cond:
+            lengths = tuple(sorted(len(self.blocks.tables[m].tokens)
+                                   for m in self._decoding if m in self.blocks.tables))
+            return BatchView(len(self._members), len(self._waiting), lengths, self.steps,
+                             tuple(self.history), self.max_batch)
 
     @property
     def reserved_blocks(self) -> int:
@@ -253,7 +276,7 @@ class StepBatcher:
                 ms = clock_ms(self.lm.device) - start
             self._last_ms = ms
             self.steps += 1
-            self.history = (self.history + [(time.monotonic(), len(asks))])[-256:]
+            self.history = (self.history + [(time.monotonic(), len(asks), ms)])[-HISTORY:]
             for ask, (logits, attention, hidden) in zip(asks, outputs):
                 ask.result = BatchedOutput(logits, attention, hidden, len(asks), ms)
         except BaseException as err:  # noqa: BLE001 — every waiting run hears of it

@@ -1,0 +1,53 @@
+"""The Serving page's live view of this server's own batch (ui/batching.py): how many visitors'
+runs decode together right now, how long each is, and the recent steps — counts and lengths
+only, never another visitor's text. Shown where batching is on (the hosted demo)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import streamlit as st
+
+from charts.serving import live_batch_chart
+from i18n import _
+from ui.common import show_chart
+from ui.config import config
+from ui.state import session_model
+
+REFRESH_S = 2.0
+
+
+def server_batch_section() -> None:
+    if not config().batching:
+        return
+    st.subheader(_("This server's own batch, live"))
+    st.caption(_("Visitors' Generate runs on this server decode the way this page's stream does: "
+                 "every run that is decoding shares one forward per step. Counts and lengths "
+                 "only — nobody's text. Refreshed every {s:.0f} s.").format(s=REFRESH_S))
+    _live()
+
+
+@st.fragment(run_every=REFRESH_S)
+def _live() -> None:
+    model = session_model()
+    batcher = None if model is None else model.entry.extras.get("batcher")
+    view = None if batcher is None or isinstance(batcher, Exception) else batcher.snapshot()
+    if view is None or view.steps == 0:
+        st.info(_("No visitor's run has decoded in this server's batch yet: press Generate "
+                  "(with the KV cache on) and come back, or ask a class to."))
+        return
+    now = time.monotonic()
+    recent = [r for r in view.recent if now - r[0] <= 60]
+    cols = st.columns(4)
+    cols[0].metric(_("Runs decoding now"), f"{view.running}",
+                   help=_("Admitted to the batch (at most {n}).").format(n=view.max_batch))
+    cols[1].metric(_("Waiting to join"), f"{view.waiting}")
+    cols[2].metric(_("Their lengths (tokens)"),
+                   f"{min(view.lengths)}–{max(view.lengths)}" if view.lengths else "—",
+                   help=_("Prompt and tokens so far of each decoding run."))
+    cols[3].metric(_("Median batch, last minute"),
+                   f"{statistics.median(b for _t, b, _ms in recent):.0f}" if recent else "—",
+                   help=_("Runs per forward over the steps of the last 60 s."))
+    if recent:
+        show_chart(live_batch_chart(recent, now), key="server-batch", name="server_batch")
