@@ -142,6 +142,7 @@ bench: model vocab
 	$(BIN)/python -m bench.spec_bench
 	$(BIN)/python -m bench.vllm_bench
 	$(BIN)/python -m bench.browser_bench
+	$(BIN)/python -m bench.class_bench
 	$(BIN)/python -m pytest -q -p no:xdist -m big_model tests
 
 # This engine against llama.cpp on synthetic GGUF files of real shape (135M, 1B, 3B, 8B; Q4_0,

@@ -69,9 +69,9 @@ class ModelEntry:
             raise EngineError(str(got))
         return got
 
-    def batcher(self, gate: Callable[[], Any] | None = None, **options: Any) -> Any:
+    def batcher(self, turn: Any = None, **options: Any) -> Any:
         """The shared StepBatcher of these weights (engine/serving/batcher.py: live runs decoded
-        in one batch), built once with `gate` and `options` on the weights the native step's
+        in one batch), built once with `turn` and `options` on the weights the native step's
         prefill runs on (its variant's copy); raises EngineError saying why it cannot run."""
         from .serving.batcher import StepBatcher
         from .serving.model_runner import serving_problem
@@ -86,7 +86,7 @@ class ModelEntry:
             if problem is not None:
                 return EngineError(problem)
             weight_bytes = sum(p.nbytes for p in model.parameters())  # tied ones once
-            return StepBatcher(lm, model, self.weights, weight_bytes, gate=gate, **options)
+            return StepBatcher(lm, model, self.weights, weight_bytes, turn=turn, **options)
 
         got = self.extra("batcher", build)
         if isinstance(got, EngineError):

@@ -4,6 +4,7 @@ run's — tokens, attention rows, residual stream, KV bytes — and its steps sa
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -124,3 +125,55 @@ def test_the_trace_reader_checks_the_batch_size(lm, batch):
     bad = replace(trace, steps=(trace.steps[0], replace(trace.steps[1], batch=batch)))
     with pytest.raises(TraceFormatError, match="batch size"):
         check_trace(bad)
+
+
+class _Turn:
+    """ui/turns.py's FairLock as a batch's turn (ui/batching.py's FairTurn, without the app)."""
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+
+    def acquire(self, on_wait=None) -> None:
+        self.lock.acquire(on_wait, client="batch")
+
+    def release(self) -> None:
+        self.lock.release()
+
+    @property
+    def others_waiting(self) -> bool:
+        return self.lock.waiting > 0
+
+
+@pytest.mark.parametrize("slice_s", [0.0, 600.0])
+def test_the_batch_holds_the_fair_turn_while_runs_decode(lm, slice_s):
+    """The batch takes the app's turn as one client and keeps it while runs decode — another
+    visitor's whole-machine job gets it between two steps once the batch has held its slice
+    (0 here: at once), or when the batch empties — and gives it back at the end."""
+    from ui.turns import FairLock
+
+    lock = FairLock()
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=1024, max_tokens=256,
+                          turn=_Turn(lock), slice_s=slice_s)
+    how = GenerationSettings(max_new_tokens=12)
+    got: list[tuple[int, float]] = []  # (runs in the batch, when) as the other job got the turn
+    runs = [Run(lm, p, how, native=batcher) for p in PROMPTS[:2]]
+    steps = [iter(r) for r in runs]
+    for s in steps:
+        next(s)  # both prefilled: the batch holds the turn
+    assert lock.locked() and batcher.running == 2
+
+    def other() -> None:
+        with lock.turn(client="other"):
+            got.append((batcher.running, time.monotonic()))
+
+    job = threading.Thread(target=other)
+    job.start()
+    threads = [threading.Thread(target=lambda s=s: [None for _ in s]) for s in steps]
+    for t in threads:
+        t.start()
+    for t in threads + [job]:
+        t.join(120)
+    assert got, "the other job never got the turn"
+    assert (got[0][0] == 2) == (slice_s == 0.0)  # mid-batch only when the slice is spent
+    assert all(len(r.steps) == 12 or r.stop_reason == "eos" for r in runs)
+    assert not lock.locked() and batcher.running == 0

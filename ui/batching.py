@@ -4,7 +4,8 @@
 Only runs the batcher can decode: the KV cache on, the decoder not forced to torch, a model the
 paged runner serves. Everything else (sweeps, studies, patching, other runs) keeps the fair turn
 (ui/turns.py) — and the batcher takes that same turn around each of its steps and each run's
-prefill, as one client, so a whole-machine experiment still gets the machine to itself.
+prefill, as one client, holding it while runs are in the batch (for a click's budget at most
+while others wait), so a whole-machine experiment still gets the machine to itself.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 import streamlit as st
 
 from engine import EngineError
+from engine.serving.batcher import SLICE_S
 from engine.settings import GenerationSettings
 from i18n import _
 from ui import shared
 from ui.config import config
+from ui.experiment import wait_text
 from ui.session_model import SessionModel
 
 BATCH_CLIENT = "\0batched runs"  # the turn's client for batched steps: no address looks like it
@@ -36,8 +39,18 @@ def server_busy() -> bool:
         getattr(b, "running", 0) > 0 for b in batchers if b is not None)
 
 
-def _gate() -> Any:
-    return shared.LOCK.turn(kind="batched step", client=BATCH_CLIENT)
+class FairTurn:
+    """The app's fair turn (ui/turns.py) as the batch takes it: one client, BATCH_CLIENT."""
+
+    def acquire(self, on_wait: Any = None) -> None:
+        shared.LOCK.acquire(on_wait, kind="batched runs", client=BATCH_CLIENT)
+
+    def release(self) -> None:
+        shared.LOCK.release()
+
+    @property
+    def others_waiting(self) -> bool:
+        return shared.LOCK.waiting > 0
 
 
 class Seat:
@@ -53,10 +66,16 @@ class Seat:
                                "as a place frees up ({place} in line). Keep this page open.").format(
                                    n=self.batcher.max_batch, place=place),
                              icon=":material/hourglass:")
+        def turn_elsewhere(place: int, held_s: float) -> None:  # the prefill waits for the turn
+            self.notice.info(wait_text(place, held_s, shared.LOCK.wait_estimate_s(place, held_s)),
+                             icon=":material/hourglass:")
+
         try:
-            return self.batcher.decoder(tokens, stop, waiting)
+            decoder = self.batcher.decoder(tokens, stop, waiting)
         finally:
             self.notice.empty()
+        decoder.on_wait, decoder.on_turn = turn_elsewhere, self.notice.empty
+        return decoder
 
 
 def batched_seat(model: SessionModel, settings: GenerationSettings) -> Seat | None:
@@ -66,8 +85,9 @@ def batched_seat(model: SessionModel, settings: GenerationSettings) -> Seat | No
     if not config().batching or not settings.kv_cache or settings.decoder == "torch":
         return None
     try:
-        batcher = model.entry.batcher(_gate, max_batch=MAX_BATCH, slots=SLOTS,
-                                      max_tokens=config().limits.sequence_tokens)
+        batcher = model.entry.batcher(FairTurn(), max_batch=MAX_BATCH, slots=SLOTS,
+                                      max_tokens=config().limits.sequence_tokens,
+                                      slice_s=config().limits.click_s or SLICE_S)
     except EngineError:
         return None
     return Seat(batcher, st.empty())

@@ -21,9 +21,11 @@ Admission: a run is admitted when the pool can hold its prompt and every new tok
 for (blocks reserved up front: no preemption) and fewer than `max_batch` runs are in; else it
 waits (`admit` polls its stop event and reports its place through `on_wait`).
 
-`gate`: a context-manager factory the worker enters around each step and a prefill around
-itself (the app's fair turn, shared with experiments that need the whole machine); the default
-takes nothing.
+`turn`: the app's fair turn, shared with experiments that need the whole machine (a `Turn`:
+acquire with an optional wait report, release, and whether others wait). The batch takes it as
+one client and holds it while any run is in the batch — its steps and the prefills of runs
+joining it — giving it back when the batch empties, or after `slice_s` when others wait (then
+it queues again behind them, as any visitor's run would). Without one, nothing is taken.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from transformers import DynamicCache
@@ -44,10 +46,22 @@ from ..errors import EngineError, InputError
 from .block_manager import BlockManager
 from .model_runner import Chunk, PagedModelRunner
 
-Gate = Callable[[], ContextManager[Any]]
+Waiting = Callable[[int, float], None]  # (place in the queue, seconds the holder has held)
+
+
+class Turn(Protocol):
+    """The app's fair turn as the batch takes it (ui/batching.py: ui/turns.py's FairLock)."""
+
+    def acquire(self, on_wait: Waiting | None = None) -> None: ...
+
+    def release(self) -> None: ...
+
+    @property
+    def others_waiting(self) -> bool: ...
 BLOCK_SIZE = 16
 GATHER_MS = 20.0
 MAX_GATHER_MS = 500.0
+SLICE_S = 15.0
 HISTORY = 120  # recent steps the batcher remembers (the Serving page's live view)
 
 
@@ -95,8 +109,8 @@ class StepBatcher:
 
     def __init__(self, lm: Any, model: Any, weights: str, weight_bytes: int, *,
                  max_batch: int = 32, max_tokens: int = 512, slots: int = 8192,
-                 gate: Gate | None = None, gather_ms: float = GATHER_MS,
-                 pack: bool = False) -> None:
+                 turn: Turn | None = None, slice_s: float = SLICE_S,
+                 gather_ms: float = GATHER_MS, pack: bool = False) -> None:
         """`pack`: the runner's packed copy of float weights (linear.py) — off by default: on
         the default model it is several times the weights' size and no faster for these
         batches (measured)."""
@@ -109,7 +123,9 @@ class StepBatcher:
         self.lm, self.model, self.weights = lm, model, weights
         self.weight_bytes = int(weight_bytes)
         self.max_batch, self.max_tokens = max_batch, max_tokens
-        self.gate: Gate = gate or contextlib.nullcontext
+        self.turn, self.slice_s = turn, slice_s
+        self._turn_lock = threading.Lock()  # taking or giving back the turn (never under _cond)
+        self._turn_since: float | None = None  # when the batch took the turn; None: not held
         self.gather_ms = gather_ms
         # the model: one forward at a time, batched or a prefill; taken before `_cond`, never
         # while holding it
@@ -178,6 +194,7 @@ class StepBatcher:
             self._decoding.discard(member)
             self._to_free.append(member)
             self._cond.notify_all()
+        self._give_turn(rotate=False)  # the last run out gives the batch's turn back
 
     def _free_left(self) -> None:
         """Return the blocks of members that left (call holding `_compute`)."""
@@ -218,10 +235,38 @@ class StepBatcher:
             return len(self._waiting)
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """The model to oneself (a run's prefill), between batched steps."""
-        with self.gate(), self._compute:
+    def exclusive(self, on_wait: Waiting | None = None) -> Iterator[None]:
+        """The model to oneself (a run's prefill), between batched steps, in the batch's turn
+        (`on_wait` reports while the turn is elsewhere)."""
+        self._take_turn(on_wait)
+        with self._compute:
             yield
+
+    def _take_turn(self, on_wait: Waiting | None = None) -> None:
+        if self.turn is None:
+            return
+        with self._turn_lock:
+            if self._turn_since is None:
+                self.turn.acquire(on_wait)
+                self._turn_since = time.monotonic()
+
+    def _give_turn(self, rotate: bool) -> None:
+        """Give the turn back: the batch is empty, or (`rotate`) it has held its slice and
+        others wait."""
+        if self.turn is None:
+            return
+        with self._turn_lock:
+            held = self._turn_since
+            if held is None:
+                return
+            if rotate and not (time.monotonic() - held >= self.slice_s and self.turn.others_waiting):
+                return
+            if not rotate:
+                with self._cond:
+                    if self._members:
+                        return
+            self._turn_since = None
+            self.turn.release()
 
     # — the steps —
 
@@ -270,7 +315,8 @@ class StepBatcher:
 
     def _run(self, asks: list[_Ask]) -> None:
         try:
-            with self.gate(), self._compute:
+            self._take_turn()
+            with self._compute:
                 start = clock_ms(self.lm.device)
                 outputs = self._forward(asks)
                 ms = clock_ms(self.lm.device) - start
@@ -286,6 +332,7 @@ class StepBatcher:
         finally:
             for ask in asks:
                 ask.done.set()
+            self._give_turn(rotate=True)
 
     def _forward(self, asks: list[_Ask]) -> list[tuple[torch.Tensor, torch.Tensor | None,
                                                         torch.Tensor | None]]:
@@ -318,6 +365,8 @@ class BatchedDecoder:
 
     def __init__(self, batcher: StepBatcher, member: int, max_tokens: int) -> None:
         self.batcher, self.member, self.max_tokens = batcher, member, max_tokens
+        self.on_wait: Waiting | None = None  # the prefill's report while the turn is elsewhere
+        self.on_turn: Callable[[], None] | None = None  # and once it has it
 
     @property
     def weights(self) -> str:
@@ -331,8 +380,13 @@ class BatchedDecoder:
     def model(self) -> Any:
         return self.batcher.model
 
-    def exclusive(self) -> ContextManager[None]:
-        return self.batcher.exclusive()
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The run's prefill, alone on the model, in the batch's turn."""
+        with self.batcher.exclusive(self.on_wait):
+            if self.on_turn is not None:
+                self.on_turn()
+            yield
 
     def load_prefix(self, cache: DynamicCache, n: int) -> None:
         if n > self.max_tokens:
