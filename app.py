@@ -22,6 +22,7 @@ import streamlit as st  # noqa: E402
 from engine import GenerationSettings  # noqa: E402
 from engine.loader import MAX_SOURCE_CHARS, is_gguf_path  # noqa: E402
 from engine.models import on_file_blocks  # noqa: E402
+from engine.serving.model_runner import serving_problem  # noqa: E402
 from engine.settings import FLOAT_DTYPES  # noqa: E402
 from i18n import N_, _  # noqa: E402
 from ui import shared  # noqa: E402
@@ -173,7 +174,8 @@ def sidebar_decoder(model: SessionModel) -> None:
     """Which decode step this session's runs use, and if torch, why (the KV-cache toggle below
     decides it too: its value from this session's last run)."""
     kv_cache = bool(st.session_state.get(setting_table(LIMITS)["kv_cache"].key, True))
-    line = decoder_line(model.native_problem(), kv_cache, on_file_blocks(model.lm, model.weights))
+    line = decoder_line(model.native_problem(), kv_cache, on_file_blocks(model.lm, model.weights),
+                        batched=config().batching and serving_problem(model.lm) is None)
     st.sidebar.caption(_("Decoder: **{decoder}**").format(decoder=message(line)),
                        help=_(DECODER_HELP))
 

@@ -282,8 +282,6 @@ class Run:
         s, n_prompt = self.settings, len(self.prompt_ids)
         if loop.recorder is not None:  # after the prefill a step records its new token's row
             loop.recorder.last_query_only = i > 0 and (loop.cache is None or _uncached(loop) > 1)
-        before = MachineSample.now(loop.device)
-        self._first = self._first or before
         # A decoder shared with other runs (batched: it has `exclusive`) has the model to itself
         # only for the prefill; its decode steps record attention themselves, and the model's
         # attention is not switched around them (another run's prefill may be using it).
@@ -292,6 +290,11 @@ class Run:
         alone = alone if i == 0 else None
         with torch.inference_mode(), alone() if alone else nullcontext(), \
                 recording(loop.model, hooked):
+            # after the prefill's turn: waiting for it is not the step's time (as a run in the
+            # turn does not count its wait in the queue); a batched decode step's wait for the
+            # others' is (it is that run's time between tokens)
+            before = MachineSample.now(loop.device)
+            self._first = self._first or before
             logits, hidden, attention, batched = self._forward(loop, i)
             forward_ms = clock_ms(loop.device) - before.wall_ms
             if i == 0 and self.native is not None:

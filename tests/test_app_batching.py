@@ -16,7 +16,9 @@ pytestmark = pytest.mark.real_model
 
 def test_a_hosted_run_decodes_in_the_servers_batch(monkeypatch):
     monkeypatch.delenv("INFERENCE_EXPLORER_BATCHING", raising=False)
-    at = generate(fresh(monkeypatch, hosted=True).run(), "Name a colour.", tokens=4)
+    at = fresh(monkeypatch, hosted=True).run()
+    assert any("Decoder: **server's batch" in c.value for c in at.sidebar.caption)
+    at = generate(at, "Name a colour.", tokens=4)
     assert not at.exception
     trace = state_of(at.session_state).trace
     assert trace.decoder.name == "batched" and len(trace.steps) >= 2

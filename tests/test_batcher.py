@@ -177,3 +177,19 @@ def test_the_batch_holds_the_fair_turn_while_runs_decode(lm, slice_s):
     assert (got[0][0] == 2) == (slice_s == 0.0)  # mid-batch only when the slice is spent
     assert all(len(r.steps) == 12 or r.stop_reason == "eos" for r in runs)
     assert not lock.locked() and batcher.running == 0
+
+
+def test_a_prefill_waiting_for_the_turn_does_not_count_the_wait(lm):
+    """As a run in the queue does not count its wait, a batched run's prefill step is timed from
+    when it has the model: its wait for another job's turn is not its TTFT."""
+    from ui.turns import FairLock
+
+    lock = FairLock()
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=512, max_tokens=256,
+                          turn=_Turn(lock))
+    lock.acquire(client="other")
+    threading.Timer(1.5, lock.release).start()
+    start = time.monotonic()
+    trace = Run(lm, PROMPTS[0], GenerationSettings(max_new_tokens=2), native=batcher).run_all()
+    assert time.monotonic() - start >= 1.5
+    assert trace.steps[0].latency_ms < 1500 and trace.decoder.name == "batched"

@@ -68,7 +68,9 @@ DECODER_HELP = N_("The prefill always runs in PyTorch (transformers). The decode
                   "hand-written C step (engine/kernels/native.py) wherever it can: float32 and "
                   "integer weights, KV cache on. It records the same attention rows, hidden "
                   "states and top-k as PyTorch (tests check them equal); each trace says which "
-                  "one ran.")
+                  "one ran. On a shared server with batching on (the hosted demo), the decode "
+                  "steps of every visitor's run go into one batch instead: one forward per step "
+                  "for all of them.")
 
 
 def weights_label(weights: str) -> str:
@@ -77,12 +79,16 @@ def weights_label(weights: str) -> str:
     return _(label) if label is not None else weights
 
 
-def decoder_line(problem: str | None, kv_cache: bool, file_blocks: bool = False) -> str:
-    """What will run the decode steps: "native C step" (`file_blocks`: on a GGUF file's own
-    blocks, which it then reads rather than the float32 copy), or "torch eager — <reason>" with
-    the reason a Run would record (`problem`: why the native step cannot run these weights)."""
+def decoder_line(problem: str | None, kv_cache: bool, file_blocks: bool = False,
+                 batched: bool = False) -> str:
+    """What will run the decode steps: the server's batch (`batched`: ui/batching.py seats a
+    run with the cache on), "native C step" (`file_blocks`: on a GGUF file's own blocks, which
+    it then reads rather than the float32 copy), or "torch eager — <reason>" with the reason a
+    Run would record (`problem`: why the native step cannot run these weights)."""
     from engine.runner import KV_OFF_REASON
 
+    if batched and kv_cache:
+        return _("server's batch (continuous batching)")
     if problem is None and not kv_cache:
         problem = KV_OFF_REASON
     if problem is not None:
