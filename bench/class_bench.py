@@ -35,26 +35,11 @@ from playwright.sync_api import sync_playwright
 
 from bench.class_clients import class_at_once
 from tests.e2e.browser import APP_IDLE, launch_chromium
-from tests.e2e.turns_load import LOADED, hosted_server, warmed_up
+from tests.e2e.turns_load import LOADED, WATCH_CLASS, hosted_server, warmed_up
 
 PROMPT = "Name three colours of the rainbow."
 QUERY = "?new_tokens=32"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-WATCH = """() => {
-  const log = window.__class = {ran: false, first: null, done: null, error: null};
-  const app = document.querySelector('[data-testid="stApp"]');
-  new MutationObserver(() => {
-    const state = app.dataset.testScriptState;
-    if (state === 'running') log.ran = true;
-    if (log.first === null && document.querySelectorAll('.ie-chips .ie-gen').length > 0)
-      log.first = Date.now();
-    if (log.error === null && document.querySelector(
-        '[data-testid="stException"], [data-testid="stAlertContentError"]')) log.error = Date.now();
-    if (log.ran && log.done === null && state === 'notRunning'
-        && document.body.textContent.includes('stopped because')) log.done = Date.now();
-  }).observe(document.body, {childList: true, subtree: true, characterData: true,
-                             attributes: true, attributeFilter: ['data-test-script-state']});
-}"""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -116,7 +101,7 @@ def browser_class(browser, url: str, visitors: int, timeout_s: float) -> dict:
     for page in pages:
         page.get_by_text(LOADED).first.wait_for(timeout=300_000)
         page.wait_for_selector(APP_IDLE, timeout=300_000)
-        page.evaluate(WATCH)
+        page.evaluate(WATCH_CLASS)
         page.get_by_role("textbox", name="Prompt", exact=True).fill(PROMPT)
     pressed = []
     for page in pages:

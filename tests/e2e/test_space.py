@@ -36,25 +36,11 @@ from .browser import (
     launch_chromium,
     served,
 )
+from .turns_load import WATCH_CLASS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Name three fruits.", "Name three planets.", "Name three rivers.", "Name three birds.",
            "Name three colours.", "Name three trees.", "Name three oceans.", "Name three metals."]
-# The browser's clock (one browser: every page's) at a run's first generated chip and at its
-# summary line once the app is idle again.
-WATCH_CLASS = """() => {
-  const log = window.__class = {first: null, done: null, ran: false};
-  const app = document.querySelector('[data-testid="stApp"]');
-  new MutationObserver(() => {
-    const state = app.dataset.testScriptState;
-    if (state === 'running') log.ran = true;
-    if (log.first === null && document.querySelectorAll('.ie-chips .ie-gen').length > 0)
-      log.first = Date.now();
-    if (log.ran && log.done === null && state === 'notRunning'
-        && document.body.textContent.includes('stopped because')) log.done = Date.now();
-  }).observe(document.body, {childList: true, subtree: true, characterData: true,
-                             attributes: true, attributeFilter: ['data-test-script-state']});
-}"""
 
 # A hang, not a speed: speed is measured in bench/browser_bench.py (docs/benchmarks.md), not asserted.
 FIRST_PAGE_S = 60.0

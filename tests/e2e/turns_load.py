@@ -47,6 +47,25 @@ WATCH = """() => {
                              attributes: true, attributeFilter: ['data-test-script-state']});
 }"""
 
+# A class at once (bench/class_bench.py, test_space.py): in the browser's clock (one browser:
+# every page's), a run's first generated chip, the first exception or error shown, and its
+# summary line once the app is idle again.
+WATCH_CLASS = """() => {
+  const log = window.__class = {ran: false, first: null, done: null, error: null};
+  const app = document.querySelector('[data-testid="stApp"]');
+  new MutationObserver(() => {
+    const state = app.dataset.testScriptState;
+    if (state === 'running') log.ran = true;
+    if (log.first === null && document.querySelectorAll('.ie-chips .ie-gen').length > 0)
+      log.first = Date.now();
+    if (log.error === null && document.querySelector(
+        '[data-testid="stException"], [data-testid="stAlertContentError"]')) log.error = Date.now();
+    if (log.ran && log.done === null && state === 'notRunning'
+        && document.body.textContent.includes('stopped because')) log.done = Date.now();
+  }).observe(document.body, {childList: true, subtree: true, characterData: true,
+                             attributes: true, attributeFilter: ['data-test-script-state']});
+}"""
+
 
 def hosted_server(log_path: Path, root: Path = ROOT, env: dict[str, str] | None = None):
     """A hosted-mode `streamlit run` of `root`'s app (scripts/streamlit_app.py, the model from
