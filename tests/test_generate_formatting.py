@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from charts.formatting import MAX_CHARS, count, duration, rate, significant, size
+from charts.formatting import MAX_CHARS, batch_note, count, duration, rate, significant, size
 from engine import GenerationSettings, Run
 from ui.state import state_of
 
@@ -83,3 +83,10 @@ def test_every_stop_reason_reads_as_words_in_each_language():
         assert len(set(words)) == len(STOP_REASONS)
     with using("zh-Hant"):
         assert stop_reason("eos") == "模型結束了它的回答"
+
+
+def test_the_batch_note_counts_the_shared_steps_and_their_median_size():
+    assert batch_note([1, 1, 1]) == ""  # every step alone: nothing to say
+    assert batch_note([7, 7, 1, 9]).startswith(
+        "Decoded in a batch of 7 for 3 of its 4 steps (up to 9 runs):")
+    assert batch_note([3, 3]).startswith("Decoded in a batch of 3 for 2 of its 2 steps:")
