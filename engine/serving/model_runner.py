@@ -156,6 +156,7 @@ class PagedModelRunner:
         copy_dst = torch.tensor([d * bs + i for _, d in copies for i in range(bs)], device=device)
         last = torch.tensor([sum(lengths[:b + 1]) - 1 for b in range(batch)], device=device)
         rows = torch.arange(batch, device=device)
+        last_query = torch.tensor(lengths, device=device) - 1  # (B,) each chunk's last new row
         attention: dict[int, torch.Tensor] = {}  # layer → (B, H, L) the last query's softmax
         residual: list[torch.Tensor] = []  # (B, hidden) entering each layer, then leaving
 
@@ -190,7 +191,7 @@ class PagedModelRunner:
                 scores = (queries @ keys.transpose(-1, -2)) * attn.scaling  # (B, H, Q, L)
                 probs = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
                 out = probs.to(values.dtype) @ values  # (B, H, Q, D)
-                attention[index] = probs[rows, :, torch.tensor(lengths, device=device) - 1]
+                attention[index] = probs[rows, :, last_query]
             else:
                 out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
                                                      scale=attn.scaling)  # (B, H, Q, D)
