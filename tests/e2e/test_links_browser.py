@@ -54,6 +54,8 @@ def test_a_link_opens_the_example_on_attention_with_its_layer_and_head(url, brow
     # the page's own share link: the page's path, the example and the selection, never `s`
     page.get_by_role("combobox", name="Head", exact=True).click()
     page.get_by_role("option", name="5", exact=True).click()
+    # the choice's rerun writes it into the address: idle before that rerun is not its end
+    page.wait_for_url(re.compile(r"[?&]head=5(&|$)"), timeout=60_000)
     wait_for_app(page)
     link = shared_link(page)
     page.screenshot(path=SHOTS / "share-open-1920.png")
