@@ -42,8 +42,10 @@ class AppConfig:
     model_cache_mb: int  # weights the model store keeps (local: a few dtype/model choices)
     session_mb: int  # session records kept for reloads, all sessions together
     session_ttl_s: float
-    client_sessions: int = 64  # records one visitor (one address) may keep: its oldest go first
+    client_sessions: int = 64  # records one visitor (ui/clients.py) may keep: its oldest go first
     client_mb: int = 1024  # bytes one visitor's records may hold
+    address_sessions: int | None = None  # records the visitors of one address may keep together
+    address_mb: int | None = None  # bytes they may hold together (None: the store's bound)
     session_entries: int = 256  # records of all visitors together
     session_keep_s: float = 1800.0  # a record changed this recently is never evicted for others
     uploads_mb: int = 1024  # uploaded files the server holds for all sessions together
@@ -55,7 +57,8 @@ class AppConfig:
             return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2,
                                        file_growth=8.0),
                        HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128,
-                       uploads_mb=200, batching=_batching(True))
+                       address_sessions=160, address_mb=384, uploads_mb=200,
+                       batching=_batching(True))
         return cls(False, Limits(1024, 256, 50, 512, 8192, record_mb=256), 4096, 2048,
                    12 * 3600.0, batching=_batching(False))
 

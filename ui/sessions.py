@@ -7,12 +7,14 @@ gets a copy. A copy, under a fresh token: a link that travels to someone else gi
 as it was, and what they do next never lands in the original's record. Bounded three ways: entries,
 total bytes (what each value really costs, `size_of`), and age since the last write.
 
-Fair to every visitor (a shared server, a class): each record belongs to a client (the visitor's
-address, ui/clients.py), and one client's records are capped in number and bytes — past its cap,
-that client's own least recently used records go, nobody else's. A record written in the last
-`keep_s` seconds is never evicted for another client's room: when the store is full of such
-records, the newcomer's write is refused (`put` returns False, the app says its work is not
-kept) instead of somebody else's work disappearing.
+Fair to every visitor (a shared server, a class): each record belongs to a client (a browser, or
+an address: ui/clients.py), and one client's records are capped in number and bytes — past its
+cap, that client's own least recently used records go, nobody else's. The clients of one address
+(a class behind a school's NAT) are capped together too, at a class's size (`group_entries`,
+`group_bytes`): past it, that address's own records go, a classmate's only when not recent. A
+record written in the last `keep_s` seconds is never evicted for another client's room: when the
+store is full of such records, the newcomer's write is refused (`put` returns False, the app says
+its work is not kept) instead of somebody else's work disappearing.
 
 A published run ("Share this view") is a record of its own under an unguessable id: written once
 (`publish`), never changed, read by whoever has the link (`published`). It counts against the same
@@ -54,11 +56,16 @@ class SessionStore:
     def __init__(self, max_entries: int, max_bytes: int, ttl_s: float,
                  size_of: Callable[[Any], int], clock: Callable[[], float] = time.monotonic,
                  *, keep_s: float = 0.0, client_entries: int | None = None,
-                 client_bytes: int | None = None) -> None:
+                 client_bytes: int | None = None, group_entries: int | None = None,
+                 group_bytes: int | None = None,
+                 group_of: Callable[[str], str] = lambda client: client) -> None:
         self.max_entries, self.max_bytes, self.ttl_s, self.keep_s = (max_entries, max_bytes,
                                                                      ttl_s, keep_s)
         self.client_entries = client_entries or max_entries
         self.client_bytes = min(client_bytes or max_bytes, max_bytes)
+        self.group_entries = max(group_entries or max_entries, self.client_entries)
+        self.group_bytes = max(min(group_bytes or max_bytes, max_bytes), self.client_bytes)
+        self._group_of = group_of
         self._size_of, self._clock = size_of, clock
         self._records: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         # Values by identity: a reload's copy shares the same immutable trace, so it is counted
@@ -133,33 +140,43 @@ class SessionStore:
             return self._usage(client)
 
     def _usage(self, client: str) -> tuple[int, int]:
-        held = {id(v): v for e in self._records.values() if e.client == client
-                for v in e.values.values()}
-        count = sum(1 for e in self._records.values() if e.client == client)
-        return count, sum(self._objects[i][0] for i in held)
+        return self._usage_of(lambda e: e.client == client)
+
+    def _usage_of(self, belongs: Callable[[_Entry], bool]) -> tuple[int, int]:
+        entries = [e for e in self._records.values() if belongs(e)]
+        held = {id(v) for e in entries for v in e.values.values()}
+        return len(entries), sum(self._objects[i][0] for i in held)
 
     def _make_room(self, token: str) -> bool:
         """Bring the store within its bounds after `token` was written: first that client's own
-        older records, then records of anyone not written in `keep_s`; False if not possible
-        without evicting another client's recent work (nothing is evicted then)."""
+        older records, then (past its address's cap) its address's records not written in
+        `keep_s`, then records of anyone not written in `keep_s`; False if not possible without
+        evicting another client's recent work (nothing of others is evicted then)."""
         client = self._records[token].client
-        while True:
-            count, size = self._usage(client)
-            if count <= self.client_entries and size <= self.client_bytes:
-                break
-            own = next((t for t, e in self._records.items() if e.client == client and t != token),
-                       None)
-            if own is None:
-                return False
-            self._drop(own)
+        group = self._group_of(client)
         now = self._clock()
-        while len(self._records) > self.max_entries or self.nbytes > self.max_bytes:
-            old = next((t for t, e in self._records.items()
-                        if t != token and (e.client == client or now - e.changed > self.keep_s)),
-                       None)
-            if old is None:
-                return False
-            self._drop(old)
+
+        def ours(e: _Entry) -> bool:
+            return e.client == client
+
+        def our_group(e: _Entry) -> bool:
+            return self._group_of(e.client) == group
+
+        def evictable(e: _Entry) -> bool:
+            return ours(e) or now - e.changed > self.keep_s
+
+        bounds = ((ours, lambda c, b: c <= self.client_entries and b <= self.client_bytes, ours),
+                  (our_group, lambda c, b: c <= self.group_entries and b <= self.group_bytes,
+                   lambda e: our_group(e) and evictable(e)),
+                  (lambda e: True, lambda c, b: c <= self.max_entries and b <= self.max_bytes,
+                   evictable))
+        for belongs, fits, may_go in bounds:
+            while not fits(*self._usage_of(belongs)):
+                old = next((t for t, e in self._records.items() if t != token and may_go(e)),
+                           None)
+                if old is None:
+                    return False
+                self._drop(old)
         return True
 
     def _hold(self, value: Any) -> None:

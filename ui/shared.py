@@ -9,6 +9,7 @@ second copy of a model. Each is bounded (queue order, memory cap, entries and ag
 from __future__ import annotations
 
 from engine.models import ModelStore
+from ui.clients import address_part
 from ui.config import AppConfig, config
 from ui.footprint import footprint
 from ui.sessions import SessionStore
@@ -23,7 +24,10 @@ def session_store(cfg: AppConfig) -> SessionStore:
     """The session records' store with this configuration's bounds and per-visitor quotas."""
     return SessionStore(max_entries=cfg.session_entries, max_bytes=cfg.session_mb << 20,
                         ttl_s=cfg.session_ttl_s, size_of=footprint, keep_s=cfg.session_keep_s,
-                        client_entries=cfg.client_sessions, client_bytes=cfg.client_mb << 20)
+                        client_entries=cfg.client_sessions, client_bytes=cfg.client_mb << 20,
+                        group_entries=cfg.address_sessions,
+                        group_bytes=cfg.address_mb << 20 if cfg.address_mb else None,
+                        group_of=address_part)
 
 
 SESSIONS = session_store(config())

@@ -1,13 +1,16 @@
 """Fair turns in a browser (issue 27): one visitor's four tabs each start a long run, then another
 visitor generates "Hi" — the other visitor is told it is next and its run goes right after the
 run in progress, not after all four. Two clients as a Space's proxy shows them (X-Forwarded-For,
-hosted mode), on a hosted server of its own (tests/e2e/turns_load.py); an 8 s click budget
+hosted mode; each visitor one browser, its tabs sharing the server's cookie), on a hosted server
+of its own (tests/e2e/turns_load.py); an 8 s click budget
 instead of 15 s keeps the hostile runs short. The figures with the real budget, before and after,
 are bench/fair_turns.py's."""
 
 from __future__ import annotations
 
 import pytest
+
+from ui.clients import COOKIE
 
 from .turns_load import TABS, Contest, hosted_server, warmed_up
 
@@ -23,6 +26,11 @@ def test_a_visitors_four_tabs_delay_another_visitors_run_by_one(browser, tmp_pat
     with hosted_server(log, env={"INFERENCE_EXPLORER_CLICK_S": CLICK_S}) as (url, _proc):
         warmed_up(log)
         contest = Contest.open(browser, url)
+        # the hostile visitor is one browser: its tabs share the cookie the server issued, the
+        # client it names (ui/clients.py)
+        assert len({page.context for page in contest.hostile}) == 1
+        cookies = contest.hostile[0].context.cookies()
+        assert [c["name"] for c in cookies].count(COOKIE) == 1, cookies
         contest.start()
         victim = contest.victim_s()
         notices = contest.notices()

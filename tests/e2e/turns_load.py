@@ -1,9 +1,10 @@
 """One visitor's four tabs against another visitor's "Hi", in real Chromium on a hosted-mode server:
 the browser test of fair turns (test_fair_turns_browser.py) and its benchmark (bench/fair_turns.py).
 
-Two clients as a Space's proxy would show them: each browser context sends its own
-X-Forwarded-For, which reaches the websocket (`st.context.headers`) and which hosted mode reads
-as the proxy's entry (ui/clients.py). The hostile client's tabs open the Generate page with the
+Two clients as a Space's proxy would show them: each client is one browser (a browser context,
+its tabs pages of it, sharing the server's cookie) sending its own X-Forwarded-For, which
+reaches the websocket (`st.context.headers`) and which hosted mode reads as the proxy's entry
+(ui/clients.py). The hostile client's tabs open the Generate page with the
 KV cache off and 64 new tokens (a share link's settings) and press Generate on a ~250-token
 prompt: each run holds the model turn until the per-click budget stops it. Times are the
 browser's own clock (`Date.now()` at the keypress and when the page changed), so Playwright's
@@ -88,11 +89,17 @@ def warmed_up(log_path: Path, timeout_s: float = 180.0) -> None:
         time.sleep(0.2)
 
 
+_CONTEXTS: dict[str, object] = {}  # each client's browser context (its tabs share its cookie)
+
+
 def tab(browser, url: str, client: str, query: str = ""):
-    """A page of `client` (its own browser context: its own Streamlit session) on the Generate
-    page, the model loaded."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000},
-                                  extra_http_headers={"X-Forwarded-For": client})
+    """A tab of `client` (a page of its browser context: its own Streamlit session) on the
+    Generate page, the model loaded."""
+    context = _CONTEXTS.get(client)
+    if context is None or context.browser is not browser or not browser.is_connected():
+        context = browser.new_context(viewport={"width": 1400, "height": 1000},
+                                      extra_http_headers={"X-Forwarded-For": client})
+        _CONTEXTS[client] = context
     page = context.new_page()
     page.goto(f"{url}/{query}")
     page.get_by_text(LOADED).first.wait_for(timeout=180_000)
