@@ -18,7 +18,11 @@ ENV HOME=/home/user \
     INFERENCE_EXPLORER_HOSTED=1 \
     HF_HUB_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    STREAMLIT_SERVER_XSRF_COOKIE_SAME_SITE=none
+# SameSite=None: the Space's page embeds the app in a cross-site iframe, where a Lax cookie is
+# never sent; the XSRF cookie is what uploads check and what tells a class's browsers apart
+# behind one address (ui/clients.py). The Space's proxy serves HTTPS, which None requires.
 WORKDIR /home/user/app
 
 # Pinned requirements; torch first from its CPU-only index (PyPI's Linux wheel pulls CUDA, GBs).

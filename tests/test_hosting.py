@@ -3,8 +3,10 @@ not built; its entrypoint runs in tests/e2e/test_space.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -47,6 +49,18 @@ def test_the_space_card_is_a_docker_space_on_the_entrypoint_port():
     env = dockerfile_env()
     assert int(env["PORT"]) == meta["app_port"] == 7860
     assert env["INFERENCE_EXPLORER_HOSTED"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_image_sends_its_cookie_inside_the_spaces_iframe():
+    """The browser's cookie (uploads, a class's browsers told apart) must reach the app inside
+    the Space page's cross-site iframe: SameSite=None, as Streamlit's CLI reads it from the
+    image's environment."""
+    env = {k: v for k, v in dockerfile_env().items() if k.startswith("STREAMLIT_")}
+    shown = subprocess.run([sys.executable, "-m", "streamlit", "config", "show"],
+                           env={**os.environ, **env}, capture_output=True,
+                           text=True, timeout=120)
+    assert re.search(r'^xsrfCookieSameSite = "none"$', shown.stdout, re.M), shown.stdout[-500:]
+    assert re.search(r"^#? ?enableXsrfProtection = true$", shown.stdout, re.M)  # the default
 
 
 def test_the_image_runs_the_same_entrypoint_as_make_run_as_a_non_root_user():
