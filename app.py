@@ -13,9 +13,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ui.startup import wait_for_start_up  # noqa: E402 — standard library only
+from ui.startup import importing, since_start_s  # noqa: E402 — standard library only
 
-wait_for_start_up()  # before this run imports what the start-up thread may be importing
+if importing():  # the server has just started: no import here until its start-up thread's are in
+    from ui.starting import starting_page  # Streamlit and the standard library only
+
+    starting_page(importing, since_start_s)
 
 import streamlit as st  # noqa: E402
 

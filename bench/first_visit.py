@@ -161,14 +161,7 @@ def local_round(browser, tmp: Path) -> dict[str, float]:
 
 
 def hosted_round(browser, tmp: Path) -> dict[str, float]:
-    cache = tmp / f"cache-{time.monotonic_ns()}"
-    seed_model_cache(cache)  # the converted model, no compiled native step: a Space's first start
-    assert not (cache / "native").exists()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"}
-    env.update(INFERENCE_EXPLORER_HOSTED="1", INFERENCE_EXPLORER_CACHE=str(cache),
-               INFERENCE_EXPLORER_CLICK_S="120", PYTHON=sys.executable, PORT=str(port),
-               ADDRESS="127.0.0.1", HF_HUB_OFFLINE="1")
+    env, port = hosted_env(tmp)
     start = time.monotonic()
     with served([str(ROOT / "scripts" / "serve.sh")], f"http://127.0.0.1:{port}",
                 tmp / "hosted.log", env, replace_env=True) as (url, proc):
@@ -195,20 +188,66 @@ def hosted_round(browser, tmp: Path) -> dict[str, float]:
             "hosted_first_token_on_screen_ms": first_token, "hosted_engine_ttft_ms": engine_ttft}
 
 
+def hosted_env(tmp: Path) -> tuple[dict[str, str], int]:
+    """A Space's environment on a fresh port, its model cache holding the converted model and no
+    compiled native step (a Space's first start)."""
+    cache = tmp / f"cache-{time.monotonic_ns()}"
+    seed_model_cache(cache)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"}
+    env.update(INFERENCE_EXPLORER_HOSTED="1", INFERENCE_EXPLORER_CACHE=str(cache),
+               INFERENCE_EXPLORER_CLICK_S="120", PYTHON=sys.executable, PORT=str(port),
+               ADDRESS="127.0.0.1", HF_HUB_OFFLINE="1")
+    return env, port
+
+
+def cold_round(browser, tmp: Path) -> dict[str, float]:
+    """A Space waking up: the first visitor's request comes as the server starts (the browser
+    asks as soon as the health check answers). Seconds from the server's start until the prompt
+    box and Generate are on screen (the starting page, ui/starting.py, or the page itself), and
+    — the prompt typed and Ctrl+Enter pressed at once — until its first token is on screen."""
+    env, port = hosted_env(tmp)
+    page = browser.new_context(viewport=VIEWPORT).new_page()
+    start = time.monotonic()
+    with served([str(ROOT / "scripts" / "serve.sh")], f"http://127.0.0.1:{port}",
+                tmp / "cold.log", env, replace_env=True) as (url, _proc):
+        health = time.monotonic() - start
+        page.goto(url)
+        box = page.get_by_role("textbox", name="Prompt", exact=True)
+        box.wait_for(timeout=180_000)
+        page.get_by_role("button", name="Generate", exact=True).wait_for(timeout=180_000)
+        usable = time.monotonic() - start
+        box.fill(PROMPT)
+        box.press("Control+Enter")
+        pressed = time.monotonic() - start
+        page.locator(".ie-chips .ie-gen").first.wait_for(timeout=180_000)
+        first_token = time.monotonic() - start
+        page.get_by_text("stopped because").wait_for(timeout=180_000)
+        answer = page.locator(".ie-chips").first.inner_text()
+        page.context.close()
+    return {"cold_health_s": health, "cold_usable_s": usable, "cold_pressed_s": pressed,
+            "cold_first_token_s": first_token, "cold_answer": answer}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="bench/out/first_visit.json")
+    parser.add_argument("--cold", action="store_true",
+                        help="only the cold start: the first visitor comes as the server starts")
     args = parser.parse_args()
     rounds = []
     with tempfile.TemporaryDirectory() as tmp_name, sync_playwright() as pw:
         tmp = Path(tmp_name)
         browser = launch_chromium(pw)
         for _ in range(args.rounds):
-            rounds.append({**local_round(browser, tmp), **hosted_round(browser, tmp)})
+            cold = cold_round(browser, tmp)
+            warm = {} if args.cold else {**local_round(browser, tmp), **hosted_round(browser, tmp)}
+            rounds.append({**cold, **warm})
             print(json.dumps(rounds[-1]), flush=True)
         browser.close()
-    summary = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    summary = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]
+               if isinstance(rounds[0][key], float)}
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
               "load_average": os.getloadavg(), "prompt": PROMPT, "rounds": rounds,

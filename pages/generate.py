@@ -27,6 +27,7 @@ from ui.record import keep_new_trace, keep_prompt, keep_trace
 from ui.replay import REPLAY_MAX_S, LiveSlots, ask_replay, replay, replay_asked, trace_waits
 from ui.run_files import files_made, report_file_bytes, trace_file_bytes
 from ui.sections.lens import logit_lens_section
+from ui.starting import PENDING
 from ui.state import (
     app_state,
     current_trace,
@@ -127,6 +128,19 @@ def prompt_form() -> tuple[str, bool, bool]:
     stop = st.button(_("Stop"), icon=":material/stop:", key="generate_stop",
                      help=_("Stop the running generation; the tokens decoded so far are kept."))
     return prompt, generate, stop
+
+
+def pressed_while_starting() -> bool:
+    """A prompt pressed on the server's starting page (ui/starting.py): it runs once the model is
+    loaded (the sidebar's loading fragment reruns the page then)."""
+    if not st.session_state.get(PENDING):
+        return False
+    if loaded_model() is None:
+        st.info(_("Your prompt runs as soon as the model is ready; this page fills in by "
+                  "itself."), icon=":material/schedule:")
+        return False
+    del st.session_state[PENDING]
+    return True
 
 
 def shown_trace(stop: bool) -> Trace | None:
@@ -402,6 +416,7 @@ def replay_section(trace: Trace | None) -> None:
 
 header()
 TYPED, GENERATE, STOP = prompt_form()
+GENERATE = GENERATE or pressed_while_starting()
 SLOTS = LiveSlots.make(*VIEWS)
 TRACE = shown_trace(STOP)
 REPLAY = not GENERATE and replay_asked("trace") and TRACE is not None and bool(TRACE.steps)

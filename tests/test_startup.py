@@ -6,8 +6,10 @@ imported."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import threading
+import time
 
 import engine.models
 from engine.models import ModelStore
@@ -85,7 +87,7 @@ def test_the_server_starts_first_and_the_start_up_work_once_it_listens(monkeypat
     script = streamlit_app()
     listening, order = threading.Event(), []
     monkeypatch.setattr(script, "server_listening", lambda: listening.wait(30))
-    monkeypatch.setattr(startup, "start_up", lambda: order.append("start-up work"))
+    monkeypatch.setattr(startup, "start_up", lambda imported: order.append("start-up work"))
 
     def serve():
         order.append("server starts")
@@ -135,20 +137,41 @@ def test_the_scripts_imports_are_imported_at_start_up():
     assert missing == []
 
 
-def test_a_script_run_waits_for_the_start_up_work_before_importing(monkeypatch):
-    """app.py's first line waits while the start-up thread works (two threads importing the same
-    modules can hand one a half-made module), and not at all without one."""
-    monkeypatch.setattr(startup, "_STARTED", threading.Event())
-    monkeypatch.setattr(startup, "_OVER", threading.Event())
-    startup.wait_for_start_up(longest_s=5)  # none started: returns at once
-    release = threading.Event()
-    monkeypatch.setattr(startup, "start_up", lambda: release.wait(10))
-    startup.start_in_background()
-    waited = threading.Event()
-    waiter = threading.Thread(target=lambda: (startup.wait_for_start_up(10), waited.set()))
-    waiter.start()
-    assert not waited.wait(0.5)  # still starting up
-    release.set()
-    assert waited.wait(5)
+def test_a_script_run_imports_nothing_while_the_start_up_thread_imports(monkeypatch):
+    """app.py's first lines draw the starting page while the start-up thread imports (two threads
+    importing the same modules can hand one a half-made module) and go on once its imports are
+    in, not waiting for the model; not at all without a start-up thread."""
+    for name in ("_STARTED", "_IMPORTED", "_OVER"):
+        monkeypatch.setattr(startup, name, threading.Event())
+    assert not startup.importing()  # none started
+    imports, model = threading.Event(), threading.Event()
+
+    def start_up(imported):
+        imports.wait(10)
+        imported()
+        model.wait(10)
+
+    monkeypatch.setattr(startup, "start_up", start_up)
+    thread = startup.start_in_background()
+    assert startup.importing()
+    imports.set()
+    deadline = time.monotonic() + 5
+    while startup.importing() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not startup.importing() and thread.is_alive()  # the page draws while the model loads
+    model.set()
+    thread.join(5)
     app = (ROOT / "app.py").read_text()
-    assert app.index("wait_for_start_up()") < app.index("from engine")
+    assert app.index("if importing():") < app.index("import streamlit") < app.index("from engine")
+    starting = (ROOT / "ui" / "starting.py").read_text()
+    imported = re.findall(r"^(?:from|import) ([\w.]+)", starting, re.M)
+    assert set(imported) <= {"__future__", "time", "collections.abc", "urllib.parse", "streamlit",
+                             "i18n", "ui.config", "ui.keys"}, imported
+
+
+def test_the_start_up_imports_before_it_loads_the_model(monkeypatch):
+    order = []
+    monkeypatch.setattr(startup, "import_scripts_modules", lambda: order.append("imports"))
+    monkeypatch.setattr(startup, "warm_default_model", lambda say: order.append("model"))
+    startup.start_up(lambda line: None, imported=lambda: order.append("imported"))
+    assert order == ["imports", "imported", "model"]

@@ -1,14 +1,16 @@
-"""The server's start-up work, done before its first visitor: load and warm the model a first
-visitor gets, then import what the app's scripts import (scripts/streamlit_app.py starts it in a
-background thread, so the server answers at once).
+"""The server's start-up work, done before its first visitor: import what the app's scripts
+import, then load and warm the model a first visitor gets (scripts/streamlit_app.py starts it in
+a background thread, so the server answers at once).
 
-A visitor who arrives meanwhile waits for it to end (`wait_for_start_up`, at the top of
-app.py) before their script run imports anything: two threads importing the same modules can
-hand one of them a half-made module (transformers' lazy names are not safe to import from two
-threads at once: "cannot import name 'StaticCache' from 'transformers'" on the first visitor's
-page), and the visitor would have waited for the same imports and the same model load anyway.
-The warm-up run takes the model turn like any run, so a Generate pressed during it waits for it
-(a second or two) and is then as fast as every later one.
+A visitor who arrives while the imports run gets the starting page (ui/starting.py: Streamlit
+and the standard library only, the prompt box included) and their script run waits for the
+imports (`importing`, at the top of app.py) before it imports anything: two threads importing
+the same modules can hand one of them a half-made module (transformers' lazy names are not safe
+to import from two threads at once: "cannot import name 'StaticCache' from 'transformers'" on
+the first visitor's page). Once they are in, the visitor's page draws while the model loads
+(one load: the page's own request for the model waits on the same one). The warm-up run takes
+the model turn like any run, so a Generate pressed during it waits for it (a second or two) and
+is then as fast as every later one.
 """
 from __future__ import annotations
 
@@ -79,32 +81,43 @@ def warm_default_model(say: Callable[[str], None]) -> None:
         f"{time.perf_counter() - loaded:.1f} s")
 
 
-def start_up(say: Callable[[str], None] | None = None) -> None:
-    """The model (its imports: the engine, torch, transformers), then the rest of what the
-    scripts import; a failure is one line on the server's log (a visitor who then asks for the
-    model, or opens the page, meets the same error with its own message, as without this)."""
+def start_up(say: Callable[[str], None] | None = None,
+             imported: Callable[[], None] = lambda: None) -> None:
+    """What the scripts import (the engine, torch, transformers, the pages' modules; then
+    `imported()`), then the model; a failure is one line on the server's log (a visitor who then
+    opens the page, or asks for the model, meets the same error with its own message, as
+    without this)."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as app.py sets it, before transformers loads
     try:
-        warm_default_model(say)  # first: a visitor's script run reaches the model store soonest
-    except Exception as err:  # noqa: BLE001 — see the docstring
-        say(f"start-up: could not prepare the model: {type(err).__name__}: {err}")
-    try:
         start = time.perf_counter()
-        import_scripts_modules()
+        import_scripts_modules()  # first: a visitor's page draws once they are in
         say(f"start-up: the pages' modules imported in {time.perf_counter() - start:.1f} s")
     except Exception as err:  # noqa: BLE001 — see the docstring
         say(f"start-up: could not import the pages' modules: {type(err).__name__}: {err}")
+    finally:
+        imported()
+    try:
+        warm_default_model(say)
+    except Exception as err:  # noqa: BLE001 — see the docstring
+        say(f"start-up: could not prepare the model: {type(err).__name__}: {err}")
 
 
 _STARTED = threading.Event()  # a start-up thread was started in this process
-_OVER = threading.Event()  # and its work is over
+_IMPORTED = threading.Event()  # and its imports are over
+_OVER = threading.Event()  # and all its work
+_STARTED_AT = [time.monotonic()]
 
 
-def wait_for_start_up(longest_s: float = 120.0) -> None:
-    """Return once this process's start-up work is over (at once when there is none)."""
-    if _STARTED.is_set():
-        _OVER.wait(longest_s)
+def importing() -> bool:
+    """True while this process's start-up thread imports what a script run would import (a
+    script run must not import meanwhile); False at once when there is none."""
+    return _STARTED.is_set() and not _IMPORTED.is_set()
+
+
+def since_start_s() -> float:
+    """Seconds since the start-up thread started."""
+    return time.monotonic() - _STARTED_AT[0]
 
 
 def start_in_background(first: Callable[[], None] = lambda: None) -> threading.Thread:
@@ -112,10 +125,12 @@ def start_in_background(first: Callable[[], None] = lambda: None) -> threading.T
     def work() -> None:
         try:
             first()
-            start_up()
+            start_up(imported=_IMPORTED.set)
         finally:
+            _IMPORTED.set()
             _OVER.set()
 
+    _STARTED_AT[0] = time.monotonic()
     _STARTED.set()
 
     thread = threading.Thread(target=work, name="start-up", daemon=True)
