@@ -13,12 +13,12 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ui.startup import importing, since_start_s  # noqa: E402 — standard library only
+from ui.startup import progress, starting  # noqa: E402 — standard library only
 
-if importing():  # the server has just started: no import here until its start-up thread's are in
+if starting():  # the server has just started: no import here until its start-up work is over
     from ui.starting import starting_page  # Streamlit and the standard library only
 
-    starting_page(importing, since_start_s)
+    starting_page(starting, progress)
 
 import streamlit as st  # noqa: E402
 

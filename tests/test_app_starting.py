@@ -34,12 +34,12 @@ def test_the_starting_page_offers_the_prompt_box_and_keeps_a_press():
 
 def test_a_prompt_pressed_while_starting_runs_once_the_app_is_in(monkeypatch):
     monkeypatch.setenv("INFERENCE_EXPLORER_HOSTED", "0")
-    for name in ("_STARTED", "_IMPORTED", "_OVER"):
+    for name in ("_STARTED", "_OVER"):
         monkeypatch.setattr(startup, name, threading.Event())
-    startup._STARTED.set()  # a start-up thread imports: the first script run waits on the page
+    startup._STARTED.set()  # a start-up thread works: the first script run waits on the page
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state[PENDING] = "Name three fruits."  # what the starting page's Generate kept
-    settle = threading.Timer(1.0, startup._IMPORTED.set)
+    settle = threading.Timer(1.0, startup._OVER.set)
     settle.start()
     at.run()
     settle.join()

@@ -87,7 +87,7 @@ def test_the_server_starts_first_and_the_start_up_work_once_it_listens(monkeypat
     script = streamlit_app()
     listening, order = threading.Event(), []
     monkeypatch.setattr(script, "server_listening", lambda: listening.wait(30))
-    monkeypatch.setattr(startup, "start_up", lambda imported: order.append("start-up work"))
+    monkeypatch.setattr(startup, "start_up", lambda: order.append("start-up work"))
 
     def serve():
         order.append("server starts")
@@ -137,32 +137,33 @@ def test_the_scripts_imports_are_imported_at_start_up():
     assert missing == []
 
 
-def test_a_script_run_imports_nothing_while_the_start_up_thread_imports(monkeypatch):
-    """app.py's first lines draw the starting page while the start-up thread imports (two threads
-    importing the same modules can hand one a half-made module) and go on once its imports are
-    in, not waiting for the model; not at all without a start-up thread."""
-    for name in ("_STARTED", "_IMPORTED", "_OVER"):
+def test_a_script_run_imports_nothing_while_the_start_up_work_runs(monkeypatch):
+    """app.py's first lines draw the starting page while the start-up thread works (two threads
+    importing the same modules can hand one a half-made module) and go on once it is over; not
+    at all without a start-up thread. The page says what the work does, and since when."""
+    for name in ("_STARTED", "_OVER"):
         monkeypatch.setattr(startup, name, threading.Event())
-    assert not startup.importing()  # none started
-    imports, model = threading.Event(), threading.Event()
+    monkeypatch.setattr(startup, "_PHASE", ["code"])
+    assert not startup.starting()  # none started
+    phases, release = [], threading.Event()
 
-    def start_up(imported):
-        imports.wait(10)
-        imported()
-        model.wait(10)
+    def start_up():
+        phases.append(startup.progress()[0])
+        startup._PHASE[0] = "model"
+        release.wait(10)
 
     monkeypatch.setattr(startup, "start_up", start_up)
     thread = startup.start_in_background()
-    assert startup.importing()
-    imports.set()
+    assert startup.starting()
     deadline = time.monotonic() + 5
-    while startup.importing() and time.monotonic() < deadline:
+    while startup.progress()[0] != "model" and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not startup.importing() and thread.is_alive()  # the page draws while the model loads
-    model.set()
+    assert startup.starting() and 0 <= startup.progress()[1] < 5
+    release.set()
     thread.join(5)
+    assert not startup.starting() and phases == ["code"]
     app = (ROOT / "app.py").read_text()
-    assert app.index("if importing():") < app.index("import streamlit") < app.index("from engine")
+    assert app.index("if starting():") < app.index("import streamlit") < app.index("from engine")
     starting = (ROOT / "ui" / "starting.py").read_text()
     imported = re.findall(r"^(?:from|import) ([\w.]+)", starting, re.M)
     assert set(imported) <= {"__future__", "time", "collections.abc", "urllib.parse", "streamlit",
@@ -171,7 +172,10 @@ def test_a_script_run_imports_nothing_while_the_start_up_thread_imports(monkeypa
 
 def test_the_start_up_imports_before_it_loads_the_model(monkeypatch):
     order = []
-    monkeypatch.setattr(startup, "import_scripts_modules", lambda: order.append("imports"))
-    monkeypatch.setattr(startup, "warm_default_model", lambda say: order.append("model"))
-    startup.start_up(lambda line: None, imported=lambda: order.append("imported"))
-    assert order == ["imports", "imported", "model"]
+    monkeypatch.setattr(startup, "_PHASE", ["code"])
+    monkeypatch.setattr(startup, "import_scripts_modules",
+                        lambda: order.append(("imports", startup._PHASE[0])))
+    monkeypatch.setattr(startup, "warm_default_model",
+                        lambda say: order.append(("model", startup._PHASE[0])))
+    startup.start_up(lambda line: None)
+    assert order == [("imports", "code"), ("model", "model")]

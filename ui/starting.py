@@ -1,17 +1,17 @@
 """The page a visitor gets while the server starts: at once, never blank.
 
 A server that has just started (a Space waking from sleep) spends its first seconds importing
-torch, transformers and the pages' modules in its start-up thread (ui/startup.py); a visitor's
-script run may not import them meanwhile (two threads importing one module can hand one of them
-a half-made module). So this page imports nothing of the app but Streamlit, the standard library
-and the word catalogs: it draws the app's name, what the server is doing and for how long, and
-— on the Generate page — the prompt box and its Generate button, so the visitor can type and
-press while the server works. Then this same script run waits for the imports and returns, the
-page is cleared and app.py draws the real one; a prompt pressed here is handed to the Generate
-page (`PENDING`), which runs it once the model is loaded.
+torch, transformers and the pages' modules, then loading and warming the model, in its start-up
+thread (ui/startup.py); a visitor's script run may not import meanwhile (two threads importing
+one module can hand one of them a half-made module). So this page imports nothing of the app but
+Streamlit, the standard library and the word catalogs: it draws the app's name, what the server
+is doing and for how long, and — on the Generate page — the prompt box and its Generate button,
+so the visitor can type and press while the server works. Then this same script run waits for
+the work to end and returns, the page is cleared and app.py draws the real one; a prompt pressed
+here is handed to the Generate page (`PENDING`), which runs it at once.
 
 A click while this page waits (typing, Generate) starts a new script run, as any click does: it
-finds the server still importing and draws this page again, with what was pressed.
+finds the server still starting and draws this page again, with what was pressed.
 """
 
 from __future__ import annotations
@@ -75,14 +75,19 @@ def draw() -> tuple:
     return page, status, _
 
 
-def starting_page(importing: Callable[[], bool], since_s: Callable[[], float]) -> None:
-    """Draw the starting page, wait while `importing()` (seconds since the start: `since_s()`),
-    then clear it and hand a pressed prompt to the Generate page."""
+def starting_page(starting: Callable[[], bool], progress: Callable[[], tuple[str, float]]) -> None:
+    """Draw the starting page, wait while `starting()` (`progress()`: what the start-up work
+    does, seconds since it began), then clear it and hand a pressed prompt to the Generate
+    page."""
     page, status, _ = draw()
-    while importing():
-        status.info(_("The server is starting (a hosted demo wakes up this way): loading its "
-                      "code, then the model — {s} s so far. The page fills in by itself; you "
-                      "can type your prompt meanwhile.").format(s=f"{since_s():.0f}"),
+    doing = {"code": _("loading the app's code (torch, transformers)"),
+             "model": _("loading the model"),
+             "warm-up": _("warming the model up with one short run")}
+    while starting():
+        phase, seconds = progress()
+        status.info(_("The server is starting (a hosted demo wakes up this way): {doing} — {s} s "
+                      "so far. The page fills in by itself; you can type your prompt meanwhile.")
+                    .format(doing=doing.get(phase, phase), s=f"{seconds:.0f}"),
                     icon=":material/hourglass:")
         time.sleep(POLL_S)
     page.empty()

@@ -2,15 +2,14 @@
 import, then load and warm the model a first visitor gets (scripts/streamlit_app.py starts it in
 a background thread, so the server answers at once).
 
-A visitor who arrives while the imports run gets the starting page (ui/starting.py: Streamlit
-and the standard library only, the prompt box included) and their script run waits for the
-imports (`importing`, at the top of app.py) before it imports anything: two threads importing
-the same modules can hand one of them a half-made module (transformers' lazy names are not safe
-to import from two threads at once: "cannot import name 'StaticCache' from 'transformers'" on
-the first visitor's page). Once they are in, the visitor's page draws while the model loads
-(one load: the page's own request for the model waits on the same one). The warm-up run takes
-the model turn like any run, so a Generate pressed during it waits for it (a second or two) and
-is then as fast as every later one.
+A visitor who arrives meanwhile gets the starting page (ui/starting.py: Streamlit and the
+standard library only, the prompt box included, and which part of the work is under way) and
+their script run waits for the work to end (`starting`, at the top of app.py) before it imports
+anything: two threads importing the same modules can hand one of them a half-made module
+(transformers' lazy names are not safe to import from two threads at once: "cannot import name
+'StaticCache' from 'transformers'" on the first visitor's page), and a page drawn before the
+model is in would run again when it comes (a share link's selection lost between those runs:
+seen on a hosted Space's first visit). The warm-up run takes the model turn like any run.
 """
 from __future__ import annotations
 
@@ -75,28 +74,26 @@ def warm_default_model(say: Callable[[str], None]) -> None:
     start = time.perf_counter()
     entry = shared.MODELS.get("default", weights)
     loaded = time.perf_counter()
+    _PHASE[0] = "warm-up"
     with shared.LOCK.turn(kind=WARM_UP, client=START_UP):
         warm_up(entry)
     say(f"start-up: model default/{weights} loaded in {loaded - start:.1f} s, warmed up in "
         f"{time.perf_counter() - loaded:.1f} s")
 
 
-def start_up(say: Callable[[str], None] | None = None,
-             imported: Callable[[], None] = lambda: None) -> None:
-    """What the scripts import (the engine, torch, transformers, the pages' modules; then
-    `imported()`), then the model; a failure is one line on the server's log (a visitor who then
-    opens the page, or asks for the model, meets the same error with its own message, as
-    without this)."""
+def start_up(say: Callable[[str], None] | None = None) -> None:
+    """What the scripts import (the engine, torch, transformers, the pages' modules), then the
+    model; a failure is one line on the server's log (a visitor who then opens the page, or asks
+    for the model, meets the same error with its own message, as without this)."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # as app.py sets it, before transformers loads
     try:
         start = time.perf_counter()
-        import_scripts_modules()  # first: a visitor's page draws once they are in
+        import_scripts_modules()
         say(f"start-up: the pages' modules imported in {time.perf_counter() - start:.1f} s")
     except Exception as err:  # noqa: BLE001 — see the docstring
         say(f"start-up: could not import the pages' modules: {type(err).__name__}: {err}")
-    finally:
-        imported()
+    _PHASE[0] = "model"
     try:
         warm_default_model(say)
     except Exception as err:  # noqa: BLE001 — see the docstring
@@ -104,20 +101,21 @@ def start_up(say: Callable[[str], None] | None = None,
 
 
 _STARTED = threading.Event()  # a start-up thread was started in this process
-_IMPORTED = threading.Event()  # and its imports are over
-_OVER = threading.Event()  # and all its work
+_OVER = threading.Event()  # and its work is over
 _STARTED_AT = [time.monotonic()]
+_PHASE = ["code"]  # what the start-up thread does now: "code", "model" or "warm-up"
 
 
-def importing() -> bool:
-    """True while this process's start-up thread imports what a script run would import (a
-    script run must not import meanwhile); False at once when there is none."""
-    return _STARTED.is_set() and not _IMPORTED.is_set()
+def starting() -> bool:
+    """True while this process's start-up work runs (a script run waits); False at once when
+    there is none."""
+    return _STARTED.is_set() and not _OVER.is_set()
 
 
-def since_start_s() -> float:
-    """Seconds since the start-up thread started."""
-    return time.monotonic() - _STARTED_AT[0]
+def progress() -> tuple[str, float]:
+    """(what the start-up work does now — "code", "model", "warm-up" — and seconds since it
+    began)."""
+    return _PHASE[0], time.monotonic() - _STARTED_AT[0]
 
 
 def start_in_background(first: Callable[[], None] = lambda: None) -> threading.Thread:
@@ -125,9 +123,8 @@ def start_in_background(first: Callable[[], None] = lambda: None) -> threading.T
     def work() -> None:
         try:
             first()
-            start_up(imported=_IMPORTED.set)
+            start_up()
         finally:
-            _IMPORTED.set()
             _OVER.set()
 
     _STARTED_AT[0] = time.monotonic()
