@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from engine import Run, Trace, TraceFormatError, summarize
 from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
 from i18n import N_, _, language
-from ui.batching import ModelShare, batched_budget, batched_seat, server_busy
+from ui.batching import LiveFrames, ModelShare, batched_budget, batched_seat, server_busy
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
 from ui.experiment import Job, limit_text, run_experiment
@@ -48,20 +47,6 @@ def samples_in_order() -> list[str]:
     """The samples' titles, those in the session's language first (a Chinese session opens on
     the Chinese prompts; the English ones follow)."""
     return sorted(SAMPLES, key=lambda title: SAMPLES[title].get("lang", "en") != language())
-# The live chart redraws at most this often, the first time this long after the run starts: the
-# browser's redraw runs on the same cores as the model when both are on one machine, and the step
-# after a redraw runs several times slower than the others (the first-decode-step spike).
-CHART_EVERY_S = 1.0
-# In a batch of LIVE_CHART_BATCH runs or more the chart is drawn once, at the end, and the tokens
-# every B / 20 s (a class of 30 sees them every 1.5 s): each frame costs the server a few
-# milliseconds per session and the chart ~60 ms, between the steps of everyone's batch (measured
-# with 20 visitors: the pages' frames took more of each step than the forward).
-LIVE_CHART_BATCH = 4
-FRAMES_BATCH_PER_S = 20
-# The tokens, answer and metrics redraw at most this often (the first token at once): a faster
-# model than the eye needs would spend a core of the visitor's machine, and of a shared server,
-# on frames no one reads. The finished run is drawn whole after its last step.
-FRAME_S = 0.1
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}  # the options' values
 REPLAY_SPEED_NAMES = {"instant": N_("instant")}  # the options drawn otherwise than their value
 VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the status line
@@ -158,17 +143,6 @@ def shown_trace(stop: bool) -> Trace | None:
     return trace
 
 
-def frame_s(batch: int) -> float:
-    """How often a live run's tokens redraw (and its partial trace is kept) while its steps run
-    in a batch of `batch`."""
-    return max(FRAME_S, batch / FRAMES_BATCH_PER_S)
-
-
-def chart_every_s(batch: int) -> float:
-    """How often a live run's chart redraws while its steps run in a batch of `batch`."""
-    return CHART_EVERY_S if batch < LIVE_CHART_BATCH else float("inf")
-
-
 def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> None:
     """Draw a (possibly partial) trace into the live slots."""
     slots["chips"].markdown(token_chips_html(trace), unsafe_allow_html=True)
@@ -176,7 +150,9 @@ def show(trace: Trace, slots: LiveSlots, tag: str, draw_chart: bool = True) -> N
     show_metrics(trace, slots)
     # in a container: a chart (an element with an identity) that a new run replaces is kept on
     # screen by Streamlit until that run ends, a container is not
-    if not trace.steps:
+    if not draw_chart and not trace.steps:
+        slots["chart"].empty()
+    elif not trace.steps:
         show_chart(empty_step_chart(), where=slots["chart"].container(), key=f"steps-{tag}-empty",
                    name="steps")
     elif draw_chart:
@@ -255,7 +231,7 @@ def _generation(prompt: str, slots: LiveSlots, line) -> Trace | None:
         return None
     started = run.trace()
     set_pending_run(started)  # until the first token: this run, no answer
-    show(started, slots, "live")
+    show(started, slots, "live", draw_chart=seat is None)  # a batched run's chart: at its end
     prefill = _("Prefill: the {n}-token prompt in one forward pass…").format(
         n=len(started.prompt_token_ids))
     with batched_budget(budget, seat is not None) as share:
@@ -282,13 +258,12 @@ def decode(run: Run, slots: LiveSlots, job: Job, share: ModelShare | None = None
     """Every step of the run, drawn live and kept (Stop, or leaving the page, keeps what ran);
     the status line counts the tokens. `share`: a batched run's budget, fed every step."""
     most = run.settings.max_new_tokens
+    frames = LiveFrames(run)
     try:
-        drawn = framed = time.monotonic()  # not right after the prefill: see CHART_EVERY_S
         for step in run:
             if share is not None:
                 share.add(step.forward_ms, step.latency_ms, step.batch)
-            now = time.monotonic()
-            if step.index > 0 and now - framed < frame_s(step.batch):
+            if not frames.due(step):
                 continue  # kept and drawn at the next frame (or whole at the end)
             trace = run.trace()
             if step.index == 0:
@@ -298,10 +273,7 @@ def decode(run: Run, slots: LiveSlots, job: Job, share: ModelShare | None = None
             job.progress((step.index + 1) / most, _(
                 "Decode: token {n} of at most {most} (Stop keeps the tokens so far)").format(
                     n=step.index + 1, most=most))
-            redraw = now - drawn >= chart_every_s(step.batch)
-            show(trace, slots, "live", redraw)
-            framed = time.monotonic()
-            drawn = framed if redraw else drawn
+            show(trace, slots, "live", frames.chart_due(step))
     finally:
         if run.stop_reason == "running":  # interrupted: Stop, or the page left mid-run
             keep_run(replace(run.trace(), stop_reason="stopped"))

@@ -64,3 +64,34 @@ def test_the_serving_page_shows_this_servers_batch_without_anyones_text(monkeypa
     assert {"Runs decoding now", "Waiting to join", "Median batch, last minute"} <= labels.keys()
     assert labels["Runs decoding now"] == "0"  # the run has ended: it left the batch
     assert not any("secret" in m.value for m in at.markdown if "batch" in m.value.lower())
+
+
+def test_a_batchs_pages_draw_on_the_same_steps_and_a_run_alone_at_most_every_frame():
+    from types import SimpleNamespace as NS
+
+    from ui.batching import CHART_EVERY_S, FRAME_S, FRAME_STEPS, LiveFrames
+
+    now = [0.0]
+    batcher = NS(steps=0)
+    frames = LiveFrames(NS(native=NS(batcher=batcher)), clock=lambda: now[0])
+    drawn = []
+    for i in range(3 * FRAME_STEPS):  # in a batch of 5: every FRAME_STEPS-th shared step
+        batcher.steps += 1
+        now[0] += 0.3
+        step = NS(index=i, batch=5)
+        if frames.due(step):
+            drawn.append(batcher.steps)
+            assert not frames.chart_due(step)  # a shared run's chart: at its end only
+    assert drawn == [1, FRAME_STEPS, 2 * FRAME_STEPS, 3 * FRAME_STEPS]
+    alone = LiveFrames(NS(native=None), clock=lambda: now[0])
+    start, due, charts = now[0], [], []
+    for i in range(200):  # 5 s of steps 25 ms apart
+        now[0] += FRAME_S / 4
+        step = NS(index=i, batch=1)
+        if alone.due(step):
+            due.append(i)
+            if alone.chart_due(step):
+                charts.append(now[0] - start)
+    assert due[0] == 0 and all(b - a >= 4 for a, b in zip(due, due[1:]))
+    assert charts[0] >= CHART_EVERY_S and len(charts) >= 3
+    assert all(b - a >= CHART_EVERY_S - 1e-9 for a, b in zip(charts, charts[1:]))

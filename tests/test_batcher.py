@@ -193,3 +193,58 @@ def test_a_prefill_waiting_for_the_turn_does_not_count_the_wait(lm):
     trace = Run(lm, PROMPTS[0], GenerationSettings(max_new_tokens=2), native=batcher).run_all()
     assert time.monotonic() - start >= 1.5
     assert trace.steps[0].latency_ms < 1500 and trace.decoder.name == "batched"
+
+
+def test_a_step_waits_for_the_prefills_that_want_the_model(lm, monkeypatch):
+    """Prefills first: while a joining run waits to prefill, a decoding run's next step waits
+    for it (so a class's first tokens all come before the batch decodes), at most
+    PREFILL_FIRST_S."""
+    import torch
+    from transformers import DynamicCache
+
+    import engine.serving.batcher as batching
+    from engine.forward import prefill, prepare_prompt
+
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=512, max_tokens=256)
+    decoding = batcher.decoder(64)  # a run that decodes: its prompt's K/V in the pool
+    ids = prepare_prompt(lm.tokenizer, PROMPTS[0], chat_template=False)
+    kv = DynamicCache()
+    with torch.inference_mode():
+        logits, _ = prefill(lm.model, torch.tensor([ids]), kv)
+    with batcher.exclusive():
+        decoding.load_prefix(kv, len(ids))
+    token, order = int(logits.argmax()), []
+
+    def joining() -> None:
+        with batcher.exclusive():
+            order.append("prefill")
+
+    with batcher._compute:  # the model busy: the joining run's prefill, then the step, wait
+        joiner = threading.Thread(target=joining)
+        joiner.start()
+        while batcher._prefills == 0:
+            time.sleep(0.01)
+        stepper = threading.Thread(target=lambda: (decoding.step(token, len(ids)),
+                                                   order.append("step")))
+        stepper.start()
+        time.sleep(0.3)  # the step asked and was gathered
+    joiner.join(30)
+    stepper.join(30)
+    assert order == ["prefill", "step"]
+
+    def prefills(change: int) -> None:
+        with batcher._cond:
+            batcher._prefills += change
+            batcher._cond.notify_all()
+
+    prefills(+1)  # a prefill wants the model for 0.5 s: the step waits that long, no longer
+    threading.Timer(0.5, prefills, args=(-1,)).start()
+    start = time.monotonic()
+    decoding.step(token, len(ids) + 1)
+    assert 0.5 <= time.monotonic() - start < batching.PREFILL_FIRST_S
+    monkeypatch.setattr(batching, "PREFILL_FIRST_S", 0.3)
+    prefills(+1)  # one that never comes: the step waits PREFILL_FIRST_S, not forever
+    start = time.monotonic()
+    decoding.step(token, len(ids) + 2)
+    assert 0.3 <= time.monotonic() - start < 10
+    decoding.release()

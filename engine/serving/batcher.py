@@ -17,6 +17,10 @@ long as the last forward took (`gather_ms` at least, MAX_GATHER_MS at most). Wai
 the class into cohorts that alternate steps (measured: batches of 9 and 1, then 5 and 5, at twice
 the forwards); a forward costs about the same for 1 or 10 runs, so waiting up to one is cheaper.
 
+Prefills first: a step waits while runs that joined wait to prefill (at most PREFILL_FIRST_S),
+as vLLM's scheduler puts prefills first: a class pressing Generate at once gets every first
+token sooner, and then decodes in one full batch instead of many small ones in between.
+
 Admission: a run is admitted when the pool can hold its prompt and every new token it may ask
 for (blocks reserved up front: no preemption) and fewer than `max_batch` runs are in; else it
 waits (`admit` polls its stop event and reports its place through `on_wait`).
@@ -62,6 +66,7 @@ BLOCK_SIZE = 16
 GATHER_MS = 20.0
 MAX_GATHER_MS = 500.0
 SLICE_S = 15.0
+PREFILL_FIRST_S = 2.0  # the longest a decode step waits for prefills that want the model
 HISTORY = 120  # recent steps the batcher remembers (the Serving page's live view)
 
 
@@ -138,6 +143,7 @@ class StepBatcher:
         self._reserved: dict[int, int] = {}  # member → blocks held for it
         self._asks: dict[int, _Ask] = {}  # member → its pending step
         self._waiting: list[int] = []  # tickets waiting for admission, in order
+        self._prefills = 0  # prefills waiting for the model (they go before the next step)
         self._last_ms = 0.0
         self.steps = 0  # batched forwards run
         self.history: list[tuple[float, int, float]] = []  # recent (monotonic s, batch, forward ms)
@@ -238,9 +244,22 @@ class StepBatcher:
     def exclusive(self, on_wait: Waiting | None = None) -> Iterator[None]:
         """The model to oneself (a run's prefill), between batched steps, in the batch's turn
         (`on_wait` reports while the turn is elsewhere)."""
-        self._take_turn(on_wait)
-        with self._compute:
-            yield
+        with self._cond:
+            self._prefills += 1
+        waiting = True
+        try:
+            self._take_turn(on_wait)
+            with self._compute:
+                with self._cond:
+                    self._prefills -= 1
+                    waiting = False
+                    self._cond.notify_all()
+                yield
+        finally:
+            if waiting:
+                with self._cond:
+                    self._prefills -= 1
+                    self._cond.notify_all()
 
     def _take_turn(self, on_wait: Waiting | None = None) -> None:
         if self.turn is None:
@@ -308,6 +327,9 @@ class StepBatcher:
                 wait_ms = min(max(self.gather_ms, self._last_ms), MAX_GATHER_MS)
                 deadline = time.monotonic() + wait_ms / 1000
                 while not self._decoding <= self._asks.keys() and time.monotonic() < deadline:
+                    self._cond.wait(max(0.0, deadline - time.monotonic()))
+                deadline = time.monotonic() + PREFILL_FIRST_S
+                while self._prefills and time.monotonic() < deadline:
                     self._cond.wait(max(0.0, deadline - time.monotonic()))
                 asks = list(self._asks.values())
                 self._asks.clear()
