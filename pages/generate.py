@@ -19,7 +19,7 @@ from i18n import N_, _, language
 from ui.batching import LiveFrames, ModelShare, batched_budget, batched_seat, server_busy
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS, config
-from ui.experiment import Job, limit_text, run_experiment
+from ui.experiment import Job, limit_advice, limit_text, run_experiment
 from ui.keys import FILES_ASKED, PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
 from ui.preload import preload_chart_code
 from ui.record import keep_new_trace, keep_prompt, keep_trace
@@ -314,6 +314,8 @@ def summary(trace: Trace) -> None:
     shared = batch_note([s.batch for s in trace.steps[1:]])
     if shared:
         st.caption(shared)
+    if trace.stop_reason == "limit":
+        st.caption(limit_advice())
 
 
 def why_this_token(trace: Trace) -> None:

@@ -97,7 +97,7 @@ def batched_seat(model: SessionModel, settings: GenerationSettings) -> Seat | No
 FRAME_S = 0.1  # a live run alone redraws at most this often
 CHART_EVERY_S = 1.0  # and its chart
 FRAME_STEPS = 8  # a run in a batch redraws on the batch's every FRAME_STEPS-th step
-WALL_LIMITS = 4  # a batched run also stops after this many per-click limits of wall time
+WALL_LIMITS = 8  # a batched run also stops after this many per-click limits of wall time
 
 
 class ModelShare:

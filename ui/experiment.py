@@ -37,14 +37,23 @@ def limit_text() -> str:
         s=config().limits.click_s or 0)
 
 
+def limit_advice() -> str:
+    """What a visitor can do about a run the per-click budget stopped."""
+    return _("To see it whole: ask for less in one click (fewer new tokens, requests or "
+             "settings), try again when fewer visitors are running theirs, or run the app on your "
+             "own machine (`make run`), where there is no such limit.")
+
+
 def budget_note(kept: bool = True) -> str:
     """What a page says when an experiment stopped at the per-click budget: with what it kept,
-    or (`kept` False: it needs every part to show anything) that the visitor may try again."""
+    or (`kept` False: it needs every part to show anything) that the visitor may try again;
+    then what they can do about it."""
     limit = config().limits.click_s or 0
-    return (_("Stopped at this demo's limit of {s:.0f} s of model time per click, so that no "
-              "visitor waits long for another; what was measured is shown.") if kept
-            else _("Stopped at this demo's limit of {s:.0f} s of model time per click, so that no "
-                   "visitor waits long for another; try again.")).format(s=limit)
+    return sentences((_("Stopped at this demo's limit of {s:.0f} s of model time per click, so that "
+                     "no visitor waits long for another; what was measured is shown.") if kept
+                   else _("Stopped at this demo's limit of {s:.0f} s of model time per click, so "
+                          "that no visitor waits long for another; try again.")).format(s=limit),
+                  limit_advice())
 
 
 def wait_text(place: int, held_s: float, estimate_s: float | None) -> str:
