@@ -85,6 +85,7 @@ def protocol_class(url: str, visitors: int, timeout_s: float) -> dict:
     done = [v.done - v.pressed for v in crowd if v.done and v.pressed]
     errors = sum(bool(v.errors) or v.done is None for v in crowd)
     row = summary(visitors, first, done, errors)
+    row["cut_by_budget"] = sum(v.cut for v in crowd)
     row["error_texts"] = sorted({e for v in crowd for e in v.errors})[:5]
     return row
 
@@ -127,10 +128,13 @@ def main() -> None:
     parser.add_argument("--visitors", type=int, nargs="+", default=[10, 20, 30])
     parser.add_argument("--modes", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--new-tokens", type=int, default=32, help="each visitor's new tokens")
     parser.add_argument("--browser", action="store_true",
                         help="Chromium contexts as the visitors (on the same machine)")
     parser.add_argument("--out", default="bench/out/class_bench.json")
     args = parser.parse_args()
+    global QUERY
+    QUERY = f"?new_tokens={args.new_tokens}"
     rows = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         # Playwright's sync API runs an event loop in this thread: only with --browser
@@ -154,15 +158,17 @@ def main() -> None:
             browser.close()
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "prompt": PROMPT,
-              "new_tokens": 32, "clients": "Chromium" if args.browser else "protocol",
+              "new_tokens": args.new_tokens, "clients": "Chromium" if args.browser else "protocol",
               "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print("\n| batching | visitors | first token median s | p90 s | max s | all finished s | "
-          "errors | server CPU s | server peak RSS MB |\n|---|---|---|---|---|---|---|---|---|")
+          "errors | cut by the budget | server CPU s | server peak RSS MB |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['batching']} | {r['visitors']} | {r['first_median_s']} | {r['first_p90_s']} | "
-              f"{r['first_max_s']} | {r['finished_max_s']} | {r['errors']} | {r['server_cpu_s']} | "
+              f"{r['first_max_s']} | {r['finished_max_s']} | {r['errors']} | "
+              f"{r.get('cut_by_budget', '–')} | {r['server_cpu_s']} | "
               f"{r['server_peak_rss_mb'] and round(r['server_peak_rss_mb'])} |")
 
 

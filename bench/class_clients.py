@@ -23,6 +23,7 @@ from websockets.asyncio.client import connect
 
 GENERATED = "ie-gen"  # the class of a generated token's chip (charts/tokens.py)
 DONE = "stopped because"  # the run's summary line
+LIMIT = "model time per click"  # in it when the per-click budget stopped the run
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Visitor:
     first: float | None = None
     done: float | None = None
     summary_seen: bool = False
+    cut: bool = False  # the per-click budget stopped the run
     errors: list[str] = field(default_factory=list)
 
     def _rerun(self, widgets: list | None = None) -> bytes:
@@ -86,6 +88,7 @@ class Visitor:
                 self.first = time.monotonic()
             if DONE in body:
                 self.summary_seen = True
+                self.cut = LIMIT in body
         elif kind == "exception":
             self.errors.append(element.exception.message[:200])
         elif kind == "alert" and element.alert.format == 1:  # ERROR
