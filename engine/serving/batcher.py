@@ -4,12 +4,13 @@ The article's serving lesson, applied to our own hosted demo: a decode step read
 once, whatever the number of requests in it, so the steps of runs that overlap in time should be
 one forward. A :class:`StepBatcher` owns a block pool (block_manager.py) and a paged model runner
 (model_runner.py) for one model; each live `Run` (engine/runner.py) gets a
-:class:`BatchedDecoder` as its plugged-in decoder. The run's prefill still runs alone in
-transformers (it records the prompt's whole attention), holding the batcher's `exclusive` turn;
-its K/V then go into the pool. Each decode step is handed to the batcher's worker thread, which
-runs one forward for every step asked for at that moment — runs join at the next step after
-their prefill and leave when they end, as in vLLM's continuous batching — and gives each run
-its own logits, the attention rows and residual stream it records, and the batch size.
+:class:`BatchedDecoder` (batch_member.py: the run's side) as its plugged-in decoder. The run's
+prefill still runs alone in transformers (it records the prompt's whole attention), holding the
+batcher's `exclusive` turn; its K/V then go into the pool. Each decode step is handed to the
+batcher's worker thread, which runs one forward for every step asked for at that moment — runs
+join at the next step after their prefill and leave when they end, as in vLLM's continuous
+batching — and gives each run its own logits, the attention rows and residual stream it
+records, and the batch size.
 
 Gathering: after a step the worker waits for every member decoding (its prefix loaded, not yet
 released) to ask for its next step — each first draws its token on its own page — at most as
@@ -39,71 +40,26 @@ import itertools
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import torch
 from transformers import DynamicCache
 
 from ..clock import clock_ms
 from ..errors import EngineError, InputError
+from .batch_member import Ask, BatchedDecoder, BatchedOutput, BatchView, Turn, Waiting
 from .block_manager import BlockManager
 from .model_runner import Chunk, PagedModelRunner
 
-Waiting = Callable[[int, float], None]  # (place in the queue, seconds the holder has held)
+__all__ = ["BatchView", "BatchedDecoder", "BatchedOutput", "StepBatcher", "Turn"]
 
-
-class Turn(Protocol):
-    """The app's fair turn as the batch takes it (ui/batching.py: ui/turns.py's FairLock)."""
-
-    def acquire(self, on_wait: Waiting | None = None) -> None: ...
-
-    def release(self) -> None: ...
-
-    @property
-    def others_waiting(self) -> bool: ...
 BLOCK_SIZE = 16
 GATHER_MS = 20.0
 MAX_GATHER_MS = 500.0
 SLICE_S = 15.0
 PREFILL_FIRST_S = 2.0  # the longest a decode step waits for prefills that want the model
 HISTORY = 120  # recent steps the batcher remembers (the Serving page's live view)
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class BatchedOutput:
-    """One run's share of a batched step (engine/runner.py's StepOutput), and the step's size."""
-
-    logits: torch.Tensor  # (V,)
-    attention: torch.Tensor | None  # (L_rec, H, S)
-    hidden: torch.Tensor | None  # (L + 1, hidden)
-    batch: int  # runs in the step's forward
-    forward_ms: float  # the forward alone (the run's step also waited for it to start)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchView:
-    """StepBatcher.snapshot: runs admitted, runs waiting to be, the positions each decoding run
-    holds, steps run so far, the recent steps as (monotonic s, batch, forward ms), the cap."""
-
-    running: int
-    waiting: int
-    lengths: tuple[int, ...]
-    steps: int
-    recent: tuple[tuple[float, int, float], ...]
-    max_batch: int
-
-
-@dataclass(slots=True, eq=False)
-class _Ask:
-    decoder: "BatchedDecoder"
-    token: int
-    position: int
-    layers: tuple[int, ...]
-    hidden: bool
-    done: threading.Event = field(default_factory=threading.Event)
-    result: BatchedOutput | None = None
-    error: BaseException | None = None
 
 
 class StepBatcher:
@@ -141,7 +97,7 @@ class StepBatcher:
         self._decoding: set[int] = set()  # members whose prefix is in the pool
         self._to_free: list[int] = []  # members that left, their blocks not yet returned
         self._reserved: dict[int, int] = {}  # member → blocks held for it
-        self._asks: dict[int, _Ask] = {}  # member → its pending step
+        self._asks: dict[int, Ask] = {}  # member → its pending step
         self._waiting: list[int] = []  # tickets waiting for admission, in order
         self._prefills = 0  # prefills waiting for the model (they go before the next step)
         self._last_ms = 0.0
@@ -151,12 +107,12 @@ class StepBatcher:
 
     # — admission —
 
-    def admit(self, tokens: int, stop: threading.Event) -> "BatchedDecoder":
+    def admit(self, tokens: int, stop: threading.Event) -> BatchedDecoder:
         """engine/runner.py's Seats: a place for a run of `tokens` positions."""
         return self.decoder(tokens, stop)
 
     def decoder(self, max_tokens: int, stop: threading.Event | None = None,
-                on_wait: Callable[[int], None] | None = None) -> "BatchedDecoder":
+                on_wait: Callable[[int], None] | None = None) -> BatchedDecoder:
         """A decoder for one run of at most `max_tokens` positions, once it is admitted (blocks
         while the batch is full or the pool short; `on_wait(place)` about every 0.5 s)."""
         if max_tokens > self.max_tokens:
@@ -185,10 +141,10 @@ class StepBatcher:
             decoder = BatchedDecoder(self, ticket, max_tokens)
             self._members[ticket] = decoder
             self._reserved[ticket] = need
-        weakref.finalize(decoder, self._release, ticket)
+        weakref.finalize(decoder, self.release, ticket)
         return decoder
 
-    def _release(self, member: int) -> None:
+    def release(self, member: int) -> None:
         """The member leaves: its reservation at once, its blocks at the next forward or load
         (the pool's tables change only under `_compute`, which is never taken here: a release
         may come from a finalizer in any thread, holding any lock)."""
@@ -215,7 +171,7 @@ class StepBatcher:
         """What the batcher holds beyond the model: its K/V pool (and any packed weights)."""
         return self.runner.pool_bytes + self.runner.packed_bytes
 
-    def snapshot(self) -> "BatchView":
+    def snapshot(self) -> BatchView:
         """What the batch is doing now, anonymous: counts, each decoding run's length, the
         recent steps' sizes and times (never a run's tokens)."""
         with self._cond:
@@ -289,7 +245,7 @@ class StepBatcher:
 
     # — the steps —
 
-    def _load(self, member: int, cache: DynamicCache, n: int) -> None:
+    def load(self, member: int, cache: DynamicCache, n: int) -> None:
         """A prefill's K/V of n positions into the member's blocks (under `exclusive`)."""
         self._free_left()
         self.blocks.allocate(member, [0] * n)  # no prefix sharing: the ids only count
@@ -300,7 +256,7 @@ class StepBatcher:
         with self._cond:
             self._decoding.add(member)
 
-    def _ask(self, ask: _Ask) -> BatchedOutput:
+    def ask(self, ask: Ask) -> BatchedOutput:
         member = ask.decoder.member
         with self._cond:
             if member not in self._members:
@@ -335,7 +291,7 @@ class StepBatcher:
                 self._asks.clear()
             self._run(asks)
 
-    def _run(self, asks: list[_Ask]) -> None:
+    def _run(self, asks: list[Ask]) -> None:
         try:
             self._take_turn()
             with self._compute:
@@ -356,7 +312,7 @@ class StepBatcher:
                 ask.done.set()
             self._give_turn(rotate=True)
 
-    def _forward(self, asks: list[_Ask]) -> list[tuple[torch.Tensor, torch.Tensor | None,
+    def _forward(self, asks: list[Ask]) -> list[tuple[torch.Tensor, torch.Tensor | None,
                                                         torch.Tensor | None]]:
         self._free_left()
         chunks = []
@@ -378,52 +334,6 @@ class StepBatcher:
             hidden = done.hidden[b] if ask.hidden and done.hidden is not None else None
             out.append((done.logits[b], attention, hidden))
         return out
-
-
-class BatchedDecoder:
-    """One run's place in a StepBatcher: engine/runner.py's DecodeStep, its steps batched."""
-
-    name = "batched"
-
-    def __init__(self, batcher: StepBatcher, member: int, max_tokens: int) -> None:
-        self.batcher, self.member, self.max_tokens = batcher, member, max_tokens
-        self.on_wait: Waiting | None = None  # the prefill's report while the turn is elsewhere
-        self.on_turn: Callable[[], None] | None = None  # and once it has it
-
-    @property
-    def weights(self) -> str:
-        return self.batcher.weights
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.batcher.weight_bytes
-
-    @property
-    def model(self) -> Any:
-        return self.batcher.model
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """The run's prefill, alone on the model, in the batch's turn."""
-        with self.batcher.exclusive(self.on_wait):
-            if self.on_turn is not None:
-                self.on_turn()
-            yield
-
-    def load_prefix(self, cache: DynamicCache, n: int) -> None:
-        if n > self.max_tokens:
-            raise InputError(f"{n} positions do not fit this run's {self.max_tokens}")
-        self.batcher._load(self.member, cache, n)
-
-    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
-             hidden: bool = False) -> BatchedOutput:
-        if position >= self.max_tokens:
-            raise InputError(f"position {position} is past this run's {self.max_tokens} tokens")
-        return self.batcher._ask(_Ask(self, token, position, tuple(attention_layers), hidden))
-
-    def release(self) -> None:
-        """Leave the batch: its blocks go back to the pool (also when the decoder is dropped)."""
-        self.batcher._release(self.member)
 
 
 @dataclass(frozen=True, slots=True)
