@@ -26,6 +26,7 @@ from i18n import LANGUAGES, from_accept_language, translations
 from ui.config import MAX_PROMPT_CHARS
 from ui.keys import PROMPT
 
+APP_NAME = "Inference Explorer"  # a name, the same in every language
 PENDING = "starting_pending"  # a prompt pressed while the server started: Generate runs it
 TYPED = "starting_prompt"  # the prompt box of this page (its own key: both pages draw in one run)
 POLL_S = 0.5
@@ -56,10 +57,10 @@ def draw() -> tuple:
     """The page (its app name, an empty status line, on Generate the prompt box): (the page's
     placeholder, the status line's, the words' function)."""
     _ = _words()
-    st.set_page_config(page_title="Inference Explorer", page_icon="🔎", layout="wide")
+    st.set_page_config(page_title=APP_NAME, page_icon="🔎", layout="wide")
     page = st.empty()
     with page.container():
-        st.title("Inference Explorer")
+        st.title(APP_NAME)
         status = st.empty()
         if _on_generate_page():
             with st.form("starting_form", border=False):

@@ -11,15 +11,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 import torch
 from transformers import DynamicCache
 
 from ..errors import InputError
-
-if TYPE_CHECKING:
-    from .batcher import StepBatcher
 
 Waiting = Callable[[int, float], None]  # (place in the queue, seconds the holder has held)
 
@@ -69,12 +66,28 @@ class Ask:
     error: BaseException | None = None
 
 
+class Batch(Protocol):
+    """What a member needs of its StepBatcher (batcher.py)."""
+
+    weights: str
+    weight_bytes: int
+    model: Any
+
+    def exclusive(self, on_wait: Waiting | None = None) -> ContextManager[None]: ...
+
+    def load(self, member: int, cache: DynamicCache, n: int) -> None: ...
+
+    def ask(self, ask: "Ask") -> "BatchedOutput": ...
+
+    def release(self, member: int) -> None: ...
+
+
 class BatchedDecoder:
     """One run's place in a StepBatcher: engine/runner.py's DecodeStep, its steps batched."""
 
     name = "batched"
 
-    def __init__(self, batcher: StepBatcher, member: int, max_tokens: int) -> None:
+    def __init__(self, batcher: Batch, member: int, max_tokens: int) -> None:
         self.batcher, self.member, self.max_tokens = batcher, member, max_tokens
         self.on_wait: Waiting | None = None  # the prefill's report while the turn is elsewhere
         self.on_turn: Callable[[], None] | None = None  # and once it has it
