@@ -3,7 +3,8 @@
 A :class:`Run` strings engine/forward.py's plain functions together, checks a stop flag between
 steps, and can hand out its (partial) :class:`Trace` any time. Each step is a few small jobs, one
 function each: choose the decoder (once), run one forward, pick the token, measure the KV bytes,
-build the Step. A decoder other than transformers plugs in through :class:`DecodeStep`.
+build the Step. A decoder other than transformers plugs in through engine/decoders.py's
+:class:`DecodeStep`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import random
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from i18n import N_, _
 from . import __version__
 from .attention import AttentionRecorder, recorded_layers, recording
 from .clock import MachineSample, clock_ms, load_average, others_share, usable_cores
+from .decoders import DecoderSource, DecodeStep, native_cache_bytes
 from .detok import IncrementalDetokenizer
 from .errors import EngineError, InputError
 from .forward import (
@@ -40,65 +42,10 @@ from .loader import LoadedModel
 from .records.trace import DecoderUsed, MachineLoad, Step, Trace
 from .sampling import choose_token
 from .settings import FLOAT_WEIGHTS, GenerationSettings
-from .spec import ModelSpec
 
 # Why decode steps ran in torch, recorded in English (data); DecoderUsed.label translates it.
 TORCH_ASKED_REASON = N_("the torch decoder was asked for")
 KV_OFF_REASON = N_("the KV cache is off: the native step decodes against its cache")
-
-
-class StepOutput(Protocol):
-    """What one step of a plugged-in decoder returns."""
-
-    @property
-    def logits(self) -> torch.Tensor: ...  # (V,)
-
-    @property
-    def attention(self) -> torch.Tensor | None: ...  # (L_rec, H, S) softmax rows, or None
-
-    @property
-    def hidden(self) -> torch.Tensor | None: ...  # (L + 1, hidden), or None
-
-
-class DecodeStep(Protocol):
-    """A decoder the run can hand its decode steps to (engine/kernels/native.py's NativeDecoder):
-    the prefill runs in transformers on `model`, `load_prefix` copies its K/V into the decoder's
-    own cache, then `step` runs one token at a time, recording what the run asks for."""
-
-    @property
-    def max_tokens(self) -> int: ...  # positions its cache holds
-
-    @property
-    def weights(self) -> str: ...  # the weights variant it reads
-
-    @property
-    def weight_bytes(self) -> int: ...  # bytes one step streams
-
-    @property
-    def model(self) -> Any: ...  # the torch model holding exactly the weights it multiplies by
-
-    def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
-             hidden: bool = False) -> StepOutput: ...
-
-    def load_prefix(self, cache: DynamicCache, n: int) -> None: ...
-
-
-class Seats(Protocol):
-    """A decoder shared by many runs (engine/serving/batcher.py's StepBatcher): `admit` waits
-    for a place holding `tokens` positions (or `stop`), and returns the run's DecodeStep."""
-
-    def admit(self, tokens: int, stop: threading.Event) -> DecodeStep: ...
-
-
-DecoderSource = DecodeStep | Callable[[], DecodeStep] | Seats
-
-
-def native_cache_bytes(spec: ModelSpec, positions: int) -> tuple[int, ...]:
-    """Per layer, the bytes a transformers DynamicCache holds for `positions` cached tokens —
-    2 (K and V) · kv_heads · positions · head_dim · bytes per value — so a run decoded by the
-    native step reports the same KV figure as one decoded in torch (its own cache is
-    preallocated to its max_tokens; this counts what is in use, the same positions)."""
-    return (2 * spec.kv_heads * positions * spec.head_dim * spec.dtype_bytes,) * spec.layers
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -315,9 +262,9 @@ class Run:
         text = loop.detok.push(token) + (loop.detok.flush() if last else "")
         if batched is not None:  # the run's step waited for the batch: its forward alone
             forward_ms = min(batched.forward_ms, forward_ms)
-        step = self._record(i, choice, text, per_layer, before, after, forward_ms,
-                            attention.numpy() if attention is not None else None, hidden_np)
-        return replace(step, batch=batched.batch) if batched is not None else step
+        return self._record(i, choice, text, per_layer, before, after, forward_ms,
+                            attention.numpy() if attention is not None else None, hidden_np,
+                            batched.batch if batched is not None else 1)
 
     def _forward(self, loop: _Loop, i: int) -> tuple[torch.Tensor, torch.Tensor | None,
                                                      torch.Tensor | None, Any]:
@@ -353,8 +300,8 @@ class Run:
 
     def _record(self, i: int, choice: Choice, text: str, per_layer: tuple[int, ...],
                 before: MachineSample, after: MachineSample, forward_ms: float,
-                attention: np.ndarray | None, hidden: np.ndarray | None) -> Step:
-        """Step i as the trace keeps it."""
+                attention: np.ndarray | None, hidden: np.ndarray | None, batch: int = 1) -> Step:
+        """Step i as the trace keeps it (`batch`: the runs its forward served)."""
         tokenizer, n_prompt = self.lm.tokenizer, len(self.prompt_ids)
         return Step(
             index=i, phase="prefill" if i == 0 else "decode", token_id=choice.token,
@@ -367,7 +314,7 @@ class Run:
             chosen_prob=choice.prob, chosen_rank=choice.rank,
             attention=attention, hidden=hidden,
             forward_ms=forward_ms, cpu_ms=after.cpu_ms - before.cpu_ms,
-            others_share=others_share(before, after))
+            others_share=others_share(before, after), batch=batch)
 
     def trace(self) -> Trace:
         """The trace so far; a run stopped or still going keeps every finished step. (A live

@@ -31,7 +31,7 @@ PACKAGES = ("engine", "charts", "i18n", "pages", "ui", "bench", "scripts", "test
 SKIP = {".venv", "build", "out", "__pycache__"}
 
 ENGINE_CORE = ("engine.errors", "engine.settings", "engine.spec", "engine.loader",
-               "engine.forward", "engine.runner", "engine.attention", "engine.detok",
+               "engine.forward", "engine.runner", "engine.decoders", "engine.attention", "engine.detok",
                "engine.sampling", "engine.clock", "engine.assets", "engine.records",
                "engine.outfile",
                # reading a GGUF is loading a model (the loader opens a --model PATH.gguf);
