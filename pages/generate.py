@@ -12,20 +12,20 @@ import streamlit as st
 from charts import piece_text, step_chart, token_chips_html, topk_chart
 from charts.formatting import batch_note, duration, rate, size, stop_reason
 from charts.live import empty_step_chart
-from engine import Run, Trace, TraceFormatError, summarize
+from engine import Run, Trace, summarize
 from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
-from i18n import N_, _, language
-from ui.batching import LiveFrames, ModelShare, batched_budget, batched_seat, server_busy
+from i18n import _, language
+from ui.batching import LiveFrames, ModelShare, batched_budget, batched_seat
 from ui.common import disturbance_warning, show_chart
-from ui.config import MAX_PROMPT_CHARS, config
+from ui.config import MAX_PROMPT_CHARS
 from ui.experiment import Job, limit_advice, limit_text, run_experiment
-from ui.keys import FILES_ASKED, PROMPT, REPLAY_SPEED, SAMPLE, STEP, UPLOAD
+from ui.keys import PROMPT, REPLAY_SPEED, SAMPLE, STEP
 from ui.preload import preload_chart_code
 from ui.record import keep_new_trace, keep_prompt, keep_trace
-from ui.replay import REPLAY_MAX_S, LiveSlots, ask_replay, replay, replay_asked, trace_waits
-from ui.run_files import files_made, report_file_bytes, trace_file_bytes
+from ui.replay import REPLAY_MAX_S, LiveSlots, replay, replay_asked, trace_waits
 from ui.sections.lens import logit_lens_section
+from ui.sections.run_sources import REPLAY_SPEEDS, download, examples_section, replay_section
 from ui.starting import PENDING
 from ui.state import (
     app_state,
@@ -36,8 +36,7 @@ from ui.state import (
     session_model,
     set_pending_run,
 )
-from ui.text import message, plain
-from ui.traces import open_example, open_trace_file, shipped_examples
+from ui.text import plain
 
 SAMPLES = {s["title"]: s for s in  # title → its prompt and language
            json.loads((Path(__file__).parents[1] / "assets" / "sample_prompts.json").read_text())}
@@ -47,51 +46,13 @@ def samples_in_order() -> list[str]:
     """The samples' titles, those in the session's language first (a Chinese session opens on
     the Chinese prompts; the English ones follow)."""
     return sorted(SAMPLES, key=lambda title: SAMPLES[title].get("lang", "en") != language())
-REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}  # the options' values
-REPLAY_SPEED_NAMES = {"instant": N_("instant")}  # the options drawn otherwise than their value
+
+
 VIEWS = ("chips", "answer", "metrics", "chart")  # the live slots, under the status line
 
 
 def use_sample() -> None:
     st.session_state[PROMPT] = SAMPLES[st.session_state[SAMPLE]]["prompt"]
-
-
-def opened(error: str | None) -> None:
-    """A trace file (an upload, a shipped example) opened: replay it, or say under the uploader
-    in one message what is wrong with it. (Opening it is ui/traces.py's: a share link opens an
-    example too.)"""
-    if error is None:
-        ask_replay("trace")
-    app_state().page.upload_error = error
-
-
-def _upload_bytes(upload) -> bytes:
-    if upload.size > config().limits.upload_mb << 20:
-        raise TraceFormatError(_("the file is over {mb} MB").format(mb=config().limits.upload_mb))
-    return upload.getvalue()
-
-
-def load_upload() -> None:
-    upload = st.session_state.get(UPLOAD)
-    if upload is None:
-        app_state().page.upload_error = None
-        return
-    opened(open_trace_file(lambda: _upload_bytes(upload), upload.name[:120]))
-
-
-def examples_section(first_visit: bool) -> None:
-    """Runs recorded from the default model and shipped with the app: every page works on them
-    at once, with no model loaded (a cold hosted demo, or a model that fails in class)."""
-    shipped = shipped_examples()
-    if not shipped:
-        return
-    with st.expander(_("Open an example run — recorded from the default model, no model needed"),
-                     expanded=first_visit, icon=":material/science:"):
-        for col, example in zip(st.columns(len(shipped)), shipped):
-            col.button(_(example.title), key=f"example_{example.name}",
-                       on_click=lambda name: opened(open_example(name)),
-                       args=(example.name,), width="stretch",
-                       help=_("Prompt: {prompt}").format(prompt=example.prompt))
 
 
 def header() -> None:
@@ -336,56 +297,6 @@ def why_this_token(trace: Trace) -> None:
         app_state().page.whatif_at = pick
         st.switch_page("pages/whatif.py")
     logit_lens_section(trace, step)
-
-
-def download(trace: Trace) -> None:
-    """The run's two files. On a shared server (hosted, or while other visitors' runs decode)
-    a button makes them on demand: the report's figures and the compressed trace cost the
-    server's cores most of a second per visitor, at the moment a class's runs all end
-    (measured: 20 visitors' pages took 18 s after the last token, mostly making these)."""
-    on_demand = config().hosted or server_busy()
-    if on_demand and not files_made(trace) and not st.session_state.get(FILES_ASKED):
-        st.button(_("Prepare the downloads (trace file and report)"), key=FILES_ASKED,
-                  help=_("The server's cores are shared with other visitors, so the files are "
-                         "made when you ask for them."))
-        return
-    row = st.container(horizontal=True)
-    row.download_button(_("Download trace"), data=trace_file_bytes(trace), on_click="ignore",
-                        file_name="inference-explorer.trace.npz", mime="application/octet-stream",
-                        key="download_trace",
-                        help=_("The whole run (tokens, timings, attention, KV sizes) as one file, "
-                               "with the experiment results computed on it: opened again, every "
-                               "page shows them without rerunning anything."))
-    row.download_button(_("Download report (HTML)"), data=report_file_bytes(trace),
-                        on_click="ignore", file_name="inference-explorer-report.html",
-                        mime="text/html", key="download_report",
-                        help=_("One self-contained page for handouts: settings, numbers, token "
-                               "chips and interactive charts; opens offline in any browser."))
-
-
-def replay_section(trace: Trace | None) -> None:
-    """Replay the current trace, or a trace file, at a chosen speed (no model needed)."""
-    row = st.container(horizontal=True, vertical_alignment="bottom")
-    row.segmented_control(_("Replay speed"), list(REPLAY_SPEEDS), default="1×", required=True,
-                          key=REPLAY_SPEED,
-                          format_func=lambda speed: (_(REPLAY_SPEED_NAMES[speed])
-                                                     if speed in REPLAY_SPEED_NAMES else speed),
-                          help=_("Relative to the recorded pace, for the current trace and for an "
-                                 "uploaded file; a replay lasts at most {max_s} s whatever the "
-                                 "file says.").format(max_s=f"{REPLAY_MAX_S:.0f}"))
-    if trace is not None and trace.steps and row.button(_("Replay current trace"),
-                                                        icon=":material/replay:",
-                                                        key="replay_current"):
-        ask_replay("trace")
-        st.rerun()
-    error = app_state().page.upload_error
-    with st.expander(_("Replay a trace file"), expanded=trace is None or error is not None):
-        st.file_uploader(_("Trace file (.npz)"), type=["npz"], key=UPLOAD, on_change=load_upload,
-                         max_upload_size=config().limits.upload_mb,
-                         help=_("A file from “Download trace”: it replays at the speed above, "
-                                "no model needed."))
-        if error is not None:
-            st.error(message(error))
 
 
 header()
