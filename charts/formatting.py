@@ -133,7 +133,11 @@ def batch_note(batches: Sequence[int]) -> str:
         return ""
     median = shared[len(shared) // 2]
     most = shared[-1]
-    return _("Decoded in a batch of {n} for {shared} of its {steps} steps{most}: one forward read "
-             "the weights once for every run in it, as a server batches its users.").format(
-                 n=median, shared=len(shared), steps=len(batches),
-                 most=_(" (up to {m} runs)").format(m=most) if most > median else "")
+    text = (_("Decoded in a batch of {n} for all {steps} of its decode steps{most}: each step "
+              "was one forward pass for every run in it, reading the weights once for all of "
+              "them, as a server batches its users.") if len(shared) == len(batches) else
+            _("Decoded in a batch of {n} for {shared} of its {steps} decode steps{most}: each of "
+              "those steps was one forward pass for every run in it, reading the weights once for "
+              "all of them, as a server batches its users."))
+    return text.format(n=median, shared=len(shared), steps=len(batches),
+                       most=_(" (up to {m} runs)").format(m=most) if most > median else "")

@@ -74,7 +74,11 @@ def step_chart(trace: Trace) -> go.Figure:
     fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10}, bargap=0.15,
                       barmode="overlay",
                       legend={"orientation": "h", "y": 1.12}, hovermode="closest")
-    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"))
+    # whole steps only (a run of one or two steps showed ticks at −0.4 … 0.4), at least 5 wide
+    fig.update_xaxes(title_text=_("step (0 = prefill of the whole prompt)"),
+                     range=[-0.5, max(len(steps) - 0.5, 4.5)], tick0=0,
+                     dtick=next(d for d in (1, 2, 5, 10, 20, 50, 100, 10**9)
+                                if len(steps) <= 12 * d))
     fig.update_yaxes(title_text=_("step latency (ms)"), secondary_y=False)
     fig.update_yaxes(title_text=_("KV cache (KiB)"), secondary_y=True, rangemode="tozero")
     return fig

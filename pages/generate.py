@@ -276,7 +276,7 @@ def summary(trace: Trace) -> None:
     if shared:
         st.caption(shared)
     if trace.stop_reason == "limit":
-        st.caption(limit_advice())
+        st.caption(limit_advice(_("a shorter prompt or fewer new tokens")))
 
 
 def why_this_token(trace: Trace) -> None:

@@ -157,3 +157,14 @@ def test_generate_and_timing_pages_warn_about_a_disturbed_run(quiet_trace, page)
     state_of(at.session_state).run.trace = _with(quiet_trace, 0.95, 0.7)
     at.run()
     assert not any("timing was disturbed" in w.value for w in at.warning)
+
+
+def test_the_step_chart_counts_whole_steps_even_for_a_one_step_run(quiet_trace):
+    """A run the budget stopped after its prefill showed ticks at −0.4 … 0.4 (a walk at 390 px)."""
+    from charts.live import step_chart
+
+    for n in (1, 2, len(quiet_trace.steps)):
+        axis = step_chart(replace(quiet_trace, steps=quiet_trace.steps[:n])).layout.xaxis
+        assert axis.dtick == 1 and axis.tick0 == 0 and list(axis.range) == [-0.5, 4.5]
+    many = replace(quiet_trace, steps=quiet_trace.steps * 16)  # 80 steps: a tick every 10
+    assert step_chart(many).layout.xaxis.dtick == 10

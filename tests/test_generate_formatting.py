@@ -88,5 +88,5 @@ def test_every_stop_reason_reads_as_words_in_each_language():
 def test_the_batch_note_counts_the_shared_steps_and_their_median_size():
     assert batch_note([1, 1, 1]) == ""  # every step alone: nothing to say
     assert batch_note([7, 7, 1, 9]).startswith(
-        "Decoded in a batch of 7 for 3 of its 4 steps (up to 9 runs):")
-    assert batch_note([3, 3]).startswith("Decoded in a batch of 3 for 2 of its 2 steps:")
+        "Decoded in a batch of 7 for 3 of its 4 decode steps (up to 9 runs):")
+    assert batch_note([3, 3]).startswith("Decoded in a batch of 3 for all 2 of its decode steps:")

@@ -114,7 +114,8 @@ def test_a_generation_stops_at_the_per_click_budget(budget_of, monkeypatch):
     assert trace.stop_reason == "limit" and 1 <= len(trace.steps) < 64
     assert any("limit of 1 s of model time per click" in c.value for c in at.caption)
     # and what the visitor can do about it, not only what happened
-    assert any("fewer new tokens" in c.value and "make run" in c.value for c in at.caption)
+    assert any("a shorter prompt or fewer new tokens" in c.value and "make run" in c.value
+               for c in at.caption)
 
 
 @pytest.mark.real_model

@@ -37,11 +37,13 @@ def limit_text() -> str:
         s=config().limits.click_s or 0)
 
 
-def limit_advice() -> str:
-    """What a visitor can do about a run the per-click budget stopped."""
-    return _("To see it whole: ask for less in one click (fewer new tokens, requests or "
-             "settings), try again when fewer visitors are running theirs, or run the app on your "
-             "own machine (`make run`), where there is no such limit.")
+def limit_advice(less: str | None = None) -> str:
+    """What a visitor can do about a run the per-click budget stopped; `less`: what this page
+    can ask for less of (in the session's language)."""
+    return _("To finish within the limit: ask for less in one click ({less}), try again when "
+             "fewer visitors are running theirs, or run the app on your own machine (make run), "
+             "where there is no such limit.").format(
+                 less=less or _("fewer tokens, requests or settings"))
 
 
 def budget_note(kept: bool = True) -> str:
