@@ -61,8 +61,9 @@ def test_the_serving_page_shows_this_servers_batch_without_anyones_text(monkeypa
     assert not at.exception
     assert any(h.value == "This server's own batch, live" for h in at.subheader)
     labels = {m.label: m.value for m in at.metric}
-    assert {"Runs decoding now", "Waiting to join", "Median batch, last minute"} <= labels.keys()
+    assert {"Runs decoding now", "Waiting to join", "Runs per step, last minute"} <= labels.keys()
     assert labels["Runs decoding now"] == "0"  # the run has ended: it left the batch
+    assert labels["Runs per step, last minute"] == "1.0"  # it decoded alone
     assert not any("secret" in m.value for m in at.markdown if "batch" in m.value.lower())
 
 
@@ -95,3 +96,13 @@ def test_a_batchs_pages_draw_on_the_same_steps_and_a_run_alone_at_most_every_fra
     assert due[0] == 0 and all(b - a >= 4 for a, b in zip(due, due[1:]))
     assert charts[0] >= CHART_EVERY_S and len(charts) >= 3
     assert all(b - a >= CHART_EVERY_S - 1e-9 for a, b in zip(charts, charts[1:]))
+
+
+def test_runs_per_step_weighs_each_step_by_its_forward_time():
+    from ui.sections.server_batch import batch_over_time
+
+    # one run alone for 18 quick steps, then three together for 29 slower ones (a walk's case:
+    # the median of the steps said 1 while the chart's bars were mostly 3 runs high)
+    recent = [(0.0, 1, 50.0)] * 18 + [(0.0, 3, 120.0)] * 29
+    assert batch_over_time(recent) == (18 * 50 + 3 * 29 * 120) / (18 * 50 + 29 * 120)
+    assert 2.5 < batch_over_time(recent) < 3

@@ -28,6 +28,14 @@ def server_batch_section() -> None:
     _live()
 
 
+def batch_over_time(recent: list[tuple[float, int, float]]) -> float:
+    """The runs per forward of (time, batch, forward ms) steps, weighted by forward time."""
+    total = sum(ms for _t, _b, ms in recent)
+    if total <= 0:
+        return statistics.mean(b for _t, b, _ms in recent)
+    return sum(b * ms for _t, b, ms in recent) / total
+
+
 @st.fragment(run_every=REFRESH_S)
 def _live() -> None:
     model = session_model()
@@ -46,8 +54,11 @@ def _live() -> None:
     cols[2].metric(_("Their lengths (tokens)"),
                    f"{min(view.lengths)}–{max(view.lengths)}" if view.lengths else "—",
                    help=_("Prompt and tokens so far of each decoding run."))
-    cols[3].metric(_("Median batch, last minute"),
-                   f"{statistics.median(b for _t, b, _ms in recent):.0f}" if recent else "—",
-                   help=_("Runs per forward over the steps of the last 60 s."))
+    cols[3].metric(_("Runs per step, last minute"),
+                   f"{batch_over_time(recent):.1f}" if recent else "—",
+                   help=_("How many runs a forward served, averaged over the last 60 s with "
+                          "each step weighted by its forward's time, as the chart's bars are "
+                          "wide: a run decoding alone for many quick steps does not outweigh a "
+                          "class decoding together."))
     if recent:
         show_chart(live_batch_chart(recent, now), key="server-batch", name="server_batch")
