@@ -15,7 +15,7 @@ from charts.live import empty_step_chart
 from engine import Run, Trace, summarize
 from engine.lens.weights_notice import run_weights
 from engine.timing.metrics import warmup_note
-from i18n import _, language
+from i18n import _, language, ngettext
 from ui.batching import LiveFrames, ModelShare, batched_budget, batched_seat
 from ui.common import disturbance_warning, show_chart
 from ui.config import MAX_PROMPT_CHARS
@@ -268,8 +268,10 @@ def summary(trace: Trace) -> None:
     d = trace.decoder
     decoder = "" if d is None else _(", weights {weights} ({mb} MB), decode steps by the {decoder}").format(
         weights=plain(run_weights(trace)), mb=f"{d.weight_bytes / 1e6:,.1f}", decoder=plain(d.label))
-    st.caption(_("{tokens} tokens generated after a {prompt}-token prompt; stopped because "
-                 "{reason}. Model: {model} on {device}{decoder}.").format(
+    st.caption(ngettext("{tokens} token generated after a {prompt}-token prompt; stopped because "
+                        "{reason}. Model: {model} on {device}{decoder}.",
+                        "{tokens} tokens generated after a {prompt}-token prompt; stopped because "
+                        "{reason}. Model: {model} on {device}{decoder}.", len(trace.steps)).format(
                      tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,
                      model=plain(trace.model.name), device=plain(trace.device), decoder=decoder))
     shared = batch_note([s.batch for s in trace.steps[1:]])
