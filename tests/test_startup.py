@@ -40,6 +40,7 @@ def test_start_up_loads_and_warms_the_model_before_any_session(native_lm, monkey
     monkeypatch.setattr(shared, "LOCK", FairLock())
     monkeypatch.setattr(engine.models, "warm_up", warm_up)
     monkeypatch.setattr(startup, "import_scripts_modules", lambda: [])
+    monkeypatch.setattr(startup, "freeze_what_stays", lambda: 0)  # this process's GC as it was
     lines = []
     thread = threading.Thread(target=startup.start_up, args=(lines.append,))
     thread.start()
@@ -69,6 +70,7 @@ def test_a_failed_start_up_is_one_line_and_the_sessions_load_says_why(monkeypatc
     store = ModelStore(1 << 30, loader=broken)
     monkeypatch.setattr(shared, "MODELS", store)
     monkeypatch.setattr(startup, "import_scripts_modules", lambda: [])
+    monkeypatch.setattr(startup, "freeze_what_stays", lambda: 0)
     lines = []
     startup.start_up(lines.append)
     assert [line for line in lines if "model" in line] == [
@@ -177,5 +179,33 @@ def test_the_start_up_imports_before_it_loads_the_model(monkeypatch):
                         lambda: order.append(("imports", startup._PHASE[0])))
     monkeypatch.setattr(startup, "warm_default_model",
                         lambda say: order.append(("model", startup._PHASE[0])))
+    monkeypatch.setattr(startup, "freeze_what_stays", lambda: order.append("freeze") or 0)
     startup.start_up(lambda line: None)
-    assert order == [("imports", "code"), ("model", "model")]
+    assert order == [("imports", "code"), ("model", "model"), "freeze"]
+
+
+def test_what_the_start_up_made_is_left_out_of_every_later_collection():
+    """Streamlit collects garbage after every script run: walking the start-up's objects (torch,
+    transformers, the model) each time held the interpreter for a large fraction of a second;
+    frozen, they are not walked again, and garbage made later is still freed."""
+    import gc
+    import weakref
+
+    kept = [[i] for i in range(1000)]  # long-lived objects, as the modules and the model
+    try:
+        assert startup.freeze_what_stays() >= len(kept)
+        walked = {id(o) for g in range(3) for o in gc.get_objects(generation=g)}
+        assert id(kept) not in walked and id(kept[0]) not in walked  # no collection walks them
+
+        class Node:
+            pass
+
+        cycle = Node()
+        cycle.me = cycle  # garbage in a cycle, made after the freeze
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect(2)
+        assert gone() is None  # still freed
+    finally:
+        gc.unfreeze()
+    assert id(kept) in {id(o) for o in gc.get_objects()}

@@ -14,6 +14,7 @@ seen on a hosted Space's first visit). The warm-up run takes the model turn like
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import os
 import sys
@@ -98,6 +99,21 @@ def start_up(say: Callable[[str], None] | None = None) -> None:
         warm_default_model(say)
     except Exception as err:  # noqa: BLE001 — see the docstring
         say(f"start-up: could not prepare the model: {type(err).__name__}: {err}")
+    frozen = freeze_what_stays()
+    say(f"start-up: {frozen:,} objects left out of garbage collection (they stay)")
+
+
+def freeze_what_stays() -> int:
+    """Move every object alive now — the modules, the model, what the start-up built — out of
+    the garbage collector's reach (`gc.freeze`), after one collection; returns how many. They
+    live as long as the server. Streamlit collects garbage after every script run
+    (`runner.postScriptGC`): walking the hundreds of thousands of objects torch and transformers
+    keep made each such collection a large fraction of a second holding the interpreter, so every
+    session's every rerun stalled the others and the batch's steps (docs/benchmarks.md, "A class
+    at once"). Frozen, they are not walked again; what the runs leave behind is still freed."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 _STARTED = threading.Event()  # a start-up thread was started in this process
