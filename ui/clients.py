@@ -20,7 +20,6 @@ Without the cookie (a browser that refuses it) the client is the address, as bef
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import os
 import threading
@@ -29,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 import streamlit as st
+from streamlit.web.server.starlette.starlette_app_utils import decode_xsrf_token_string
 
 from ui.config import config
 
@@ -62,23 +62,12 @@ def address_of(peer: str | None, headers: Mapping[str, str], hops: int) -> str:
 
 
 def browser_of(cookie: str | None) -> str | None:
-    """A browser's name from its XSRF cookie: a hash of the cookie's random token (the token is
-    masked differently in every response, so the cookie's text changes; the token does not).
-    None when the cookie is absent or not one the server issues (version 2: 2|mask|token|time,
-    version 1: the token in hex)."""
-    value = (cookie or "").strip("\"'")
-    try:
-        if value.startswith("2|"):
-            _, mask_hex, masked_hex, _ = value.split("|")
-            mask, masked = binascii.a2b_hex(mask_hex), binascii.a2b_hex(masked_hex)
-            if len(mask) != 4:
-                return None
-            token = bytes(b ^ mask[i % 4] for i, b in enumerate(masked))
-        else:
-            token = binascii.a2b_hex(value)
-    except (ValueError, binascii.Error):
-        return None
-    if len(token) < 16:
+    """A browser's name from its XSRF cookie: a hash of the cookie's random token, decoded by
+    Streamlit's own server code (the token is masked differently in every response, so the
+    cookie's text changes; the token does not). None when the cookie is absent or not one the
+    server issues."""
+    token, _ = decode_xsrf_token_string(cookie or "")
+    if token is None or len(token) < 16:
         return None
     return hashlib.sha256(b"inference-explorer browser " + token).hexdigest()[:20]
 
