@@ -3,10 +3,9 @@ decode step, and a decoder shared by many runs, follow.
 
 A :class:`DecodeStep` (engine/kernels/native.py's NativeDecoder) decodes one run's tokens after
 its prefill; a :class:`Seats` (engine/serving/batcher.py's StepBatcher) hands each run a
-DecodeStep of its own once it has a place. A DecodeStep shared with other runs also has the
-optional members of :class:`SharedStep`: the run's prefill takes the model to itself
-(`exclusive`) and the run gives its place back when it ends (`release`); a step's output then
-says the batch it ran in (`batch`, `forward_ms`).
+:class:`SharedStep` of its own once it has a place: a decoder shared with other runs, which
+also runs the prefill (`prefill`, in the batch's turn: `joining`) and gives its place back when
+the run ends (`release`); its outputs say the batch they ran in (`batch`, `forward_ms`).
 """
 
 from __future__ import annotations
@@ -33,10 +32,9 @@ class StepOutput(Protocol):
     def hidden(self) -> torch.Tensor | None: ...  # (L + 1, hidden), or None
 
 
-class DecodeStep(Protocol):
-    """A decoder the run can hand its decode steps to (engine/kernels/native.py's NativeDecoder):
-    the prefill runs in transformers on `model`, `load_prefix` copies its K/V into the decoder's
-    own cache, then `step` runs one token at a time, recording what the run asks for."""
+class Decoder(Protocol):
+    """What every plugged-in decoder has: `step` runs one token at a time, recording what the
+    run asks for."""
 
     @property
     def max_tokens(self) -> int: ...  # positions its cache holds
@@ -53,6 +51,12 @@ class DecodeStep(Protocol):
     def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
              hidden: bool = False) -> StepOutput: ...
 
+
+class DecodeStep(Decoder, Protocol):
+    """A decoder the run hands its decode steps to (engine/kernels/native.py's NativeDecoder):
+    the prefill runs in transformers on `model`, then `load_prefix` copies its K/V into the
+    decoder's own cache."""
+
     def load_prefix(self, cache: DynamicCache, n: int) -> None: ...
 
 
@@ -60,7 +64,7 @@ class Seats(Protocol):
     """A decoder shared by many runs (engine/serving/batcher.py's StepBatcher): `admit` waits
     for a place holding `tokens` positions (or `stop`), and returns the run's DecodeStep."""
 
-    def admit(self, tokens: int, stop: threading.Event) -> DecodeStep: ...
+    def admit(self, tokens: int, stop: threading.Event) -> "SharedStep": ...
 
 
 DecoderSource = DecodeStep | Callable[[], DecodeStep] | Seats
@@ -74,11 +78,13 @@ def native_cache_bytes(spec: ModelSpec, positions: int) -> tuple[int, ...]:
     return (2 * spec.kv_heads * positions * spec.head_dim * spec.dtype_bytes,) * spec.layers
 
 
-class SharedStep(DecodeStep, Protocol):
-    """A DecodeStep other runs share (engine/serving/batch_member.py's BatchedDecoder): the run
-    finds these members with getattr, so a plain DecodeStep needs none of them."""
+class SharedStep(Decoder, Protocol):
+    """A decoder shared with other runs (engine/serving/batch_member.py's BatchedDecoder): the
+    run finds these members with getattr, so a DecodeStep needs none of them."""
 
-    def exclusive(self) -> ContextManager[None]: ...  # the prefill: the model to this run alone
+    def joining(self) -> ContextManager[None]: ...  # the prefill's turn (its wait not timed)
+
+    def prefill(self, prompt_ids: list[int], attention_layers: tuple[int, ...] = (),
+                hidden: bool = False) -> StepOutput: ...  # attention (L_rec, H, T, T)
 
     def release(self) -> None: ...  # the run has ended: its place goes back
-

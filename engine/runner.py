@@ -93,8 +93,10 @@ class _Loop:
 class Run:
     """One generation. Iterate it to run the steps; `trace()` returns what is done so far.
 
-    The prefill always runs in transformers (with attention and hidden states recorded as asked;
-    with a plugged-in decoder, on `native.model`, the torch model holding its weights).
+    The prefill runs in transformers (with attention and hidden states recorded as asked; with a
+    plugged-in decoder, on `native.model`, the torch model holding its weights) — except with a
+    decoder shared with other runs (a SharedStep: the server's batch), which runs the prompt in
+    its batched forward and records what the recorder would.
     The decode steps run on `native` — a :class:`DecodeStep` (engine/kernels/native.py's
     NativeDecoder for this model's weights), or a function that builds one, called when the run
     starts — where it can run: `settings.decoder` is "native", the KV cache is on and prompt + new
@@ -175,6 +177,11 @@ class Run:
         self.decoder = DecoderUsed(getattr(native, "name", "native"), None, native.weights,
                                    int(native.weight_bytes))
 
+    @property
+    def _shared(self) -> bool:
+        """Whether the decoder is shared with other runs (a SharedStep: it runs the prefill)."""
+        return getattr(self.native, "joining", None) is not None
+
     def stop(self) -> None:
         """Ask the run to stop before its next step; what is done stays in the trace."""
         self._stop.set()
@@ -229,13 +236,13 @@ class Run:
         s, n_prompt = self.settings, len(self.prompt_ids)
         if loop.recorder is not None:  # after the prefill a step records its new token's row
             loop.recorder.last_query_only = i > 0 and (loop.cache is None or _uncached(loop) > 1)
-        # A decoder shared with other runs (batched: it has `exclusive`) has the model to itself
-        # only for the prefill; its decode steps record attention themselves, and the model's
-        # attention is not switched around them (another run's prefill may be using it).
-        alone = getattr(self.native, "exclusive", None)
-        hooked = None if i > 0 and alone is not None else loop.recorder
-        alone = alone if i == 0 else None
-        with torch.inference_mode(), alone() if alone else nullcontext(), \
+        # A decoder shared with other runs (batched) records attention itself, the prefill's
+        # too, and the model's attention is not switched around its steps (other runs' forwards
+        # may be using the model); its prefill waits for the batch's turn in `joining`.
+        shared = self._shared
+        hooked = None if shared else loop.recorder
+        joining = self.native.joining if shared and i == 0 else None
+        with torch.inference_mode(), joining() if joining else nullcontext(), \
                 recording(loop.model, hooked):
             # after the prefill's turn: waiting for it is not the step's time (as a run in the
             # turn does not count its wait in the queue); a batched decode step's wait for the
@@ -244,7 +251,7 @@ class Run:
             self._first = self._first or before
             logits, hidden, attention, batched = self._forward(loop, i)
             forward_ms = clock_ms(loop.device) - before.wall_ms
-            if i == 0 and self.native is not None:
+            if i == 0 and self.native is not None and not shared:
                 self.native.load_prefix(loop.cache, n_prompt)  # the prompt's K/V, into its cache
             token = choose_token(logits, s.temperature, s.top_k, s.top_p, loop.generator)
             probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
@@ -273,6 +280,12 @@ class Run:
         recorded itself, (L_rec, H, 1, S) float16, or None (the recorder holds it), and a
         batched decoder's output (its batch size and forward time), else None."""
         s = self.settings
+        if i == 0 and self._shared:  # the prompt in the batch's forward: (L_rec, H, T, T)
+            done = self.native.prefill(self.prompt_ids, self.recorded_layers, s.record_hidden)
+            attention = done.attention
+            if attention is not None:
+                attention = attention.to(device="cpu", dtype=torch.float16)
+            return done.logits, done.hidden, attention, done
         if i == 0:
             return (*prefill(loop.model, loop.sequence, loop.cache, s.record_hidden), None, None)
         if self.native is not None:
@@ -292,7 +305,7 @@ class Run:
     def _kv_bytes(self, loop: _Loop, i: int) -> tuple[int, ...]:
         """Per layer, the KV cache's bytes after step i: measured from the torch cache's tensors,
         or what the same positions take in one while the native cache holds them."""
-        if self.native is not None and i > 0:
+        if self.native is not None and (i > 0 or self._shared):
             return native_cache_bytes(self.lm.spec, len(self.prompt_ids) + i)
         if loop.cache is None:
             return (0,) * self.lm.spec.layers

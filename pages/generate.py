@@ -223,7 +223,7 @@ def decode(run: Run, slots: LiveSlots, job: Job, share: ModelShare | None = None
     try:
         for step in run:
             if share is not None:
-                share.add(step.forward_ms, step.latency_ms, step.batch)
+                share.add(step)
             if not frames.due(step):
                 continue  # kept and drawn at the next frame (or whole at the end)
             trace = run.trace()
@@ -274,7 +274,7 @@ def summary(trace: Trace) -> None:
                         "{reason}. Model: {model} on {device}{decoder}.", len(trace.steps)).format(
                      tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,
                      model=plain(trace.model.name), device=plain(trace.device), decoder=decoder))
-    shared = batch_note([s.batch for s in trace.steps[1:]])
+    shared = batch_note([s.batch for s in trace.steps[1:]], trace.steps[0].batch)
     if shared:
         st.caption(shared)
     if trace.stop_reason == "limit":

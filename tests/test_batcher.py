@@ -1,5 +1,6 @@
 """Live runs decoded in one batch (engine/serving/batcher.py): each run's trace equals its solo
-run's — tokens, attention rows, residual stream, KV bytes — and its steps say they were shared."""
+run's — tokens, attention (the prompt's whole matrices and every step's row), residual stream,
+KV bytes — and its steps, the prefill's too, say they were shared."""
 
 from __future__ import annotations
 
@@ -45,10 +46,10 @@ def test_batched_runs_equal_their_solo_runs(lm):
     batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=1024, max_tokens=256)
     together = run_together(lm, batcher, PROMPTS, batched_how)
     assert max(step.batch for t in together for step in t.steps) > 1, "no step was shared"
+    assert max(t.steps[0].batch for t in together) > 1, "no prompts went through one forward"
     for alone, shared in zip(solo, together):
         assert shared.decoder.name == "batched"
         assert [s.token_id for s in shared.steps] == [s.token_id for s in alone.steps]
-        assert shared.steps[0].batch == 1  # the prefill runs alone
         for a, b in zip(alone.steps, shared.steps):
             assert a.kv_bytes == b.kv_bytes
             assert b.attention.shape == a.attention.shape
@@ -195,56 +196,65 @@ def test_a_prefill_waiting_for_the_turn_does_not_count_the_wait(lm):
     assert trace.steps[0].latency_ms < 1500 and trace.decoder.name == "batched"
 
 
-def test_a_step_waits_for_the_prefills_that_want_the_model(lm, monkeypatch):
-    """Prefills first: while a joining run waits to prefill, a decoding run's next step waits
-    for it (so a class's first tokens all come before the batch decodes), at most
-    PREFILL_FIRST_S."""
-    import torch
-    from transformers import DynamicCache
-
+def test_prompts_and_steps_share_forwards_and_a_step_waits_for_runs_joining(lm, monkeypatch):
+    """Prefills first: while a run is joining (its prefill not yet asked for), a decoding run's
+    next step waits for it, at most PREFILL_FIRST_S; then the prompt and the step are one
+    forward. Prompts beyond STEP_TOKENS go in the next forward."""
     import engine.serving.batcher as batching
-    from engine.forward import prefill, prepare_prompt
+    from engine.forward import prepare_prompt
 
-    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=512, max_tokens=256)
+    batcher = StepBatcher(lm, lm.model, "fp32", lm.spec.weight_bytes, slots=1024, max_tokens=256)
+    ids = [prepare_prompt(lm.tokenizer, p, chat_template=False) for p in PROMPTS]
     decoding = batcher.decoder(64)  # a run that decodes: its prompt's K/V in the pool
-    ids = prepare_prompt(lm.tokenizer, PROMPTS[0], chat_template=False)
-    kv = DynamicCache()
-    with torch.inference_mode():
-        logits, _ = prefill(lm.model, torch.tensor([ids]), kv)
-    with batcher.exclusive():
-        decoding.load_prefix(kv, len(ids))
-    token, order = int(logits.argmax()), []
+    first = decoding.prefill(ids[0])
+    assert first.batch == 1 and decoding.member in batcher._decoding
+    token = int(first.logits.argmax())
+    joiner = batcher.decoder(64)
+    got: dict[str, object] = {}
 
-    def joining() -> None:
-        with batcher.exclusive():
-            order.append("prefill")
+    def join() -> None:
+        with joiner.joining():
+            time.sleep(0.5)  # the run's own work before it asks
+            got["prefill"] = joiner.prefill(ids[1])
 
-    with batcher._compute:  # the model busy: the joining run's prefill, then the step, wait
-        joiner = threading.Thread(target=joining)
-        joiner.start()
-        while batcher._prefills == 0:
-            time.sleep(0.01)
-        stepper = threading.Thread(target=lambda: (decoding.step(token, len(ids)),
-                                                   order.append("step")))
-        stepper.start()
-        time.sleep(0.3)  # the step asked and was gathered
-    joiner.join(30)
-    stepper.join(30)
-    assert order == ["prefill", "step"]
-
-    def prefills(change: int) -> None:
-        with batcher._cond:
-            batcher._prefills += change
-            batcher._cond.notify_all()
-
-    prefills(+1)  # a prefill wants the model for 0.5 s: the step waits that long, no longer
-    threading.Timer(0.5, prefills, args=(-1,)).start()
+    thread = threading.Thread(target=join)
+    thread.start()
+    time.sleep(0.1)
     start = time.monotonic()
-    decoding.step(token, len(ids) + 1)
-    assert 0.5 <= time.monotonic() - start < batching.PREFILL_FIRST_S
+    step = decoding.step(token, len(ids[0]))
+    thread.join(30)
+    assert 0.3 <= time.monotonic() - start < batching.PREFILL_FIRST_S
+    assert step.batch == 2 and got["prefill"].batch == 2  # one forward for both
+
     monkeypatch.setattr(batching, "PREFILL_FIRST_S", 0.3)
-    prefills(+1)  # one that never comes: the step waits PREFILL_FIRST_S, not forever
-    start = time.monotonic()
-    decoding.step(token, len(ids) + 2)
-    assert 0.3 <= time.monotonic() - start < 10
-    decoding.release()
+    with batcher.joining(-1):  # a run that never asks: the step waits PREFILL_FIRST_S only
+        start = time.monotonic()
+        decoding.step(int(step.logits.argmax()), len(ids[0]) + 1)
+        assert 0.3 <= time.monotonic() - start < 10
+
+    def two_prompts() -> list[int]:
+        """Two runs joining at once (the step waits for both to ask): their prefills' batches."""
+        late = [batcher.decoder(64), batcher.decoder(64)]
+        both_in = threading.Barrier(2)
+        outs: list = [None, None]
+
+        def one(k: int) -> None:
+            with late[k].joining():
+                both_in.wait()
+                outs[k] = late[k].prefill(ids[2 + k])
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for d in late:
+            d.release()
+        return [o.batch for o in outs]
+
+    monkeypatch.setattr(batching, "PREFILL_FIRST_S", 5.0)
+    assert two_prompts() == [2, 2]
+    monkeypatch.setattr(batching, "STEP_TOKENS", len(ids[2]) + 1)
+    assert two_prompts() == [1, 1]  # over STEP_TOKENS together: two forwards
+    for d in (decoding, joiner):
+        d.release()

@@ -90,3 +90,8 @@ def test_the_batch_note_counts_the_shared_steps_and_their_median_size():
     assert batch_note([7, 7, 1, 9]).startswith(
         "Decoded in a batch of 7 for 3 of its 4 decode steps (up to 9 runs):")
     assert batch_note([3, 3]).startswith("Decoded in a batch of 3 for all 2 of its decode steps:")
+    assert batch_note([1, 1], prefill=7) == (
+        "Its prompt went through the model in one forward pass with 6 other runs' tokens.")
+    assert batch_note([3], prefill=2).startswith(
+        "Its prompt went through the model in one forward pass with 1 other run's tokens. "
+        "Decoded in a batch of 3 for all 1 of its decode steps:")

@@ -3,8 +3,8 @@
 
 Only runs the batcher can decode: the KV cache on, the decoder not forced to torch, a model the
 paged runner serves. Everything else (sweeps, studies, patching, other runs) keeps the fair turn
-(ui/turns.py) — and the batcher takes that same turn around each of its steps and each run's
-prefill, as one client, holding it while runs are in the batch (for a click's budget at most
+(ui/turns.py) — and the batcher takes that same turn for its steps (prefills included), as one
+client, holding it while runs are in the batch (for a click's budget at most
 while others wait), so a whole-machine experiment still gets the machine to itself.
 """
 
@@ -102,7 +102,8 @@ WALL_LIMITS = 8  # a batched run also stops after this many per-click limits of 
 
 class ModelShare:
     """A batched run's per-click budget: its share of model time — each decode step's forward
-    divided by the runs that shared it, the prefill whole — against the hosted limit (a run in
+    divided by the runs that shared it, the prefill's forward whole (prompts differ in length,
+    and a forward that took one took longest for it) — against the hosted limit (a run in
     the turn gets the limit as the time it holds the machine). `budget` is set once the share
     reaches the limit (the run stops before its next step), or after WALL_LIMITS limits of
     wall time, so a crowded server still ends every run."""
@@ -110,10 +111,12 @@ class ModelShare:
     def __init__(self, budget: threading.Event, limit: float | None) -> None:
         self.budget, self.limit, self.used_s = budget, limit, 0.0
 
-    def add(self, forward_ms: float | None, latency_ms: float, batch: int) -> None:
+    def add(self, step: Any) -> None:
+        """One more step of the run (a trace's Step)."""
         if self.limit is None:
             return
-        self.used_s += (forward_ms if forward_ms is not None else latency_ms) / 1000 / batch
+        ms = step.forward_ms if step.forward_ms is not None else step.latency_ms
+        self.used_s += ms / 1000 / (step.batch if step.index > 0 else 1)
         if self.used_s >= self.limit:
             self.budget.set()
 

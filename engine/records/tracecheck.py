@@ -99,9 +99,8 @@ def _check_step(step: Step, i: int, trace: Trace) -> None:
             _duration(getattr(step, name), f"{where}: {name.removesuffix('_ms')} time")
     if step.forward_ms is not None and step.forward_ms > step.latency_ms:
         _fail(f"{where}: the forward cannot take longer than the whole step")
-    if not _is_int(step.batch) or not 1 <= step.batch <= MAX_BATCH or (i == 0 and step.batch != 1):
-        _fail(f"{where}: the batch size must be a whole number from 1 to {MAX_BATCH} (1 for the "
-              "prefill, which runs alone)")
+    if not _is_int(step.batch) or not 1 <= step.batch <= MAX_BATCH:
+        _fail(f"{where}: the batch size must be a whole number from 1 to {MAX_BATCH}")
     if step.others_share is not None and not _in_range(step.others_share, 0.0, 1.0):
         _fail(f"{where}: the other processes' CPU share must lie between 0 and 1")
     if not isinstance(step.piece, str) or not isinstance(step.text, str) \

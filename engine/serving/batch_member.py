@@ -2,8 +2,8 @@
 the batch takes, a step asked for and its answer, the batch as the Serving page shows it.
 
 A `BatchedDecoder` is engine/runner.py's DecodeStep for a run whose steps are batched: its
-prefill runs alone on the model (`exclusive`), its prompt's K/V go into the batcher's pool
-(`load_prefix`), and each `step` waits for the batched forward that includes it.
+prefill, in the batch's turn (`joining`), is one more chunk of the batched forward that includes
+it (`prefill`: the prompt's K/V written into the pool there), and so is each decode `step`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 import torch
-from transformers import DynamicCache
 
 from ..errors import InputError
 
@@ -35,8 +34,8 @@ class BatchedOutput:
     """One run's share of a batched step (engine/runner.py's StepOutput), and the step's size."""
 
     logits: torch.Tensor  # (V,)
-    attention: torch.Tensor | None  # (L_rec, H, S)
-    hidden: torch.Tensor | None  # (L + 1, hidden)
+    attention: torch.Tensor | None  # (L_rec, H, S) a decode step's; a prefill's (L_rec, H, T, T)
+    hidden: torch.Tensor | None  # (L + 1, hidden) at the last new position
     batch: int  # runs in the step's forward
     forward_ms: float  # the forward alone (the run's step also waited for it to start)
 
@@ -56,11 +55,15 @@ class BatchView:
 
 @dataclass(slots=True, eq=False)
 class Ask:
+    """A run's share of the next forward: its new tokens from `position` on (a decode step's
+    one token, or with `prefill` the whole prompt from 0), and what it records."""
+
     decoder: "BatchedDecoder"
-    token: int
+    tokens: tuple[int, ...]
     position: int
     layers: tuple[int, ...]
     hidden: bool
+    prefill: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     result: BatchedOutput | None = None
     error: BaseException | None = None
@@ -73,9 +76,7 @@ class Batch(Protocol):
     weight_bytes: int
     model: Any
 
-    def exclusive(self, on_wait: Waiting | None = None) -> ContextManager[None]: ...
-
-    def load(self, member: int, cache: DynamicCache, n: int) -> None: ...
+    def joining(self, member: int, on_wait: Waiting | None = None) -> ContextManager[None]: ...
 
     def ask(self, ask: "Ask") -> "BatchedOutput": ...
 
@@ -105,23 +106,29 @@ class BatchedDecoder:
         return self.batcher.model
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """The run's prefill, alone on the model, in the batch's turn."""
-        with self.batcher.exclusive(self.on_wait):
+    def joining(self) -> Iterator[None]:
+        """The run's prefill, in the batch's turn (waiting for it is reported to `on_wait`, and
+        is not the prefill's time): the next step waits for it (prefills first)."""
+        with self.batcher.joining(self.member, self.on_wait):
             if self.on_turn is not None:
                 self.on_turn()
             yield
 
-    def load_prefix(self, cache: DynamicCache, n: int) -> None:
-        if n > self.max_tokens:
-            raise InputError(f"{n} positions do not fit this run's {self.max_tokens}")
-        self.batcher.load(self.member, cache, n)
+    def prefill(self, prompt_ids: list[int], attention_layers: tuple[int, ...] = (),
+                hidden: bool = False) -> BatchedOutput:
+        """The prompt through the model, batched with whatever else the step holds: the last
+        position's logits, each recorded layer's whole attention (L_rec, H, T, T), its K/V into
+        the pool."""
+        if not prompt_ids or len(prompt_ids) > self.max_tokens:
+            raise InputError(f"{len(prompt_ids)} positions do not fit this run's {self.max_tokens}")
+        return self.batcher.ask(Ask(self, tuple(prompt_ids), 0, tuple(attention_layers), hidden,
+                                    prefill=True))
 
     def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
              hidden: bool = False) -> BatchedOutput:
         if position >= self.max_tokens:
             raise InputError(f"position {position} is past this run's {self.max_tokens} tokens")
-        return self.batcher.ask(Ask(self, token, position, tuple(attention_layers), hidden))
+        return self.batcher.ask(Ask(self, (token,), position, tuple(attention_layers), hidden))
 
     def release(self) -> None:
         """Leave the batch: its blocks go back to the pool (also when the decoder is dropped)."""

@@ -4,13 +4,15 @@ The article's serving lesson, applied to our own hosted demo: a decode step read
 once, whatever the number of requests in it, so the steps of runs that overlap in time should be
 one forward. A :class:`StepBatcher` owns a block pool (block_manager.py) and a paged model runner
 (model_runner.py) for one model; each live `Run` (engine/runner.py) gets a
-:class:`BatchedDecoder` (batch_member.py: the run's side) as its plugged-in decoder. The run's
-prefill still runs alone in transformers (it records the prompt's whole attention), holding the
-batcher's `exclusive` turn; its K/V then go into the pool. Each decode step is handed to the
-batcher's worker thread, which runs one forward for every step asked for at that moment — runs
-join at the next step after their prefill and leave when they end, as in vLLM's continuous
-batching — and gives each run its own logits, the attention rows and residual stream it
-records, and the batch size.
+:class:`BatchedDecoder` (batch_member.py: the run's side) as its plugged-in decoder. A run's
+prefill and each of its decode steps are handed to the batcher's worker thread, which runs one
+forward for everything asked for at that moment — prompts (their K/V written into the pool, every
+row of their attention kept, as a prefill records) and the decode steps of runs already in, laid
+end to end as vLLM lays out a step that mixes prefills and decodes — and gives each run its own
+logits, the attention and residual stream it records, and the batch size. Runs join with their
+prefill and leave when they end, as in vLLM's continuous batching. A step takes prompts up to
+STEP_TOKENS new tokens in all (vLLM's max_num_batched_tokens), so the runs decoding wait for
+one bounded forward, not for every prompt of a class; the rest go in the next step.
 
 Gathering: after a step the worker waits for every member decoding (its prefix loaded, not yet
 released) to ask for its next step — each first draws its token on its own page — at most as
@@ -18,9 +20,10 @@ long as the last forward took (`gather_ms` at least, MAX_GATHER_MS at most). Wai
 the class into cohorts that alternate steps (measured: batches of 9 and 1, then 5 and 5, at twice
 the forwards); a forward costs about the same for 1 or 10 runs, so waiting up to one is cheaper.
 
-Prefills first: a step waits while runs that joined wait to prefill (at most PREFILL_FIRST_S),
-as vLLM's scheduler puts prefills first: a class pressing Generate at once gets every first
-token sooner, and then decodes in one full batch instead of many small ones in between.
+Prefills first: a step waits while runs that are joining (in `joining`, their prefill not yet
+asked for) come (at most PREFILL_FIRST_S), as vLLM's scheduler puts prefills first: a class
+pressing Generate at once has its prompts in the same forwards and gets every first token
+sooner, then decodes in one full batch instead of many small ones in between.
 
 Admission: a run is admitted when the pool can hold its prompt and every new token it may ask
 for (blocks reserved up front: no preemption) and fewer than `max_batch` runs are in; else it
@@ -28,8 +31,8 @@ waits (`admit` polls its stop event and reports its place through `on_wait`).
 
 `turn`: the app's fair turn, shared with experiments that need the whole machine (a `Turn`:
 acquire with an optional wait report, release, and whether others wait). The batch takes it as
-one client and holds it while any run is in the batch — its steps and the prefills of runs
-joining it — giving it back when the batch empties, or after `slice_s` when others wait (then
+one client and holds it while any run is in the batch — its steps, the prefills in them, and the
+runs joining it — giving it back when the batch empties, or after `slice_s` when others wait (then
 it queues again behind them, as any visitor's run would). Without one, nothing is taken.
 """
 
@@ -44,7 +47,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
-from transformers import DynamicCache
 
 from ..clock import clock_ms
 from ..errors import EngineError, InputError
@@ -58,7 +60,8 @@ BLOCK_SIZE = 16
 GATHER_MS = 20.0
 MAX_GATHER_MS = 500.0
 SLICE_S = 15.0
-PREFILL_FIRST_S = 2.0  # the longest a decode step waits for prefills that want the model
+PREFILL_FIRST_S = 2.0  # the longest a decode step waits for runs joining to ask their prefill
+STEP_TOKENS = 1024  # new tokens of prompts one step takes (a prompt alone may be longer)
 HISTORY = 120  # recent steps the batcher remembers (the Serving page's live view)
 
 
@@ -88,8 +91,7 @@ class StepBatcher:
         self._turn_lock = threading.Lock()  # taking or giving back the turn (never under _cond)
         self._turn_since: float | None = None  # when the batch took the turn; None: not held
         self.gather_ms = gather_ms
-        # the model: one forward at a time, batched or a prefill; taken before `_cond`, never
-        # while holding it
+        # the model: one forward at a time; taken before `_cond`, never while holding it
         self._compute = threading.Lock()
         self._cond = threading.Condition()
         self._ids = itertools.count()
@@ -99,7 +101,7 @@ class StepBatcher:
         self._reserved: dict[int, int] = {}  # member → blocks held for it
         self._asks: dict[int, Ask] = {}  # member → its pending step
         self._waiting: list[int] = []  # tickets waiting for admission, in order
-        self._prefills = 0  # prefills waiting for the model (they go before the next step)
+        self._joining: set[int] = set()  # members about to ask for their prefill
         self._last_ms = 0.0
         self.steps = 0  # batched forwards run
         self.history: list[tuple[float, int, float]] = []  # recent (monotonic s, batch, forward ms)
@@ -197,25 +199,18 @@ class StepBatcher:
             return len(self._waiting)
 
     @contextlib.contextmanager
-    def exclusive(self, on_wait: Waiting | None = None) -> Iterator[None]:
-        """The model to oneself (a run's prefill), between batched steps, in the batch's turn
-        (`on_wait` reports while the turn is elsewhere)."""
+    def joining(self, member: int, on_wait: Waiting | None = None) -> Iterator[None]:
+        """A run about to ask for its prefill: the batch's turn taken (`on_wait` reports while it
+        is elsewhere), and until the prefill is asked for, the next step waits for it."""
         with self._cond:
-            self._prefills += 1
-        waiting = True
+            self._joining.add(member)
         try:
             self._take_turn(on_wait)
-            with self._compute:
-                with self._cond:
-                    self._prefills -= 1
-                    waiting = False
-                    self._cond.notify_all()
-                yield
+            yield
         finally:
-            if waiting:
-                with self._cond:
-                    self._prefills -= 1
-                    self._cond.notify_all()
+            with self._cond:
+                self._joining.discard(member)
+                self._cond.notify_all()
 
     def _take_turn(self, on_wait: Waiting | None = None) -> None:
         if self.turn is None:
@@ -244,17 +239,6 @@ class StepBatcher:
             self.turn.release()
 
     # — the steps —
-
-    def load(self, member: int, cache: DynamicCache, n: int) -> None:
-        """A prefill's K/V of n positions into the member's blocks (under `exclusive`)."""
-        self._free_left()
-        self.blocks.allocate(member, [0] * n)  # no prefix sharing: the ids only count
-        slots = torch.tensor(self.blocks.context_slots(member))
-        for i, layer in enumerate(cache.layers[:self.lm.spec.layers]):
-            self.runner.k_pool[i, slots] = layer.keys[0, :, :n].transpose(0, 1)  # (n, KV, D)
-            self.runner.v_pool[i, slots] = layer.values[0, :, :n].transpose(0, 1)
-        with self._cond:
-            self._decoding.add(member)
 
     def ask(self, ask: Ask) -> BatchedOutput:
         member = ask.decoder.member
@@ -285,11 +269,23 @@ class StepBatcher:
                 while not self._decoding <= self._asks.keys() and time.monotonic() < deadline:
                     self._cond.wait(max(0.0, deadline - time.monotonic()))
                 deadline = time.monotonic() + PREFILL_FIRST_S
-                while self._prefills and time.monotonic() < deadline:
+                while not self._joining <= self._asks.keys() and time.monotonic() < deadline:
                     self._cond.wait(max(0.0, deadline - time.monotonic()))
-                asks = list(self._asks.values())
-                self._asks.clear()
+                asks = self._take_asks()
             self._run(asks)
+
+    def _take_asks(self) -> list[Ask]:
+        """The next step's asks (holding `_cond`): every decode step, and prompts in the order
+        they came up to STEP_TOKENS new tokens (the first one whatever its length)."""
+        taken, prompt_tokens = [], 0
+        for member, ask in list(self._asks.items()):
+            if ask.prefill:
+                if prompt_tokens and prompt_tokens + len(ask.tokens) > STEP_TOKENS:
+                    continue
+                prompt_tokens += len(ask.tokens)
+            taken.append(ask)
+            del self._asks[member]
+        return taken
 
     def _run(self, asks: list[Ask]) -> None:
         try:
@@ -318,21 +314,36 @@ class StepBatcher:
         chunks = []
         for ask in asks:
             member = ask.decoder.member
+            if ask.prefill:
+                if member in self.blocks.tables:
+                    raise EngineError("this run's prompt is in the batch already")
+                self.blocks.allocate(member, [0] * len(ask.tokens))  # no prefix sharing: ids count
+                slots = self.blocks.context_slots(member)
+                chunks.append(Chunk(list(ask.tokens), 0, slots, slots))
+                continue
             if len(self.blocks.tables[member].tokens) != ask.position:
                 raise EngineError(f"a batched step at position {ask.position} does not follow "
                                   "the run's cache")
-            slot = self.blocks.append(member, [ask.token])[0]
-            chunks.append(Chunk([ask.token], ask.position, [slot],
+            slot = self.blocks.append(member, list(ask.tokens))[0]
+            chunks.append(Chunk(list(ask.tokens), ask.position, [slot],
                                 self.blocks.context_slots(member)))
         layers = frozenset(layer for ask in asks for layer in ask.layers)
-        done = self.runner.forward_recorded(chunks, (), layers, any(a.hidden for a in asks))
+        whole = frozenset(b for b, ask in enumerate(asks) if ask.prefill)
+        done = self.runner.forward_recorded(chunks, (), layers, any(a.hidden for a in asks), whole)
         out = []
         for b, ask in enumerate(asks):
-            length = ask.position + 1
-            attention = (torch.stack([done.attention[k][b, :, :length] for k in ask.layers])
-                         if ask.layers else None)  # (L_rec, H, S)
+            length = ask.position + len(ask.tokens)
+            if not ask.layers:
+                attention = None
+            elif ask.prefill:  # (L_rec, H, T, T)
+                attention = torch.stack([done.whole[b][k] for k in ask.layers])
+            else:  # (L_rec, H, S)
+                attention = torch.stack([done.attention[k][b, :, :length] for k in ask.layers])
             hidden = done.hidden[b] if ask.hidden and done.hidden is not None else None
             out.append((done.logits[b], attention, hidden))
+        with self._cond:  # the prompts' K/V are in: their runs decode from the next step
+            self._decoding.update(ask.decoder.member for ask in asks
+                                  if ask.prefill and ask.decoder.member in self._members)
         return out
 
 

@@ -121,11 +121,12 @@ class PagedModelRunner:
     @torch.inference_mode()
     def forward_recorded(self, chunks: list[Chunk], copies: list[tuple[int, int]] = (),
                          attention_layers: frozenset[int] = frozenset(),
-                         hidden: bool = False) -> "Recorded":
+                         hidden: bool = False, whole: frozenset[int] = frozenset()) -> "Recorded":
         """`forward`, also keeping for each chunk's last new position what a traced run records:
         each layer of `attention_layers`'s softmax row per head over the chunk's context (those
         layers' attention computed explicitly, the others by SDPA), and with `hidden` the
-        residual stream entering every layer and leaving the last."""
+        residual stream entering every layer and leaving the last. For the chunks whose index is
+        in `whole` (a prompt's prefill) every new position's row is kept, as a prefill records."""
         device, spec, bs = self.device, self.spec, self.block_size
         inner = self.model.model
         lengths = [len(c.token_ids) for c in chunks]
@@ -155,9 +156,10 @@ class PagedModelRunner:
         copy_src = torch.tensor([s * bs + i for s, _ in copies for i in range(bs)], device=device)
         copy_dst = torch.tensor([d * bs + i for _, d in copies for i in range(bs)], device=device)
         last = torch.tensor([sum(lengths[:b + 1]) - 1 for b in range(batch)], device=device)
-        rows = torch.arange(batch, device=device)
+        batch_rows = torch.arange(batch, device=device)
         last_query = torch.tensor(lengths, device=device) - 1  # (B,) each chunk's last new row
         attention: dict[int, torch.Tensor] = {}  # layer → (B, H, L) the last query's softmax
+        kept: dict[int, dict[int, torch.Tensor]] = {b: {} for b in whole}  # chunk → layer → rows
         residual: list[torch.Tensor] = []  # (B, hidden) entering each layer, then leaving
 
         hidden_states = inner.embed_tokens(ids)[None]  # (1, T, hidden)
@@ -191,7 +193,10 @@ class PagedModelRunner:
                 scores = (queries @ keys.transpose(-1, -2)) * attn.scaling  # (B, H, Q, L)
                 probs = torch.softmax(scores.masked_fill(~mask, float("-inf")).float(), dim=-1)
                 out = probs.to(values.dtype) @ values  # (B, H, Q, D)
-                attention[index] = probs[rows, :, last_query]
+                attention[index] = probs[batch_rows, :, last_query]
+                for b in whole:  # (H, n, context) float16, as the prefill's recorder keeps it
+                    kept[b][index] = probs[b, :, :lengths[b], :len(chunks[b].context_slots)].to(
+                        torch.float16)
             else:
                 out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
                                                      scale=attn.scaling)  # (B, H, Q, D)
@@ -204,15 +209,16 @@ class PagedModelRunner:
         if hidden:
             residual.append(hidden_states[0, last])
         logits = self.lm_head(inner.norm(hidden_states[0, last]))  # (B, vocab)
-        return Recorded(logits, attention, torch.stack(residual, dim=1) if hidden else None)
+        return Recorded(logits, attention, torch.stack(residual, dim=1) if hidden else None, kept)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Recorded:
     """A forward's logits (B, vocab); `attention`: layer → (B, H, L) the last new position's
     softmax row per head (positions past a chunk's context are 0); `hidden`: (B, layers + 1,
-    hidden) or None."""
+    hidden) or None; `whole`: for the chunks asked whole, layer → (H, new, context) float16."""
 
     logits: torch.Tensor
     attention: dict[int, torch.Tensor]
     hidden: torch.Tensor | None
+    whole: dict[int, dict[int, torch.Tensor]]
