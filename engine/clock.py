@@ -17,6 +17,11 @@ from dataclasses import dataclass
 import torch
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# The tick counters count in steps of 1/_CLOCK_TICKS s (10 ms): readings less than one tick apart
+# are one reading, shared by every thread of the process (a server's batch of runs samples them
+# at every step of every run, and each reading is two files that /proc writes out in full).
+SHARE_S = 1 / _CLOCK_TICKS
+_last_ticks: tuple[float, tuple[int, int] | None, int | None] = (float("-inf"), None, None)
 
 
 def clock_ms(device: torch.device) -> float:
@@ -46,6 +51,17 @@ def _machine_ticks() -> tuple[int, int] | None:
     return busy, busy + idle + iowait
 
 
+def _ticks() -> tuple[tuple[int, int] | None, int | None]:
+    """(machine ticks, own ticks), read afresh at most every SHARE_S."""
+    global _last_ticks
+    at, machine, own = _last_ticks
+    now = time.monotonic()
+    if now - at >= SHARE_S:
+        machine, own = _machine_ticks(), _own_ticks()
+        _last_ticks = (now, machine, own)  # one assignment: threads see the old or the new
+    return machine, own
+
+
 def _own_ticks() -> int | None:
     """User + system clock ticks of this process (children excluded)."""
     try:
@@ -69,7 +85,7 @@ class MachineSample:
     @classmethod
     def now(cls, device: torch.device) -> "MachineSample":
         wall = clock_ms(device)
-        return cls(wall, process_cpu_ms(), _machine_ticks(), _own_ticks())
+        return cls(wall, process_cpu_ms(), *_ticks())
 
 
 def others_share(before: MachineSample, after: MachineSample) -> float | None:

@@ -40,31 +40,12 @@ from .forward import (
 )
 from .loader import LoadedModel
 from .records.trace import DecoderUsed, MachineLoad, Step, Trace
-from .sampling import choose_token
+from .sampling import Choice, choose_token, top_choices
 from .settings import FLOAT_WEIGHTS, GenerationSettings
 
 # Why decode steps ran in torch, recorded in English (data); DecoderUsed.label translates it.
 TORCH_ASKED_REASON = N_("the torch decoder was asked for")
 KV_OFF_REASON = N_("the KV cache is off: the native step decodes against its cache")
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Choice:
-    """The token a step chose and the model's own distribution around it."""
-
-    token: int
-    prob: float  # the chosen token's probability
-    rank: int  # how many tokens were more probable
-    top_ids: np.ndarray  # (k,) int64, most probable first
-    top_probs: np.ndarray  # (k,) float32
-
-
-def top_choices(probs: torch.Tensor, token: int, k: int) -> Choice:
-    """The chosen token's probability and rank in `probs` (V,), and the k most probable."""
-    top = torch.topk(probs, k)
-    return Choice(token, float(probs[token]), int((probs > probs[token]).sum()),
-                  top.indices.cpu().numpy().astype(np.int64),
-                  top.values.cpu().numpy().astype(np.float32))
 
 
 def machine_load(first: MachineSample | None, last: MachineSample | None,
@@ -253,9 +234,12 @@ class Run:
             forward_ms = clock_ms(loop.device) - before.wall_ms
             if i == 0 and self.native is not None and not shared:
                 self.native.load_prefix(loop.cache, n_prompt)  # the prompt's K/V, into its cache
-            token = choose_token(logits, s.temperature, s.top_k, s.top_p, loop.generator)
-            probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
-            choice = top_choices(probs, token, s.record_top_k)
+            choice = getattr(batched, "choice", None)  # chosen with the rest of its batch
+            if choice is None:
+                token = choose_token(logits, s.temperature, s.top_k, s.top_p, loop.generator)
+                probs = torch.softmax(logits.float(), dim=-1)  # (V,) the model's own distribution
+                choice = top_choices(probs, token, s.record_top_k)
+            token = choice.token
             if loop.recorder is not None and attention is None:
                 attention = loop.recorder.take()
             hidden_np = hidden.float().cpu().numpy() if hidden is not None else None
@@ -280,8 +264,10 @@ class Run:
         recorded itself, (L_rec, H, 1, S) float16, or None (the recorder holds it), and a
         batched decoder's output (its batch size and forward time), else None."""
         s = self.settings
+        greedy_top_k = s.record_top_k if s.greedy and self._shared else None
         if i == 0 and self._shared:  # the prompt in the batch's forward: (L_rec, H, T, T)
-            done = self.native.prefill(self.prompt_ids, self.recorded_layers, s.record_hidden)
+            done = self.native.prefill(self.prompt_ids, self.recorded_layers, s.record_hidden,
+                                       greedy_top_k)
             attention = done.attention
             if attention is not None:
                 attention = attention.to(device="cpu", dtype=torch.float16)
@@ -289,9 +275,10 @@ class Run:
         if i == 0:
             return (*prefill(loop.model, loop.sequence, loop.cache, s.record_hidden), None, None)
         if self.native is not None:
+            more = {"greedy_top_k": greedy_top_k} if greedy_top_k is not None else {}
             done = self.native.step(int(loop.sequence[0, -1]), len(self.prompt_ids) + i - 1,
                                     attention_layers=self.recorded_layers,
-                                    hidden=s.record_hidden)
+                                    hidden=s.record_hidden, **more)
             attention = done.attention
             if attention is not None:  # (L_rec, H, S) → (L_rec, H, 1, S), as recorded
                 attention = attention[:, :, None].to(torch.float16)

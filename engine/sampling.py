@@ -1,8 +1,46 @@
-"""Choosing the next token: greedy, or temperature / top-k / top-p sampling with a seed."""
+"""Choosing the next token: greedy, or temperature / top-k / top-p sampling with a seed; and what a
+step records of the model's distribution around the chosen token."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Choice:
+    """The token a step chose and the model's own distribution around it."""
+
+    token: int
+    prob: float  # the chosen token's probability
+    rank: int  # how many tokens were more probable
+    top_ids: np.ndarray  # (k,) int64, most probable first
+    top_probs: np.ndarray  # (k,) float32
+
+
+def top_choices(probs: torch.Tensor, token: int, k: int) -> Choice:
+    """The chosen token's probability and rank in `probs` (V,), and the k most probable."""
+    top = torch.topk(probs, k)
+    return Choice(token, float(probs[token]), int((probs > probs[token]).sum()),
+                  top.indices.cpu().numpy().astype(np.int64),
+                  top.values.cpu().numpy().astype(np.float32))
+
+
+def greedy_choices(logits: torch.Tensor, k: int) -> list[Choice]:
+    """`choose_token` at temperature 0 and `top_choices` for every row of logits (B, V) at once,
+    as one batch of operations (a server's batch: its runs' threads then do none of it): the
+    same tokens, probabilities and ranks as row by row."""
+    probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
+    tokens = torch.argmax(logits, dim=-1)  # (B,) the first of equal maxima, as argmax of a row
+    chosen = probs.gather(1, tokens[:, None])  # (B, 1)
+    ranks = (probs > chosen).sum(dim=-1)  # (B,)
+    top = torch.topk(probs, k, dim=-1)
+    ids = top.indices.cpu().numpy().astype(np.int64)  # (B, k)
+    values = top.values.cpu().numpy().astype(np.float32)
+    return [Choice(int(t), float(p), int(r), ids[b], values[b]) for b, (t, p, r) in enumerate(
+        zip(tokens.tolist(), chosen[:, 0].tolist(), ranks.tolist()))]
 
 
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:

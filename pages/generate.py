@@ -274,7 +274,7 @@ def summary(trace: Trace) -> None:
                         "{reason}. Model: {model} on {device}{decoder}.", len(trace.steps)).format(
                      tokens=len(trace.steps), prompt=len(trace.prompt_token_ids), reason=reason,
                      model=plain(trace.model.name), device=plain(trace.device), decoder=decoder))
-    shared = batch_note([s.batch for s in trace.steps[1:]], trace.steps[0].batch)
+    shared = batch_note([s.batch for s in trace.steps[1:]], trace.steps[0].batch if trace.steps else 1)
     if shared:
         st.caption(shared)
     if trace.stop_reason == "limit":

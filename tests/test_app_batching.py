@@ -74,7 +74,9 @@ def test_a_batchs_pages_draw_on_the_same_steps_and_a_run_alone_at_most_every_fra
 
     now = [0.0]
     batcher = NS(steps=0)
-    frames = LiveFrames(NS(native=NS(batcher=batcher)), clock=lambda: now[0])
+    run = NS(native=None)  # as a Run before its steps start: seated in the batch by its first
+    frames = LiveFrames(run, clock=lambda: now[0])
+    run.native = NS(batcher=batcher)
     drawn = []
     for i in range(3 * FRAME_STEPS):  # in a batch of 5: every FRAME_STEPS-th shared step
         batcher.steps += 1

@@ -61,3 +61,24 @@ def test_greedy_is_argmax_and_sampling_is_seeded():
     assert draws == again and {1, 3} <= set(draws)
     assert all(choose_token(logits, 1.0, 1, 1.0, torch.Generator().manual_seed(s)) == 1
                for s in range(10))
+
+
+def test_a_batchs_greedy_choices_equal_each_rows_own():
+    """engine.sampling.greedy_choices (a server's batch, all rows at once) gives each row what
+    choose_token at temperature 0 and top_choices give it alone — ties included (argmax takes
+    the first of equal maxima)."""
+    from engine.sampling import greedy_choices, top_choices
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 500, generator=generator)
+    logits[2, 7] = logits[2, 300] = logits[2].max() + 1.0  # a tie for the top
+    logits[4, :] = 0.5  # every token equal
+    for row, batched in zip(logits, greedy_choices(logits, 10)):
+        token = choose_token(row, 0.0, 0, 1.0, None)
+        alone = top_choices(torch.softmax(row.float(), dim=-1), token, 10)
+        assert (batched.token, batched.prob, batched.rank) == (alone.token, alone.prob, alone.rank)
+        assert batched.top_probs.tolist() == alone.top_probs.tolist()
+        assert sorted(batched.top_ids.tolist()) == sorted(alone.top_ids.tolist()) \
+            if batched.top_probs[0] == batched.top_probs[-1] else \
+            batched.top_ids.tolist() == alone.top_ids.tolist()
+    assert greedy_choices(logits, 10)[2].token == 7

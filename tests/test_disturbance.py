@@ -168,3 +168,25 @@ def test_the_step_chart_counts_whole_steps_even_for_a_one_step_run(quiet_trace):
         assert axis.dtick == 1 and axis.tick0 == 0 and list(axis.range) == [-0.5, 4.5]
     many = replace(quiet_trace, steps=quiet_trace.steps * 16)  # 80 steps: a tick every 10
     assert step_chart(many).layout.xaxis.dtick == 10
+
+
+def test_the_tick_counters_are_read_at_most_once_a_tick(monkeypatch):
+    """Readings of /proc's tick counters less than one tick apart are one reading, shared by
+    every thread (a batch of runs samples them at every step); a tick later, a fresh one."""
+    import time
+
+    import torch
+
+    import engine.clock as clock
+
+    reads = []
+    monkeypatch.setattr(clock, "_machine_ticks", lambda: (reads.append(1), (len(reads), 99))[1])
+    monkeypatch.setattr(clock, "_own_ticks", lambda: len(reads))
+    monkeypatch.setattr(clock, "_last_ticks", (float("-inf"), None, None))
+    device = torch.device("cpu")
+    first = clock.MachineSample.now(device)
+    again = clock.MachineSample.now(device)
+    assert len(reads) == 1 and again.ticks == first.ticks and again.own_ticks == first.own_ticks
+    time.sleep(clock.SHARE_S * 1.5)
+    later = clock.MachineSample.now(device)
+    assert len(reads) == 2 and later.ticks == (2, 99)

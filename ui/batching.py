@@ -156,10 +156,15 @@ class LiveFrames:
     different steps made the pages' frames take more of each step than the forward)."""
 
     def __init__(self, run: Any, clock: Any = time.monotonic) -> None:
-        self.batcher = getattr(run.native, "batcher", None)
+        self.run = run
         self.clock = clock
         self.framed = self.drawn = clock()  # the chart not right after the prefill
         self.mark: int | None = None
+
+    @property
+    def batcher(self) -> Any:
+        """The run's batch, once it has one (a run is seated when its steps start)."""
+        return getattr(self.run.native, "batcher", None)
 
     def due(self, step: Any) -> bool:
         now = self.clock()

@@ -16,6 +16,7 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol
 import torch
 
 from ..errors import InputError
+from ..sampling import Choice
 
 Waiting = Callable[[int, float], None]  # (place in the queue, seconds the holder has held)
 
@@ -38,6 +39,7 @@ class BatchedOutput:
     hidden: torch.Tensor | None  # (L + 1, hidden) at the last new position
     batch: int  # runs in the step's forward
     forward_ms: float  # the forward alone (the run's step also waited for it to start)
+    choice: Choice | None = None  # the greedy token and its top-k, chosen for the whole batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class Ask:
     layers: tuple[int, ...]
     hidden: bool
     prefill: bool = False
+    greedy_top_k: int | None = None  # set: choose the greedy token, keep this many candidates
     done: threading.Event = field(default_factory=threading.Event)
     result: BatchedOutput | None = None
     error: BaseException | None = None
@@ -115,20 +118,25 @@ class BatchedDecoder:
             yield
 
     def prefill(self, prompt_ids: list[int], attention_layers: tuple[int, ...] = (),
-                hidden: bool = False) -> BatchedOutput:
+                hidden: bool = False, greedy_top_k: int | None = None) -> BatchedOutput:
         """The prompt through the model, batched with whatever else the step holds: the last
         position's logits, each recorded layer's whole attention (L_rec, H, T, T), its K/V into
-        the pool."""
+        the pool. `greedy_top_k`: see `step`."""
         if not prompt_ids or len(prompt_ids) > self.max_tokens:
             raise InputError(f"{len(prompt_ids)} positions do not fit this run's {self.max_tokens}")
         return self.batcher.ask(Ask(self, tuple(prompt_ids), 0, tuple(attention_layers), hidden,
-                                    prefill=True))
+                                    prefill=True, greedy_top_k=greedy_top_k))
 
     def step(self, token: int, position: int, attention_layers: tuple[int, ...] = (),
-             hidden: bool = False) -> BatchedOutput:
+             hidden: bool = False, greedy_top_k: int | None = None) -> BatchedOutput:
+        """One decode step in the batch. With `greedy_top_k` the output also holds the greedy
+        token and its `greedy_top_k` most probable candidates (`choice`), chosen for every such
+        run of the step at once: a run's thread then does no tensor work between its steps (a
+        class of runs each doing its own took as long between two steps as the step itself)."""
         if position >= self.max_tokens:
             raise InputError(f"position {position} is past this run's {self.max_tokens} tokens")
-        return self.batcher.ask(Ask(self, (token,), position, tuple(attention_layers), hidden))
+        return self.batcher.ask(Ask(self, (token,), position, tuple(attention_layers), hidden,
+                                    greedy_top_k=greedy_top_k))
 
     def release(self) -> None:
         """Leave the batch: its blocks go back to the pool (also when the decoder is dropped)."""

@@ -50,6 +50,7 @@ import torch
 
 from ..clock import clock_ms
 from ..errors import EngineError, InputError
+from ..sampling import Choice, greedy_choices
 from .batch_member import Ask, BatchedDecoder, BatchedOutput, BatchView, Turn, Waiting
 from .block_manager import BlockManager
 from .model_runner import Chunk, PagedModelRunner
@@ -61,7 +62,7 @@ GATHER_MS = 20.0
 MAX_GATHER_MS = 500.0
 SLICE_S = 15.0
 PREFILL_FIRST_S = 2.0  # the longest a decode step waits for runs joining to ask their prefill
-STEP_TOKENS = 1024  # new tokens of prompts one step takes (a prompt alone may be longer)
+STEP_TOKENS = 2048  # new tokens of prompts one step takes (a prompt alone may be longer)
 HISTORY = 120  # recent steps the batcher remembers (the Serving page's live view)
 
 
@@ -297,8 +298,8 @@ class StepBatcher:
             self._last_ms = ms
             self.steps += 1
             self.history = (self.history + [(time.monotonic(), len(asks), ms)])[-HISTORY:]
-            for ask, (logits, attention, hidden) in zip(asks, outputs):
-                ask.result = BatchedOutput(logits, attention, hidden, len(asks), ms)
+            for ask, (logits, attention, hidden, choice) in zip(asks, outputs):
+                ask.result = BatchedOutput(logits, attention, hidden, len(asks), ms, choice)
         except BaseException as err:  # noqa: BLE001 — every waiting run hears of it
             for ask in asks:
                 ask.error = err if isinstance(err, EngineError) else EngineError(
@@ -309,7 +310,7 @@ class StepBatcher:
             self._give_turn(rotate=True)
 
     def _forward(self, asks: list[Ask]) -> list[tuple[torch.Tensor, torch.Tensor | None,
-                                                        torch.Tensor | None]]:
+                                                        torch.Tensor | None, Choice | None]]:
         self._free_left()
         chunks = []
         for ask in asks:
@@ -330,17 +331,26 @@ class StepBatcher:
         layers = frozenset(layer for ask in asks for layer in ask.layers)
         whole = frozenset(b for b, ask in enumerate(asks) if ask.prefill)
         done = self.runner.forward_recorded(chunks, (), layers, any(a.hidden for a in asks), whole)
+        greedy = [b for b, ask in enumerate(asks) if ask.greedy_top_k is not None]
+        choices = dict(zip(greedy, greedy_choices(
+            done.logits[greedy], max(asks[b].greedy_top_k for b in greedy)))) if greedy else {}
         out = []
         for b, ask in enumerate(asks):
             length = ask.position + len(ask.tokens)
             if not ask.layers:
                 attention = None
-            elif ask.prefill:  # (L_rec, H, T, T)
+            elif ask.prefill:  # (L_rec, H, T, T) float16
                 attention = torch.stack([done.whole[b][k] for k in ask.layers])
-            else:  # (L_rec, H, S)
-                attention = torch.stack([done.attention[k][b, :, :length] for k in ask.layers])
+            else:  # (L_rec, H, S) float16, as a run records it
+                attention = torch.stack([done.attention[k][b, :, :length] for k in ask.layers]
+                                        ).to(torch.float16)
             hidden = done.hidden[b] if ask.hidden and done.hidden is not None else None
-            out.append((done.logits[b], attention, hidden))
+            choice = choices.get(b)
+            if choice is not None and ask.greedy_top_k < len(choice.top_ids):
+                choice = Choice(choice.token, choice.prob, choice.rank,
+                                choice.top_ids[:ask.greedy_top_k],
+                                choice.top_probs[:ask.greedy_top_k])
+            out.append((done.logits[b], attention, hidden, choice))
         with self._cond:  # the prompts' K/V are in: their runs decode from the next step
             self._decoding.update(ask.decoder.member for ask in asks
                                   if ask.prefill and ask.decoder.member in self._members)

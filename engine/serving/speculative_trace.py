@@ -32,7 +32,8 @@ from ..detok import IncrementalDetokenizer
 from ..errors import InputError
 from ..forward import cache_layer_bytes, eos_token_ids
 from ..records.trace import DecoderUsed, MachineLoad, Speculation, Step, Trace
-from ..runner import Run, machine_load, top_choices
+from ..runner import Run, machine_load
+from ..sampling import top_choices
 from ..settings import FLOAT_WEIGHTS, GenerationSettings
 from .speculative import METHOD, check_options, verify_bursts
 
