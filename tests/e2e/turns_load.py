@@ -89,6 +89,14 @@ def warmed_up(log_path: Path, timeout_s: float = 180.0) -> None:
         time.sleep(0.2)
 
 
+PRESS_AT = """(at) => {
+  const box = document.activeElement;  // the Prompt box, filled and focused
+  setTimeout(() => box.dispatchEvent(new KeyboardEvent('keydown', {
+    key: 'Enter', code: 'Enter', ctrlKey: true, bubbles: true, cancelable: true})),
+    Math.max(0, at - Date.now()));
+}"""  # Control+Enter in the focused box at the wall-clock time `at` (ms): pages press together
+
+
 _CONTEXTS: dict[str, object] = {}  # each client's browser context (its tabs share its cookie)
 
 
