@@ -1,7 +1,8 @@
-"""`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|loadtest|examples|
-export|gguf-info|models|branch|ablate|patch|tokens`: generate a trace from the shell, inspect one
-(its story lines, a comparison with another, the logit lens), compare dtypes, measure a weights
-variant's quality or the whole quantization study, serve a stream on the batched engine, load-test
+"""`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|together|loadtest|
+examples|export|gguf-info|models|branch|ablate|patch|tokens`: generate a trace from the shell,
+inspect one (its story lines, a comparison with another, the logit lens), compare dtypes, measure
+a weights variant's quality or the whole quantization study, serve a stream on the batched engine,
+record several runs decoded together as the hosted demo batches its visitors, load-test
 a serving engine (vLLM), record the shipped examples, export a weights variant as a GGUF file or
 print a GGUF file's tensor table, list the GGUF files already on this machine, ask what the same
 sentence costs in several languages, and ask "what if" of a run (branch it, switch heads off,
@@ -35,6 +36,7 @@ from .quant import cli as quant_cli  # noqa: E402
 from .records.trace import Trace  # noqa: E402
 from .remote import cli as remote_cli  # noqa: E402
 from .serving import cli as serving_cli  # noqa: E402
+from .serving import together_cli  # noqa: E402
 from .settings import FLOAT_WEIGHTS  # noqa: E402
 from .timing.disturbance import assess  # noqa: E402
 from .timing.metrics import percentile, summarize  # noqa: E402
@@ -89,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     gguf_cli.add_parsers(sub)
     models_cli.add_parser(sub)
     serving_cli.add_parser(sub)
+    together_cli.add_parser(sub)
     remote_cli.add_parser(sub)
     tokens_cli.add_parser(sub)
     show = sub.add_parser("show", help="summarize a trace file")
@@ -302,7 +305,7 @@ def _quality(args: argparse.Namespace) -> int:
 
 COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "dtypes": _dtypes,
             "quality": _quality, "story": _story, "compare": _compare,
-            "quantize": quant_cli.run, "batch": serving_cli.run,
+            "quantize": quant_cli.run, "batch": serving_cli.run, "together": together_cli.run,
             "loadtest": remote_cli.run, **whatif_cli.COMMANDS, "export": gguf_cli.run_export,
             "gguf-info": gguf_cli.run_info, "models": models_cli.run, "tokens": tokens_cli.run}
 

@@ -48,3 +48,43 @@ def test_a_real_batch_prints_the_json_shape_and_writes_a_record(lm, tmp_path):
     assert data["requests"][1]["cached_tokens"] > 0  # the chat template's system turn, shared
     run = load_serving(out.read_bytes())
     assert [list(r.token_ids) for r in run.requests] == [r["output_token_ids"] for r in data["requests"]]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["together", "hi", "  "], "empty"),
+    (["together", "hi", "--out-dir", "/no/such/folder"], "no such folder"),
+    (["together", "hi", "--max-batch", "0"], "at least 1"),
+])
+def test_together_refuses_bad_arguments_in_one_line(args, says, engine_cli):
+    done = engine_cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in done.stderr
+
+
+def test_together_records_each_run_decoded_in_one_batch_equal_to_its_solo_run(lm, tmp_path,
+                                                                             engine_cli):
+    """`python -m engine together`: the hosted demo's batching from the shell — each prompt's
+    own trace, its steps shared with the others', its tokens those of its run alone."""
+    from engine.files import load_trace
+    from engine.runner import Run
+    from engine.settings import GenerationSettings
+
+    prompts = ["Describe three fruits.", "Describe three rivers.", "What is the capital of France?"]
+    (tmp_path / "together-2.npz").write_bytes(b"keep")
+    done = engine_cli("together", *prompts, "--max-new-tokens", "6", "--out-dir", str(tmp_path))
+    assert done.returncode == 2 and "exists" in done.stderr  # never over a file without --force
+    assert (tmp_path / "together-2.npz").read_bytes() == b"keep"
+    done = engine_cli("together", *prompts, "--max-new-tokens", "6", "--json",
+                      "--out-dir", str(tmp_path), "--force")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert max(b for r in rows for b in r["batches"]) == 3  # the three shared a forward
+    for prompt, row, i in zip(prompts, rows, range(1, 4)):
+        alone = Run(lm, prompt, GenerationSettings(max_new_tokens=6)).run_all()
+        trace = load_trace(tmp_path / f"together-{i}.npz")
+        assert row["decoder"] == trace.decoder.name == "batched" and row["prompt"] == prompt
+        assert row["output_token_ids"] == list(trace.output_token_ids) \
+            == list(alone.output_token_ids)
+        assert [s.batch for s in trace.steps] == row["batches"]
+        assert len(row["itl_ms"]) == len(row["batches"]) - 1 and row["ttft_ms"] > 0
