@@ -42,6 +42,7 @@ from ui.sections.serving import (
     batching_section,
     busy_warning,
     cpu_watch,
+    first_stream,
     serving_caps,
     serving_files_section,
     sharing_section,
@@ -100,7 +101,7 @@ def stream_form() -> StreamForm | None:
     caps = serving_caps()
     st.subheader(_("A stream of requests"))
     if SERVING_PROMPTS not in st.session_state:
-        st.session_state[SERVING_STREAM] = next(iter(STREAMS))
+        st.session_state[SERVING_STREAM] = first_stream()
         use_stream()
     st.selectbox(_("Sample stream"), [*STREAMS, OWN], key=SERVING_STREAM, on_change=use_stream,
                  format_func=_, help=_("Fills the form below; edit anything before running."))

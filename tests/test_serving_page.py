@@ -60,6 +60,9 @@ def test_the_form_starts_from_a_sample_and_says_its_caps(monkeypatch):
     hosted = _page(monkeypatch, hosted=True)
     assert hosted.number_input(key="serving_count").max == 8
     assert "at most 8 requests" in " ".join(c.value for c in hosted.caption)
+    # hosted, the first click's stream is the lightest sample: it finishes within the budget
+    assert hosted.selectbox(key="serving_stream").value == "Short questions"
+    assert hosted.text_input(key="serving_lengths").value == "16, 16, 16, 16"
 
 
 def test_bad_input_is_one_sentence():

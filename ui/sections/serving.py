@@ -91,6 +91,17 @@ def serving_caps() -> ServingCaps:
                        2048 if cfg.hosted else 8192, limits.click_s)
 
 
+def first_stream() -> str:
+    """The sample stream a visitor starts from: the file's first; on a server with a per-click
+    budget the one with the fewest tokens to generate, so that the first click finishes on a
+    busy shared machine (the first sample, 8 requests up to 64 tokens at 4 a step, is ~90 steps:
+    8.5 s of model time alone on a 2-core VM, and a class on the same cores slows it past 15 s)."""
+    if not serving_caps().click_s:
+        return next(iter(STREAMS))
+    return min(STREAMS, key=lambda title: sum(r["max_new_tokens"]
+                                              for r in STREAMS[title]["requests"]))
+
+
 def stream_specs(lm: LoadedModel, prompts: tuple[str, ...], lengths: tuple[int, ...],
                  arrival: str, rate_per_s: float, chat_template: bool) -> tuple[RequestSpec, ...]:
     """The requests, checked against this page's caps (one sentence when one is over)."""
