@@ -97,3 +97,52 @@ def test_a_shared_server_loads_only_from_its_folders_and_says_nothing_of_the_res
     assert guard.model_refusal("org/cached") == guard.MODEL_REFUSED
     bind("::1")
     assert guard.model_refusal("/etc") is None  # one user: the loader decides, as before
+
+
+# Spellings of a base URL that two parsers have read as different addresses: {good} is the
+# allowed server's port, {evil} another listener's (the issue's first one reached it: 14 requests)
+SPELLINGS = [
+    "http://127.0.0.1:{evil}\\@127.0.0.1:{good}/v1", "http://127.0.0.1:{good}\\@127.0.0.1:{evil}/v1",
+    "http://127.0.0.1:{good}@127.0.0.1:{evil}/v1", "http://user@127.0.0.1:{evil}/v1",
+    "http://user:pw@127.0.0.1:{good}/v1", "http://127.0.0.1:{evil}#@127.0.0.1:{good}/v1",
+    "http://127.0.0.1:{evil}?@127.0.0.1:{good}/v1", "http://127.0.0.1:{good}/v1?@127.0.0.1:{evil}",
+    "http://127.0.0.1%3A{evil}/v1", "http://127.0.0.1%2e:{good}/v1", "http://[::ffff:7f00:1%25lo]:{evil}/v1",
+    "http://[::1%lo]:{good}/v1", "http://127.1:{evil}/v1", "http://0x7f.0.0.1:{evil}/v1",
+    "http://2130706433:{evil}/v1", "http://0177.0.0.1:{evil}/v1", "http://127.0.0.1:+{evil}/v1",
+    "http://127.0.0.1: {evil}/v1", "http://127.0.0.1:{good} /v1", "http://127.0.0.1:{good}\t@x/v1",
+    "http://127.0.0.1\n:{evil}/v1", "http://１２７.０.０.１:{evil}/v1", "http://127.0.0.1:0{evil}0/v1",
+    "http://127.0.0.1:{good}/v1/..", "HTTP://127.0.0.1:{evil}\\/v1", "http:\\\\127.0.0.1:{evil}/v1",
+]
+
+
+def test_a_url_its_parsers_read_differently_is_refused_before_any_request(bind, monkeypatch):
+    """Parse once, connect to what was checked: every spelling above is refused by a shared
+    server's guard (and by the client's own parser), and a real listener on the other port sees
+    no request even where the client is handed the URL as normalized."""
+    from engine.remote.client import RemoteError, list_models, normalize_base_url
+    from tests.remote_peers import reply, serve
+
+    seen: list[str] = []
+
+    def evil(h, method: str, path: str, body: dict) -> None:
+        seen.append(f"{method} {path}")
+        reply(h, 200, {"object": "list", "data": [{"id": "evil", "object": "model"}]})
+
+    with serve(evil) as peer:
+        port = int(peer.url.split(":")[2].split("/")[0])
+        good = f"http://127.0.0.1:{port + 1 if port < 65535 else port - 1}/v1"
+        bind("0.0.0.0")
+        monkeypatch.setenv(guard.URLS_ENV, good)
+        assert guard.url_refusal(good, ()) is None
+        for spelling in SPELLINGS:
+            url = spelling.format(good=good.split(":")[2].split("/")[0], evil=port)
+            assert guard.url_refusal(url, ()) is not None, url
+            try:
+                base = normalize_base_url(url)
+            except RemoteError as refused:
+                assert "\n" not in str(refused)
+                continue
+            with pytest.raises(RemoteError):  # only the allowed server's address is left
+                assert base == good, url
+                list_models(base, timeout=1.0)
+        assert seen == []

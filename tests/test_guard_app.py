@@ -120,3 +120,41 @@ def test_a_shared_bind_loads_from_the_operators_folders_only(bind, tmp_path, mon
     escaped = model_box(str(allowed / "out"))
     assert escaped == model_box(f"{allowed}/../../../../../../etc") == model_box("/etc")
     assert escaped[0].startswith(REFUSED)
+
+
+def test_a_shared_bind_reaches_no_other_port_through_a_spelling_or_a_redirect(bind, tmp_path,
+                                                                                monkeypatch):
+    """The issue's attack, through the page: a base URL that urllib reads as the allowed server
+    and urllib3 as another (a backslash before `@`), and other spellings the parsers disagree
+    on, are refused before any request; the allowed server redirecting to another port is not
+    followed. A real listener on the other port sees nothing, through the listing and Run the
+    load."""
+    other: list[tuple[str, str]] = []
+
+    def elsewhere(h, method: str, path: str, body: dict) -> None:
+        other.append((method, path))
+        reply(h, 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    with serve(elsewhere) as target, listener() as (allowed, seen):
+        bind("0.0.0.0")
+        monkeypatch.setenv("INFERENCE_EXPLORER_ALLOWED_URLS", allowed)
+        good, evil = allowed.split("//")[1].removesuffix("/v1"), target.url.split("//")[1]
+        for url in (f"http://{evil.removesuffix('/v1')}\\@{good}/v1", f"http://x@{evil}",
+                    f"http://{good}@{evil}", f"http://{evil.removesuffix('/v1')}#@{good}/v1"):
+            at = engine_page(url, tmp_path, run_load=True)
+            assert len([e for e in at.main.error if e.value.startswith(REFUSED)]) == 2, url
+        assert other == [] and seen == []
+
+    def redirect(h, method: str, path: str, body: dict) -> None:
+        seen.append((method, path))
+        h.send_response(307)
+        h.send_header("Location", f"{target_url}{path.removeprefix('/v1')}")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    with serve(elsewhere) as target, serve(redirect) as allowed_peer:
+        target_url, seen = target.url, []
+        monkeypatch.setenv("INFERENCE_EXPLORER_ALLOWED_URLS", allowed_peer.url)
+        at = engine_page(allowed_peer.url, tmp_path, run_load=True)
+        assert seen and other == []  # asked the allowed server, never followed it elsewhere
+        assert any("No usable server" in e.value for e in at.main.error)

@@ -46,7 +46,8 @@ from tests.remote_peers import (
     ("http://127.0.0.1:8011/", "http://127.0.0.1:8011/v1"),
     ("  https://example.org:443/v1/  ", "https://example.org:443/v1"),
     ("http://host/openai/v1", "http://host/openai/v1"),
-    ("http://host:8011/v1?x=1#y", "http://host:8011/v1"),
+    ("HTTP://Host:08011", "http://host:8011/v1"),
+    ("http://[::1]:8011/v1", "http://[::1]:8011/v1"),
 ])
 def test_normalize_base_url_adds_v1_only_when_there_is_no_path(given, expected):
     assert normalize_base_url(given) == expected
@@ -54,7 +55,8 @@ def test_normalize_base_url_adds_v1_only_when_there_is_no_path(given, expected):
 
 @pytest.mark.parametrize("bad", ["ftp://host/v1", "file:///etc/passwd", "127.0.0.1:8011",
                                  "localhost:8011/v1", "http://", "http:///v1", "", "   ",
-                                 "javascript:alert(1)", "http//host"])
+                                 "javascript:alert(1)", "http//host",
+                                 "http://host:8011/v1?x=1#y"])
 def test_normalize_base_url_refuses_what_is_not_an_http_url_in_one_sentence(bad):
     with pytest.raises(RemoteError) as caught:
         normalize_base_url(bad)

@@ -1,6 +1,10 @@
 """An OpenAI-compatible server, from the client's side: its models, its /metrics, and one streamed
 greedy completion timed chunk by chunk.
 
+Requests go only to the base URL's one canonical spelling (`normalize_base_url`, which the shared
+server's guard checks too: what is checked is what is connected to) and never follow a redirect
+(a redirect is an answer like any other non-200: one line, nothing sent further).
+
 Every failure a user can cause or meet — a URL that does not answer, a model the server does not
 serve, a server that is not OpenAI-compatible, a stream cut short — becomes one RemoteError
 sentence; a stream cut short keeps the chunks that arrived.
@@ -9,6 +13,7 @@ sentence; a stream cut short keeps the chunks that arrived.
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import re
 import time
@@ -38,15 +43,56 @@ class RemoteError(EngineError):
     """A serving engine could not be used: one line saying why."""
 
 
+# What a base URL may hold, so that every parser reads it alike: a scheme, a host (a DNS name of
+# letters, digits and hyphens, an IPv4 address, or a bracketed IPv6 address without a zone), an
+# optional port of digits, and a path of plain characters. No user info, query, fragment,
+# percent-escape, backslash, space or non-ASCII character: each is a place where urllib's reading
+# and urllib3's (what `requests` connects with) have differed — `http://127.0.0.1:8623\@127.0.0.1:
+# 8011/v1` is 127.0.0.1:8011 to one and 127.0.0.1:8623 to the other.
+_BASE_URL = re.compile(
+    r"(?P<scheme>https?)://"
+    r"(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+    r"(?P<path>(?:/[A-Za-z0-9._~-]*)*)", re.ASCII | re.IGNORECASE)
+
+
 def normalize_base_url(url: str) -> str:
-    """`http://host:port` → `http://host:port/v1` (OpenAI clients' base URL); only http(s)."""
-    url = url.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RemoteError(_("{url} is not an http(s) URL such as http://127.0.0.1:8011/v1").format(
-            url=repr(url[:120])))
-    path = parts.path.rstrip("/") or "/v1"
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    """`http://host:port` → `http://host:port/v1` (OpenAI clients' base URL): the one spelling
+    this app checks and connects to. Only http(s) URLs of the plain shape above, which urllib and
+    urllib3 read as the same scheme, host, port and path (checked); anything else is refused
+    in one line, before any request."""
+    text = url.strip()
+    refused = RemoteError(_("{url} is not a plain http(s) URL such as http://127.0.0.1:8011/v1 "
+                            "(no user name, query, escapes or backslashes)").format(
+        url=repr(text[:120])))
+    found = _BASE_URL.fullmatch(text)
+    if found is None:
+        raise refused
+    scheme, host = found["scheme"].lower(), found["host"].lower()
+    port = int(found["port"]) if found["port"] else None
+    path = found["path"].rstrip("/") or "/v1"
+    if (port is not None and not 1 <= port <= 65535) or ".." in path.split("/"):
+        raise refused
+    labels = host.split(".")
+    try:
+        if host.startswith("["):
+            ipaddress.IPv6Address(host[1:-1])
+        elif labels[-1].isdigit() or any(label.startswith("0x") for label in labels):
+            ipaddress.IPv4Address(host)  # four plain decimals: never 127.1, 0x7f.1 or 0177.0.0.1
+    except ValueError:
+        raise refused from None
+    netloc = host if port is None else f"{host}:{port}"
+    canonical = f"{scheme}://{netloc}{path}"
+    try:  # both parsers read the canonical spelling as the same address
+        ours, theirs = urlsplit(canonical), urllib3.util.parse_url(canonical)
+        same = ((ours.scheme, (ours.hostname or "").lower(), ours.port, ours.path)
+                == (theirs.scheme, (theirs.host or "").lower().strip("[]"), theirs.port,
+                    theirs.path) and ours.username is None and theirs.auth is None)
+    except ValueError:
+        same = False
+    if not same:
+        raise refused
+    return canonical
 
 
 def metrics_url(base_url: str) -> str:
@@ -132,7 +178,7 @@ def list_models(base_url: str, timeout: float = 5.0) -> list[str]:
     """The model ids the server serves (GET /v1/models)."""
     url = f"{base_url}/models"
     try:
-        with requests.get(url, timeout=timeout, stream=True) as response:
+        with requests.get(url, timeout=timeout, stream=True, allow_redirects=False) as response:
             if response.status_code != 200:
                 if "json" not in _kind(response):
                     raise RemoteError(_("{url} does not look like an OpenAI-compatible server "
@@ -157,7 +203,7 @@ def fetch_metrics_text(base_url: str, timeout: float = 2.0) -> str:
     than `timeout` overall)."""
     url = metrics_url(base_url)
     try:
-        with requests.get(url, timeout=timeout, stream=True) as response:
+        with requests.get(url, timeout=timeout, stream=True, allow_redirects=False) as response:
             if response.status_code != 200:
                 raise RemoteError(f"{url}: {_error_message(response)}")
             body = _read_capped(response, MAX_METRICS_BYTES, timeout)
@@ -220,7 +266,8 @@ def stream_completion(base_url: str, model: str, prompt: str, max_tokens: int,
             "stream": True, "stream_options": {"include_usage": True}, "return_token_ids": True}
     result.sent_s = time.perf_counter()
     try:
-        with requests.post(url, json=body, stream=True, timeout=(5.0, timeout)) as response:
+        with requests.post(url, json=body, stream=True, timeout=(5.0, timeout),
+                           allow_redirects=False) as response:
             if response.status_code != 200:
                 result.finish, result.error = "error", _error_message(response)
                 return

@@ -92,12 +92,13 @@ class Server:
 
 
 def probe(url: str, force: bool = False) -> Server:
-    """The server's models, asked once per URL per session (and again on "List models"): an
-    unreachable address costs no wait on every rerun."""
+    """The server's models at `url` (a base URL as normalize_base_url spells it), asked once per
+    URL per session (and again on "List models"): an unreachable address costs no wait on every
+    rerun."""
 
     def ask() -> Server:
         try:
-            models = tuple(list_models(normalize_base_url(url), timeout=3.0))
+            models = tuple(list_models(url, timeout=3.0))
         except RemoteError as err:
             return Server(url, (), str(err))
         return Server(url, models)  # no models: `problem` None, said where it is shown
@@ -128,10 +129,15 @@ def server_section() -> Server:
     if refusal is not None:  # before any request: a shared server's visitor picks no address
         st.error(message(refusal), icon=":material/block:")
         return Server(url.strip(), (), refusal, refused=True)
-    if LOCAL.starting:
-        local_start_progress()
-        listed = True
-    found = probe(url.strip(), force=listed)
+    try:  # the one spelling the guard checked is the one the client connects to
+        base = normalize_base_url(url)
+    except RemoteError as err:
+        found = Server(url.strip(), (), str(err))
+    else:
+        if LOCAL.starting:
+            local_start_progress()
+            listed = True
+        found = probe(base, force=listed)
     if found.models:
         models = ", ".join(plain(m) for m in found.models)
         st.success((_("{url} serves: {models} — started by this app (eager mode: no "
