@@ -118,6 +118,41 @@ def store(**bounds) -> tuple[SessionStore, list[float]]:
     return made, now
 
 
+def test_published_runs_stay_their_stated_time_and_a_publish_past_the_quota_is_refused():
+    """ui/shared.py's PUBLISHED store (evict_own False, kept as long as the age limit): a
+    visitor's links are never evicted for its own later ones, nor for anyone's; past the quota
+    the new one is refused; at the age limit they go."""
+    s, now = store(evict_own=False, keep_s=7200)
+    first = s.publish({"trace": np.zeros(10)}, "a")
+    now[0] = 10.0
+    second = s.publish({"trace": np.zeros(10)}, "a")
+    assert first and second and s.publish({"trace": np.zeros(10)}, "a") is None  # 2 a visitor
+    assert s.publish({"trace": np.zeros(10)}, "b") and s.publish({"trace": np.zeros(10)}, "c")
+    assert s.publish({"trace": np.zeros(10)}, "d") is None  # full: nobody's link goes for it
+    now[0] = 7000.0
+    assert s.published(first) is not None and s.published(second) is not None
+    now[0] = 7201.0
+    assert s.published(first) is None and s.published(second) is not None  # its own age
+
+
+def test_the_app_keeps_published_runs_apart_from_the_visitors_sessions():
+    """Hosted, one visitor's sessions past its eight records do not touch its published runs
+    (the issue: 3 links, 6 more sessions, 2 links gone)."""
+    import os
+
+    os.environ["INFERENCE_EXPLORER_HOSTED"] = "1"
+    try:
+        cfg = AppConfig.from_env()
+    finally:
+        del os.environ["INFERENCE_EXPLORER_HOSTED"]
+    sessions, published = shared.session_store(cfg), shared.published_store(cfg)
+    links = [published.publish({"trace": np.zeros(100)}, "10.0.0.1") for _ in range(3)]
+    for i in range(cfg.client_sessions + 6):
+        assert sessions.put(f"s{i}", "trace", np.zeros(100), "10.0.0.1")
+    assert all(published.published(link) is not None for link in links)
+    assert published.ttl_s == published.keep_s == cfg.session_ttl_s
+
+
 def test_a_visitor_over_its_share_loses_its_own_oldest_work_only():
     s, _ = store()
     assert s.put("victim", "trace", np.zeros(25), "v")

@@ -25,7 +25,7 @@ from engine.records.examples import examples
 from engine.timing.sweeps import SweepPoint
 from ui.footprint import footprint
 from ui.sessions import SessionStore
-from ui.shared import SESSIONS
+from ui.shared import PUBLISHED
 from ui.state import state_of
 
 APP = str(Path(__file__).parents[1] / "app.py")
@@ -98,14 +98,14 @@ def timings(trace) -> list[tuple[int, float, float]]:
 def test_a_published_run_opens_as_recorded_with_no_model(tmp_path):
     sending = sender(QA_TRACE, RESULTS, attn_layer=3, attn_head=2)
     assert "view" not in the_link(sending)  # publishing is a click, not a side effect
-    entries, held = len(SESSIONS), SESSIONS.nbytes
+    entries, held = len(PUBLISHED), PUBLISHED.nbytes
     state_of(sending.session_state).page.story_at = 2  # Step by step's third stage
     params = publish(sending)
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", params["view"])
     assert params["prompt"] == QA_TRACE.prompt  # the fallback travels in the same link
     assert (params["layer"], params["head"], params["stage"]) == ("3", "2", "3")
     assert "s" not in params
-    assert len(SESSIONS) == entries + 1 and SESSIONS.nbytes >= held + footprint(QA_TRACE)
+    assert len(PUBLISHED) == entries + 1 and PUBLISHED.nbytes >= held + footprint(QA_TRACE)
     assert publish(sending)["view"] == params["view"]  # the same run again: the same id
 
     receiver = session(tmp_path / "other", params)

@@ -49,6 +49,10 @@ class AppConfig:
     session_entries: int = 256  # records of all visitors together
     session_keep_s: float = 1800.0  # a record changed this recently is never evicted for others
     uploads_mb: int = 1024  # uploaded files the server holds for all sessions together
+    published_runs: int = 256  # published links kept, all visitors together (each for the ttl)
+    published_mb: int = 1024  # their bytes
+    client_published: int = 64  # links one visitor may have published at once
+    address_published: int | None = None  # the visitors of one address together
     batching: bool = False  # visitors' Generate runs decode in one batch (engine/serving/batcher.py)
 
     @classmethod
@@ -58,7 +62,8 @@ class AppConfig:
                                        file_growth=8.0),
                        HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128,
                        address_sessions=160, address_mb=384, uploads_mb=200,
-                       batching=_batching(True))
+                       published_runs=256, published_mb=128, client_published=8,
+                       address_published=120, batching=_batching(True))
         return cls(False, Limits(1024, 256, 50, 512, 8192, record_mb=256), 4096, 2048,
                    12 * 3600.0, batching=_batching(False))
 

@@ -191,9 +191,10 @@ def share_panel(page: Any, share: Share, where: str) -> None:
                          "exactly as it is now, with no model. Your later work does not change "
                          "it.").format(kept=kept_for()))
     if trace is not None and app_state().links.publish_refused:
-        st.warning(_("Not published: this server has no room for it now (it keeps every "
-                     "visitor's recent work first). Share the trace file instead: Download trace "
-                     "on Generate."))
+        st.warning(_("Not published: this server keeps every published link for {kept}, at most "
+                     "{n} of one visitor's at once, and has no room for another now. Your links "
+                     "stay; share the trace file instead: Download trace on Generate.").format(
+                         kept=kept_for(), n=config().client_published))
     done = published_run(trace)
     params = share.params if done is None else {"view": done.run, **share.params}
     link = share_url(page_base(page), params)

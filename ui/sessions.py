@@ -17,8 +17,10 @@ store is full of such records, the newcomer's write is refused (`put` returns Fa
 its work is not kept) instead of somebody else's work disappearing.
 
 A published run ("Share this view") is a record of its own under an unguessable id: written once
-(`publish`), never changed, read by whoever has the link (`published`). It counts against the same
-three bounds as the sessions, under a name no session token can take (`?s=` never reaches it).
+(`publish`), never changed, read by whoever has the link (`published`), under a name no session
+token can take (`?s=` never reaches it). The app keeps published runs in a store of their own
+(ui/shared.py's PUBLISHED) with `evict_own=False` and `keep_s` = its age limit: a link lasts the
+time the page promises, whatever its publisher does next; a publish past a quota is refused.
 """
 
 from __future__ import annotations
@@ -58,7 +60,10 @@ class SessionStore:
                  *, keep_s: float = 0.0, client_entries: int | None = None,
                  client_bytes: int | None = None, group_entries: int | None = None,
                  group_bytes: int | None = None,
-                 group_of: Callable[[str], str] = lambda client: client) -> None:
+                 group_of: Callable[[str], str] = lambda client: client,
+                 evict_own: bool = True) -> None:
+        """`evict_own` False: a client's own records are not evicted for its new ones either
+        (they go by age; past a quota, the new write is refused)."""
         self.max_entries, self.max_bytes, self.ttl_s, self.keep_s = (max_entries, max_bytes,
                                                                      ttl_s, keep_s)
         self.client_entries = client_entries or max_entries
@@ -66,6 +71,7 @@ class SessionStore:
         self.group_entries = max(group_entries or max_entries, self.client_entries)
         self.group_bytes = max(min(group_bytes or max_bytes, max_bytes), self.client_bytes)
         self._group_of = group_of
+        self.evict_own = evict_own
         self._size_of, self._clock = size_of, clock
         self._records: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         # Values by identity: a reload's copy shares the same immutable trace, so it is counted
@@ -162,21 +168,25 @@ class SessionStore:
         def our_group(e: _Entry) -> bool:
             return self._group_of(e.client) == group
 
-        def evictable(e: _Entry) -> bool:
-            return ours(e) or now - e.changed > self.keep_s
+        def old(e: _Entry) -> bool:
+            return now - e.changed > self.keep_s
 
-        bounds = ((ours, lambda c, b: c <= self.client_entries and b <= self.client_bytes, ours),
+        def evictable(e: _Entry) -> bool:
+            return (ours(e) and self.evict_own) or old(e)
+
+        bounds = ((ours, lambda c, b: c <= self.client_entries and b <= self.client_bytes,
+                   lambda e: ours(e) and evictable(e)),
                   (our_group, lambda c, b: c <= self.group_entries and b <= self.group_bytes,
                    lambda e: our_group(e) and evictable(e)),
                   (lambda e: True, lambda c, b: c <= self.max_entries and b <= self.max_bytes,
                    evictable))
         for belongs, fits, may_go in bounds:
             while not fits(*self._usage_of(belongs)):
-                old = next((t for t, e in self._records.items() if t != token and may_go(e)),
-                           None)
-                if old is None:
+                going = next((t for t, e in self._records.items() if t != token and may_go(e)),
+                             None)
+                if going is None:
                     return False
-                self._drop(old)
+                self._drop(going)
         return True
 
     def _hold(self, value: Any) -> None:

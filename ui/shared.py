@@ -30,4 +30,16 @@ def session_store(cfg: AppConfig) -> SessionStore:
                         group_of=address_part)
 
 
+def published_store(cfg: AppConfig) -> SessionStore:
+    """Published runs' own store: each kept for the age limit the page states (`kept_for`),
+    whatever its publisher does next — never evicted before it, a publish past the visitor's
+    (or its address's, or the server's) quota refused instead."""
+    return SessionStore(max_entries=cfg.published_runs, max_bytes=cfg.published_mb << 20,
+                        ttl_s=cfg.session_ttl_s, size_of=footprint, keep_s=cfg.session_ttl_s,
+                        client_entries=cfg.client_published, client_bytes=cfg.client_mb << 20,
+                        group_entries=cfg.address_published, group_of=address_part,
+                        evict_own=False)
+
+
 SESSIONS = session_store(config())
+PUBLISHED = published_store(config())

@@ -1,14 +1,14 @@
 """Published runs: "Publish a link to this run" keeps a copy of the session's run (its trace and
-the experiment results computed on it) in the session store under a new unguessable id
-(ui/sessions.py), and a link holding the id (`?view=…`) opens that copy as recorded: the same
-tokens and timings, no model, no Generate.
+the experiment results computed on it) in the published runs' store under a new unguessable id
+(ui/sessions.py, ui/shared.py's PUBLISHED), and a link holding the id (`?view=…`) opens that
+copy as recorded: the same tokens and timings, no model, no Generate.
 
 Copies both ways, so no session's work reaches another's: publishing stores a deep copy (the
 sender's later runs and results never change what the link opens), and opening gives the receiver
 a deep copy of its own (nothing the receiver does reaches the published run or the sender). A
-published run counts against the store's entries and bytes like a session and goes, like one,
-after the store's age limit. The sender's download files travel with it (ui/run_files.py), as
-bytes: immutable, nothing to copy.
+published run has its own quota (per visitor, per address, for the server) and stays for the
+store's age limit, the time the page states, whatever its publisher browses next. The sender's
+download files travel with it (ui/run_files.py), as bytes: immutable, nothing to copy.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def publish() -> None:
         return
     done = links.published
     if (done is not None and done.trace is trace and done.experiments is experiments
-            and shared.SESSIONS.published(done.run) is not None):
+            and shared.PUBLISHED.published(done.run) is not None):
         return
     record: dict[str, object] = {"trace": copy.deepcopy(trace),
                                  "experiments": copy.deepcopy(experiments)}
@@ -52,7 +52,7 @@ def publish() -> None:
     example = current_example()
     if example is not None:
         record["example"] = example.name
-    run = shared.SESSIONS.publish(record, current_client())
+    run = shared.PUBLISHED.publish(record, current_client())
     links.publish_refused = run is None
     links.published = None if run is None else Published(
         run, trace, experiments, time.strftime("%H:%M UTC", time.gmtime()))
@@ -63,13 +63,13 @@ def published_run(trace: Trace | None) -> Published | None:
     done = app_state().links.published
     if done is None or trace is None or done.trace is not trace:
         return None
-    return done if shared.SESSIONS.published(done.run) is not None else None
+    return done if shared.PUBLISHED.published(done.run) is not None else None
 
 
 def open_published(run: str) -> bool:
     """Make a copy of the published run `run` this session's trace and results; False if the
     server no longer has it."""
-    record = shared.SESSIONS.published(run)
+    record = shared.PUBLISHED.published(run)
     if record is None:
         return False
     trace, experiments = copy.deepcopy(record["trace"]), copy.deepcopy(record["experiments"])
