@@ -48,6 +48,7 @@ from ui.state import app_state, compare_run, current_trace, session_model
 from ui.tables import show_table
 from ui.text import message, plain
 from ui.traces import read_viewable
+from ui.upload_guard import refusal
 
 CURRENT = N_("The current trace")
 B_SOURCES = (N_("An example"), N_("A trace file"), N_("Run A again with one change"), CURRENT)
@@ -169,6 +170,9 @@ def _upload_b() -> None:
         return
 
     def read() -> Trace:
+        refused = refusal(upload)
+        if refused is not None:
+            raise TraceFormatError(refused)
         if upload.size > config().limits.upload_mb << 20:
             raise TraceFormatError(_("the file is over {mb} MB").format(
                 mb=config().limits.upload_mb))

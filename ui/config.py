@@ -61,11 +61,11 @@ class AppConfig:
             return cls(True, Limits(256, 64, 50, 96, 320, click_s=_click_s(), kernel_rounds=2,
                                        file_growth=8.0),
                        HOSTED_MODEL_MB, 512, 2 * 3600.0, client_sessions=8, client_mb=128,
-                       address_sessions=160, address_mb=384, uploads_mb=200,
+                       address_sessions=160, address_mb=384, uploads_mb=_uploads_mb(200),
                        published_runs=256, published_mb=128, client_published=8,
                        address_published=120, batching=_batching(True))
         return cls(False, Limits(1024, 256, 50, 512, 8192, record_mb=256), 4096, 2048,
-                   12 * 3600.0, batching=_batching(False))
+                   12 * 3600.0, uploads_mb=_uploads_mb(1024), batching=_batching(False))
 
     @property
     def weights_choices(self) -> tuple[str, ...]:
@@ -81,6 +81,17 @@ def _click_s(default: float = 15.0) -> float:
     except ValueError:
         return default
     return min(max(value, 1.0), 600.0) if value == value else default
+
+
+def _uploads_mb(default: int) -> int:
+    """Uploaded files held for all sessions together: `default` MB, or
+    INFERENCE_EXPLORER_UPLOADS_MB (1–65536) for a server with more or less memory — and for a
+    test that fills it with one small file."""
+    try:
+        value = int(os.environ.get("INFERENCE_EXPLORER_UPLOADS_MB", default))
+    except ValueError:
+        return default
+    return min(max(value, 1), 65536)
 
 
 def _batching(default: bool) -> bool:

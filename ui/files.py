@@ -16,6 +16,7 @@ from ui.memo import file_bytes
 from ui.replay import REPLAY_MAX_S, ask_replay
 from ui.state import app_state
 from ui.text import message
+from ui.upload_guard import refusal
 
 T = TypeVar("T")
 # the replay button's help, per noun of the shown record (RecordFiles.noun)
@@ -34,6 +35,9 @@ def opened_file(label: str, key: str, max_mb: int, load: Callable[[bytes], T]) -
         return None
     opened[key] = upload.file_id
     try:
+        refused = refusal(upload)
+        if refused is not None:
+            raise InputError(refused)
         if upload.size > max_mb << 20:
             raise InputError(_("the file is over {mb} MB").format(mb=max_mb))
         record = load(upload.getvalue())

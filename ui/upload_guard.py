@@ -6,8 +6,11 @@ request with made-up ids held hundreds of megabytes per visitor. Here the manage
 every upload goes through) accepts a file only under an id it issued to that session when the
 front end asked where to upload a file a visitor picked (`get_upload_urls`), and only once; a
 session keeps its two newest uploads; all sessions' uploads together stay under
-`AppConfig.uploads_mb`. A refused upload is an HTTP 400 with one sentence, which the uploader
-shows.
+`AppConfig.uploads_mb`. An upload under an id never issued is an HTTP 400 (a crafted request: the
+front end never makes one). An upload the server has no room for is a visitor's own file, so the
+visitor is told why in the app's words: Streamlit's uploader shows any refused upload as
+"AxiosError: Request failed with status code 400", never the answer's text, so the upload is
+accepted as an empty placeholder and `refusal(upload)` gives the page the sentence to show.
 
 `install()` patches Streamlit's MemoryUploadedFileManager (scripts/streamlit_app.py calls it
 before the server starts); it fails loudly if a Streamlit upgrade has renamed those methods.
@@ -24,6 +27,9 @@ from i18n import DEFAULT, _, using
 
 FILES_PER_SESSION = 2  # two uploaders in use at once at most (Compare runs: a trace file for B)
 ISSUED_PER_SESSION = 8  # ids handed out and not yet used, per session (older ones lapse)
+REFUSED_KEPT = 4096  # placeholders' sentences remembered, all sessions together (oldest lapse)
+_REFUSED: OrderedDict[tuple[str, str], str] = OrderedDict()  # (session, file id) → sentence
+_REFUSED_LOCK = threading.Lock()
 METHODS = ("get_upload_urls", "add_file", "remove_session_files", "remove_file")
 
 
@@ -85,18 +91,37 @@ def guard(manager: type, max_total_bytes: Callable[[], int]) -> None:
             with using(session_language(session_id)):
                 detail = _("The server holds as many uploaded files as it can right now; try "
                            "again in a few minutes.")
-            raise refuse(detail)
+            with _REFUSED_LOCK:
+                _REFUSED[(session_id, file.file_id)] = detail
+                while len(_REFUSED) > REFUSED_KEPT:
+                    _REFUSED.popitem(last=False)
+            file = type(file)(file.file_id, file.name, file.type, b"")  # the placeholder
         add(self, session_id, file)
 
     def remove_session_files(self: Any, session_id: str) -> None:
         with lock:
             issued.pop(session_id, None)
+        with _REFUSED_LOCK:
+            for key in [k for k in _REFUSED if k[0] == session_id]:
+                del _REFUSED[key]
         forget(self, session_id)
 
     manager.get_upload_urls = get_upload_urls
     manager.add_file = add_file
     manager.remove_session_files = remove_session_files
     manager.upload_guard = True
+
+
+def refusal(upload: Any) -> str | None:
+    """Why the server did not keep this upload (an UploadedFile of the running session), in
+    the session's language; None when it holds the file."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return None
+    with _REFUSED_LOCK:
+        return _REFUSED.get((ctx.session_id, upload.file_id))
 
 
 def install() -> None:

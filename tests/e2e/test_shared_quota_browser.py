@@ -1,14 +1,16 @@
-"""A visitor's own published links last (issue 42, point 3), in real Chromium on a hosted server
-of its own: one visitor (one browser, its own X-Forwarded-For as a Space's proxy writes it)
-publishes three runs, then opens six more example sessions — past the eight records one visitor
-keeps for reloads — and another visitor opens all three links: published runs have their own
-quota and stay for the time the page states, whatever their publisher browses next."""
+"""A shared server's quotas as visitors meet them (issue 42), in real Chromium on hosted servers
+of their own, each visitor one browser with its own X-Forwarded-For as a Space's proxy writes
+it. A visitor's own published links last (point 3): one visitor publishes three runs, then opens
+six more example sessions — past the eight records one visitor keeps for reloads — and another
+visitor opens all three links. The uploads' cap answers in the app's words (point 4): with the
+server's room for uploads full, a visitor's trace file gets the app's sentence, not
+Streamlit's "AxiosError: Request failed with status code 400"."""
 
 from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from .browser import wait_for_app
+from .browser import open_app, wait_for_app
 from .turns_load import hosted_server, warmed_up
 
 EXAMPLES = ("qa", "story", "multilingual", "sampled", "zh-hant-qa", "zh-hans-story")
@@ -51,3 +53,17 @@ def test_a_visitors_published_links_outlast_their_later_browsing(browser, tmp_pa
             opened(receiver, link)
             expect(receiver.get_by_text("Opened the run shared with this link")).to_have_count(1)
             assert receiver.locator('[data-testid="stException"]').count() == 0
+
+
+def test_an_upload_the_server_has_no_room_for_is_told_in_the_apps_words(browser, tmp_path):
+    log = tmp_path / "server.log"
+    trace = tmp_path / "run.npz"
+    trace.write_bytes(b"PK" + bytes(2 << 20))  # 2 MB, over the 1 MB of room below
+    with hosted_server(log, env={"INFERENCE_EXPLORER_UPLOADS_MB": "1"}) as (url, _proc):
+        page = open_app(browser, url)
+        page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(trace))
+        page.get_by_text("The server holds as many uploaded files as it can right now").wait_for(
+            timeout=60_000)
+        wait_for_app(page)
+        assert page.get_by_text("AxiosError").count() == 0
+        assert page.locator('[data-testid="stException"]').count() == 0

@@ -15,6 +15,7 @@ from ui.run_files import files_made, report_file_bytes, trace_file_bytes
 from ui.state import app_state
 from ui.text import message
 from ui.traces import open_example, open_trace_file, shipped_examples
+from ui.upload_guard import refusal
 
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}  # the options' values
 REPLAY_SPEED_NAMES = {"instant": N_("instant")}  # the options drawn otherwise than their value
@@ -30,6 +31,9 @@ def opened(error: str | None) -> None:
 
 
 def _upload_bytes(upload) -> bytes:
+    refused = refusal(upload)
+    if refused is not None:
+        raise TraceFormatError(refused)
     if upload.size > config().limits.upload_mb << 20:
         raise TraceFormatError(_("the file is over {mb} MB").format(mb=config().limits.upload_mb))
     return upload.getvalue()
