@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from babel.dates import format_datetime
 from babel.numbers import get_decimal_symbol, get_group_symbol
 
-from i18n import N_, _, babel_locale, ngettext
+from i18n import N_, _, babel_locale, chinese, ngettext
 
 MAX_CHARS = 8  # durations and sizes: "1.21 MiB", "85.3 ms", "1023 KiB"; a rate adds its unit
 NONE = "–"
@@ -126,27 +126,28 @@ def stop_reason(reason: str) -> str:
 
 def batch_note(batches: Sequence[int], prefill: int = 1) -> str:
     """How a run shared the model with other runs: its prefill's forward (`prefill`: the runs in
-    it) — "Its prompt went through the model in one forward pass with 6 other runs'
-    tokens." — and its decode steps (their batch sizes: 1 = alone) — "Decoded in a batch of 7
-    for 22 of its 31 steps (up to 9 runs): …", the median size of the shared steps; "" when
-    everything ran alone."""
+    it) — "Its prompt went through the model in one forward pass shared with 6 other runs (each
+    adding its own prompt or its next token)." — and its decode steps (their batch sizes: 1 =
+    alone) — "Decoded in batches of 2 to 3 runs (median 3) for all 47 of its decode steps: …",
+    the smallest, largest and median size of the shared steps; "" when everything ran alone."""
     notes = []
     if prefill > 1:
-        notes.append(ngettext("Its prompt went through the model in one forward pass with {n} "
-                              "other run's tokens.",
-                              "Its prompt went through the model in one forward pass with {n} "
-                              "other runs' tokens.", prefill - 1).format(n=prefill - 1))
+        notes.append(ngettext("Its prompt went through the model in one forward pass shared with "
+                              "{n} other run (adding its own prompt or its next token).",
+                              "Its prompt went through the model in one forward pass shared with "
+                              "{n} other runs (each adding its own prompt or its next token).",
+                              prefill - 1).format(n=prefill - 1))
     shared = sorted(b for b in batches if b > 1)
     if shared:
-        median = shared[len(shared) // 2]
-        most = shared[-1]
-        text = (_("Decoded in a batch of {n} for all {steps} of its decode steps{most}: each "
-                  "step was one forward pass for every run in it, reading the weights once for "
-                  "all of them, as a server batches its users.") if len(shared) == len(batches)
-                else _("Decoded in a batch of {n} for {shared} of its {steps} decode steps{most}: "
-                       "each of those steps was one forward pass for every run in it, reading the "
-                       "weights once for all of them, as a server batches its users."))
-        notes.append(text.format(n=median, shared=len(shared), steps=len(batches),
-                                 most=_(" (up to {m} runs)").format(m=most) if most > median
-                                 else ""))
-    return " ".join(notes)
+        low, median, high = shared[0], shared[len(shared) // 2], shared[-1]
+        size = (_("a batch of {n}").format(n=median) if low == high else
+                _("batches of {low} to {high} runs (median {n})").format(low=low, high=high,
+                                                                        n=median))
+        text = (_("Decoded in {size} for all {steps} of its decode steps: each step was one "
+                  "forward pass for every run in it, reading the weights once for all of them, "
+                  "as a server batches its users.") if len(shared) == len(batches) else
+                _("Decoded in {size} for {shared} of its {steps} decode steps: each of those "
+                  "steps was one forward pass for every run in it, reading the weights once for "
+                  "all of them, as a server batches its users."))
+        notes.append(text.format(size=size, shared=len(shared), steps=len(batches)))
+    return ("" if chinese() else " ").join(notes)

@@ -229,8 +229,9 @@ def _cells(fig: go.Figure, cells: tuple[list, list, list, list], name: str, colo
 
 def throughput_chart(run: ServingRun) -> go.Figure:
     """Output tokens per second over the last second of the stream (WINDOW_MS), each step's own
-    rate (its tokens ÷ its time) as faint points, and the batch size, at each step's end: a full
-    batch makes many tokens in a step that costs about what one token does."""
+    rate (its tokens ÷ its time) as faint points at each step's end, and the batch size over
+    each step, from its start: a full batch makes many tokens in a step that costs about what
+    one token does."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     ends = [s.start_ms + s.ms for s in run.steps]
     made = tokens_per_step(run)
@@ -250,10 +251,10 @@ def throughput_chart(run: ServingRun) -> go.Figure:
         line={"color": DECODE_COLOR, "width": 3},
         hovertemplate=_("%{y:.1f} tokens/s over the second before %{x:.0f} ms<extra></extra>")),
         secondary_y=False)
-    fig.add_trace(go.Scatter(
-        x=ends, y=[s.batch_size for s in run.steps], mode="lines", line={"color": BATCH_COLOR,
-                                                                         "shape": "hv"},
-        name=_("batch size (requests in the step)"),
+    sizes = [s.batch_size for s in run.steps]
+    fig.add_trace(go.Scatter(  # each step's size held from its start to its end (the next start)
+        x=[s.start_ms for s in run.steps] + ends[-1:], y=sizes + sizes[-1:], mode="lines",
+        line={"color": BATCH_COLOR, "shape": "hv"}, name=_("batch size (requests in the step)"),
         hovertemplate=_("%{y} requests in the step<extra></extra>")), secondary_y=True)
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "b": 10},
                       title_text=_("Tokens per second and batch size"))
@@ -395,5 +396,9 @@ def live_batch_chart(recent: list[tuple[float, int, float]], now: float) -> go.F
     fig.update_layout(height=260, margin={"l": 60, "r": 20, "t": 40, "b": 50},
                       title=_("This server's batched steps, the last minute"), showlegend=False,
                       xaxis={"title": _("seconds before now"), "range": [-60, 0]},
-                      yaxis={"title": _("runs in the step"), "rangemode": "tozero"})
+                      yaxis={"title": _("runs in the step"), "rangemode": "tozero",
+                             "tickformat": "d",  # whole runs: never 0.5 or 1.5
+                             "dtick": next(d for d in (1, 2, 5, 10, 20, 50, 10**9)
+                                           if max((b for __, b, __ in recent), default=1) / d
+                                           <= 8)})
     return fig

@@ -135,7 +135,10 @@ def test_throughput_and_batch_size_over_time():
     run = _run(step_ms=600.0)  # steps of 600 ms, one after another: the last second holds two
     slow = replace(run, steps=tuple(replace(st, start_ms=600.0 * st.index) for st in run.steps))
     assert list(throughput_chart(slow).data[1].y) == pytest.approx([2 / 0.6, 4.0, 4.0, 4.0])
-    assert list(batch.y) == [2, 2, 2, 2] and batch.line.shape == "hv"
+    assert list(batch.y) == [2, 2, 2, 2, 2] and batch.line.shape == "hv"
+    # each step's size from its start to its end: the batch drops when the step without a
+    # finished request starts, not one step later
+    assert list(batch.x) == [st.start_ms for st in run.steps] + [40.0]
     assert fig.layout.xaxis.title.text == TIME_AXIS
     assert fig.layout.yaxis.title.text == "output tokens/s"
     assert fig.layout.yaxis2.title.text == "batch size (requests)"
@@ -196,3 +199,5 @@ def test_the_live_batch_chart_draws_one_bar_per_recent_step():
     assert "30 runs in one forward of 160 ms" in bar.hovertemplate[2]
     assert fig.layout.xaxis.title.text == "seconds before now"
     assert fig.layout.yaxis.title.text == "runs in the step"
+    assert fig.layout.yaxis.dtick == 5 and fig.layout.yaxis.tickformat == "d"  # whole runs
+    assert live_batch_chart([(100.0, 2, 50.0)], now=101.0).layout.yaxis.dtick == 1  # never 0.5

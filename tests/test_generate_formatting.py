@@ -85,13 +85,18 @@ def test_every_stop_reason_reads_as_words_in_each_language():
         assert stop_reason("eos") == "模型結束了它的回答"
 
 
-def test_the_batch_note_counts_the_shared_steps_and_their_median_size():
+def test_the_batch_note_counts_the_shared_steps_and_their_sizes():
     assert batch_note([1, 1, 1]) == ""  # every step alone: nothing to say
     assert batch_note([7, 7, 1, 9]).startswith(
-        "Decoded in a batch of 7 for 3 of its 4 decode steps (up to 9 runs):")
+        "Decoded in batches of 7 to 9 runs (median 7) for 3 of its 4 decode steps:")
     assert batch_note([3, 3]).startswith("Decoded in a batch of 3 for all 2 of its decode steps:")
+    # the last steps after another run ended held fewer runs: said, not hidden by the median
+    assert batch_note([3] * 45 + [2, 2]).startswith(
+        "Decoded in batches of 2 to 3 runs (median 3) for all 47 of its decode steps:")
     assert batch_note([1, 1], prefill=7) == (
-        "Its prompt went through the model in one forward pass with 6 other runs' tokens.")
+        "Its prompt went through the model in one forward pass shared with 6 other runs (each "
+        "adding its own prompt or its next token).")
     assert batch_note([3], prefill=2).startswith(
-        "Its prompt went through the model in one forward pass with 1 other run's tokens. "
-        "Decoded in a batch of 3 for all 1 of its decode steps:")
+        "Its prompt went through the model in one forward pass shared with 1 other run (adding "
+        "its own prompt or its next token). Decoded in a batch of 3 for all 1 of its decode "
+        "steps:")

@@ -26,10 +26,13 @@ RULE = N_("A step is marked *delayed by other work on this machine* when other p
           "× 1 host thread).")
 
 ADVICE = N_("Run it again, and close other programs (or wait for them) first.")
-# On a server many visitors share (a hosted demo) the other work is theirs: nothing to close.
-SHARED_ADVICE = N_("This server's CPUs are shared with the demo's other visitors, whose runs "
-                   "took them meanwhile: run it again in a minute, or run the app on your own "
-                   "computer (`make run`) for times that show your machine.")
+# On a server many visitors share (a hosted demo) the other programs are not theirs to close.
+# (Other visitors' runs are this process's own work, not counted as other programs: a batched
+# run's page says how it shared the model with them.)
+SHARED_ADVICE = N_("This server shares its CPUs with programs that are not yours to close (a "
+                   "hosted demo runs beside others on its machine): run it again in a minute, "
+                   "or run the app on your own computer (`make run`) for times that show your "
+                   "machine.")
 
 
 def advice(shared: bool = False) -> str:

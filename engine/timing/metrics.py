@@ -30,14 +30,17 @@ WARMUP_RULE = N_("The first decode step is marked *warm-up* when it took more th
                  "app, mostly the page drawing the first token on the same cores — not the model's "
                  "steady cost. The ITL percentiles, the mean ITL and the decode rate shown here "
                  "leave a warm-up step out; TTFT, TPOT and the end-to-end time keep it (vLLM and "
-                 "GenAI-Perf count every gap in ITL: they warm up before their clock starts).")
+                 "GenAI-Perf count every gap in ITL: they warm up before their clock starts). A "
+                 "step shared with other runs (the server's batch) is never marked: its time is "
+                 "the batch's, other visitors' prompts joining it included.")
 
 
 def warmup_step(trace: Trace) -> int | None:
     """The index of the first decode step when the warm-up rule marks it (`WARMUP_RULE`), else
-    None. A speculative run's steps are not one forward each: never marked."""
+    None. A speculative run's steps are not one forward each, and a batched step's time is its
+    batch's (a slow one took other runs' prompts): never marked."""
     decode = trace.decode_steps
-    if trace.speculation is not None or len(decode) < 1 + WARMUP_AFTER:
+    if trace.speculation is not None or len(decode) < 1 + WARMUP_AFTER or decode[0].batch > 1:
         return None
     later = statistics.median(s.latency_ms for s in decode[1:])
     return decode[0].index if decode[0].latency_ms > WARMUP_FACTOR * later else None

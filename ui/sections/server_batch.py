@@ -52,7 +52,9 @@ def _live() -> None:
                    help=_("Admitted to the batch (at most {n}).").format(n=view.max_batch))
     cols[1].metric(_("Waiting to join"), f"{view.waiting}")
     cols[2].metric(_("Their lengths (tokens)"),
-                   f"{min(view.lengths)}–{max(view.lengths)}" if view.lengths else "—",
+                   "—" if not view.lengths else f"{view.lengths[0]}"
+                   if min(view.lengths) == max(view.lengths)
+                   else f"{min(view.lengths)}–{max(view.lengths)}",
                    help=_("Prompt and tokens so far of each decoding run."))
     cols[3].metric(_("Runs per step, last minute"),
                    f"{batch_over_time(recent):.1f}" if recent else "—",
