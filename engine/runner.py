@@ -234,6 +234,10 @@ class Run:
             forward_ms = clock_ms(loop.device) - before.wall_ms
             if i == 0 and self.native is not None and not shared:
                 self.native.load_prefix(loop.cache, n_prompt)  # the prompt's K/V, into its cache
+            if not bool(torch.isfinite(logits).all()):  # damaged weights: no token to choose
+                raise EngineError(_("the model's output holds NaN or infinite values at step "
+                                    "{i} (its weights or settings are damaged): stopped").format(
+                                        i=i))
             choice = getattr(batched, "choice", None)  # chosen with the rest of its batch
             if choice is None:
                 token = choose_token(logits, s.temperature, s.top_k, s.top_p, loop.generator)

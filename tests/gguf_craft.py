@@ -88,18 +88,22 @@ def tensors(drop: str | None = None, hidden: int = HIDDEN, ffn: int = FFN,
 
 def gguf_bytes(meta: dict, table: list[tuple[str, tuple[int, ...]]], *, magic: bytes = b"GGUF",
                tensor_count: int | None = None, kv_count: int | None = None,
-               data: bool = True, claim: dict | None = None) -> bytes:
+               data: bool = True, claim: dict | None = None, at_zero: bool = False,
+               fill: dict | None = None) -> bytes:
     """A GGUF v3 file: the metadata, the tensors as F32 (random, seeded; norms 1), 32-aligned.
     `claim` maps a tensor name to the torch-order shape its header entry states instead of the
-    shape its data has."""
+    shape its data has; `at_zero`: every tensor's offset 0 (they share the first one's bytes);
+    `fill` maps a tensor name to a value every element of it holds (NaN, say)."""
     rng = np.random.default_rng(0)
     infos, blobs, offset = [], [], 0
     for name, shape in table:
         values = np.ones(shape, np.float32) if len(shape) == 1 else \
             rng.normal(0, 0.05, shape).astype(np.float32)
+        if name in (fill or {}):
+            values = np.full(shape, fill[name], np.float32)
         ne = tuple(reversed((claim or {}).get(name, shape)))
         infos.append(s(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne)
-                     + struct.pack("<IQ", F32, offset))
+                     + struct.pack("<IQ", F32, 0 if at_zero else offset))
         raw = values.tobytes()
         raw += b"\0" * (-len(raw) % 32)
         blobs.append(raw)

@@ -66,6 +66,8 @@ def _header_cases() -> list[tuple[str, bytes, str]]:
             "blk.1.ffn_down.weight": (1_000_000, 1_000_000)}), "past the end"),
         ("a tensor larger than its bytes", gguf_bytes(meta, tensors(), claim={
             "output_norm.weight": (HIDDEN * 4,)}), "past the end"),
+        ("every tensor at offset 0", gguf_bytes(meta, tensors(), at_zero=True),
+         "starts inside tensor"),
     ]
 
 
@@ -97,6 +99,16 @@ def _model_cases() -> list[tuple[str, bytes, str]]:
         ("no vocabulary", gguf_bytes(metadata(**{"tokenizer.ggml.tokens": None,
                                                  "ARCH.vocab_size": VOCAB}), tensors()),
          "no vocabulary"),
+        ("an RMS epsilon of 1e38", gguf_bytes(metadata(**{
+            "ARCH.attention.layer_norm_rms_epsilon": 1e38}), tensors()),
+         "llama.attention.layer_norm_rms_epsilon is 1e+38, outside"),
+        ("a RoPE base of 1e38", gguf_bytes(metadata(**{"ARCH.rope.freq_base": 1e38}), tensors()),
+         "llama.rope.freq_base is 1e+38, outside"),
+        ("a bos id past the vocabulary", gguf_bytes(metadata(**{
+            "tokenizer.ggml.bos_token_id": 10**6}), tensors()),
+         "tokenizer.ggml.bos_token_id is 1,000,000, outside the vocabulary"),
+        ("an eos id past the vocabulary", gguf_bytes(metadata(**{
+            "tokenizer.ggml.eos_token_id": VOCAB}), tensors()), "eos_token_id"),
         ("merges outside the vocabulary", gguf_bytes(metadata(**{
             "tokenizer.ggml.merges": ["zz qq"]}), tensors()), "cannot build its tokenizer"),
     ]
@@ -115,6 +127,16 @@ def test_a_damaged_file_is_refused_in_one_line(case, content, says, engine_cli, 
 def test_a_file_without_a_whole_llama_model_is_refused(case, content, says, engine_cli, tmp_path):
     path = write(tmp_path, case.replace(" ", "_"), content)
     refused(engine_cli, ["run", "hi", "--model", path, "--max-new-tokens", "1"], says)
+
+
+@pytest.mark.parametrize("args", [["--temperature", "0.7"], ["--decoder", "torch"], []])
+def test_nan_weights_stop_the_run_in_one_line(args, engine_cli, tmp_path):
+    """Weights that make the logits NaN: sampling would raise deep in torch (a 27-line
+    traceback) and greedy would pick token 0 forever; the run stops in one line instead."""
+    path = write(tmp_path, "nan", gguf_bytes(metadata(), tensors(), fill={
+        "blk.0.ffn_down.weight": float("nan")}))
+    refused(engine_cli, ["run", "hi", "--model", path, "--max-new-tokens", "3", *args],
+            "NaN or infinite values")
 
 
 @pytest.mark.parametrize("model", ["/no/such/file.gguf", "~nobody/x.gguf", "a\x01b.gguf"])

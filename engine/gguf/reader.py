@@ -49,6 +49,13 @@ CPU = torch.device("cpu")
 DEFAULT_CONTEXT = 4096  # positions the KV cache is sized for when asking whether a model fits
 
 
+# Settings a trained model can have (a file outside them is damaged or crafted): RMS norms'
+# epsilon is 1e-6 or 1e-5 in today's files, RoPE's base 10,000 (Llama 2) to 10^6–10^7 (Qwen,
+# long-context models).
+EPS_RANGE = (1e-12, 1e-2)
+THETA_RANGE = (1.0, 1e9)
+
+
 def open_gguf(path: Path, say: Callable[[str], None] = lambda _m: None,
               device: torch.device = CPU, dtype: torch.dtype = torch.float32,
               context: int = DEFAULT_CONTEXT, on_blocks: bool = True
@@ -120,9 +127,18 @@ def check_model(header: Header) -> tuple[str, Shapes, Any]:
     _check_tensors(header, arch, shapes)
     eps = header.get(f"{arch}.attention.layer_norm_rms_epsilon")
     theta = header.get(f"{arch}.rope.freq_base", 10000.0)
-    for key, value in (("attention.layer_norm_rms_epsilon", eps), ("rope.freq_base", theta)):
+    for key, value, (low, high) in (("attention.layer_norm_rms_epsilon", eps, EPS_RANGE),
+                                     ("rope.freq_base", theta, THETA_RANGE)):
         if not isinstance(value, float) or not np.isfinite(value) or value <= 0:
             raise _fail(header, f"{arch}.{key} is {value!r}, not a positive number")
+        if not low <= value <= high:
+            raise _fail(header, f"{arch}.{key} is {value:g}, outside {low:g} to {high:g} (what "
+                                "a model can be trained with)")
+    for key in ("bos_token_id", "eos_token_id", "padding_token_id"):
+        token = header.get(f"tokenizer.ggml.{key}")
+        if isinstance(token, int) and not 0 <= token < shapes.vocab:
+            raise _fail(header, f"tokenizer.ggml.{key} is {token:,}, outside the vocabulary of "
+                                f"{shapes.vocab:,}")
     tied = "output.weight" not in header.table.by_name()
     config = _config(arch, shapes, need("context_length"), float(eps), float(theta), tied, header)
     return arch, shapes, config
