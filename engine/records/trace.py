@@ -201,8 +201,9 @@ class BranchOf:
     the token replaced: the model's distribution there is the parent's); the steps after it ran
     against the parent's cached keys and values of `reused_tokens` positions, `computed_tokens`
     forwards in all, in `branch_ms`; `rerun_ms` is the same branch recomputed from nothing
-    (a prefill of prompt + prefix + token, then the same steps) and `same_as_rerun` whether the
-    two chose the same tokens."""
+    (a prefill of prompt + prefix + token, then the same steps) — None when a click's budget ran
+    out before it ended: no comparison — and `same_as_rerun` whether the two chose the same
+    tokens."""
 
     at: int
     token: int
@@ -210,12 +211,12 @@ class BranchOf:
     reused_tokens: int
     computed_tokens: int
     branch_ms: float
-    rerun_ms: float
+    rerun_ms: float | None
     same_as_rerun: bool
 
     @property
-    def saved_ms(self) -> float:
-        return self.rerun_ms - self.branch_ms
+    def saved_ms(self) -> float | None:
+        return None if self.rerun_ms is None else self.rerun_ms - self.branch_ms
 
     def to_dict(self) -> dict[str, object]:
         return {name: list(getattr(self, name)) if name == "parent_tokens" else getattr(self, name)

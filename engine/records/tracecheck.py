@@ -224,8 +224,9 @@ def _check_branch(trace: Trace) -> None:
     if not all(_is_int(n) and 0 <= n <= limit for n in (b.reused_tokens, b.computed_tokens)):
         _fail(f"the branch's reused and computed tokens must be whole numbers from 0 to {limit}")
     _duration(b.branch_ms, "the branch's time")
-    _duration(b.rerun_ms, "the branch's re-run time")
-    if not isinstance(b.same_as_rerun, bool):
+    if b.rerun_ms is not None:  # None: the budget stopped the re-run
+        _duration(b.rerun_ms, "the branch's re-run time")
+    if not isinstance(b.same_as_rerun, bool) or (b.rerun_ms is None and b.same_as_rerun):
         _fail("the branch's same-as-rerun flag must be true or false")
 
 

@@ -14,13 +14,16 @@ Shapes: S prompt positions, H heads, d head dimension, V vocabulary, L layers.
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
-from ..errors import InputError
+from i18n import _
+
+from ..errors import EngineError, InputError
 from ..loader import LoadedModel
 from ..records.trace import Trace
 from ..runner import Run
@@ -161,15 +164,32 @@ def ablation_settings(settings: GenerationSettings, new_tokens: int) -> Generati
 
 
 def ablate(lm: LoadedModel, prompt: str, a: Ablation, settings: GenerationSettings,
-           new_tokens: int = 16, weights: str | None = None) -> AblationResult:
-    """The first generated token's distribution and a greedy run, with and without `a`."""
+           new_tokens: int = 16, weights: str | None = None,
+           stop: threading.Event | None = None) -> AblationResult:
+    """The first generated token's distribution and a greedy run, with and without `a`. `stop`
+    (a click's budget) is checked before each forward and between the runs' steps: set, the
+    ablation ends with an EngineError saying so (half a comparison compares nothing)."""
     chosen = ablation_settings(settings, new_tokens)
-    base_run = Run(lm, prompt, chosen, weights=weights).run_all()
+
+    def run_all() -> Trace:
+        trace = Run(lm, prompt, chosen, stop_event=stop, weights=weights).run_all()
+        if trace.stop_reason == "stopped":
+            raise EngineError(_("the per-click budget ran out before both runs were done: "
+                                "nothing compared"))
+        return trace
+
+    def probs_of(ids: Sequence[int]) -> torch.Tensor:
+        if stop is not None and stop.is_set():
+            raise EngineError(_("the per-click budget ran out before both runs were done: "
+                                "nothing compared"))
+        return next_token_probs(lm, ids)
+
+    base_run = run_all()
     ids = base_run.prompt_token_ids
-    base = next_token_probs(lm, ids)
+    base = probs_of(ids)
     with ablated(lm, a, ids):
-        probs = next_token_probs(lm, ids)
-        run = Run(lm, prompt, chosen, weights=weights).run_all()
+        probs = probs_of(ids)
+        run = run_all()
     return AblationResult(a, base.cpu(), probs.cpu(), base_run, run)
 
 
@@ -182,6 +202,8 @@ def head_sweep(lm: LoadedModel, prompt_ids: Sequence[int], layers: Sequence[int]
     spec = lm.spec
     chosen = list(range(spec.layers)) if layers is None else list(layers)
     found = np.full((spec.layers, spec.heads), np.nan)
+    if stop is not None and stop():  # checked before every forward, the baseline's too
+        return found
     base = next_token_probs(lm, prompt_ids).double()  # (V,)
     d, h_count = spec.head_dim, spec.heads
     batch = torch.tensor([list(prompt_ids)] * h_count, device=lm.device)  # (H, S)

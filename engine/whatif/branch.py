@@ -209,12 +209,15 @@ def branch(lm: LoadedModel, parent: Trace, at: int, token: int, snapshot: KVSnap
     own = run.snapshot()  # before the re-run overwrites a shared native cache
     cut = len(found.steps) if found.stop_reason == "stopped" else None  # as far as it got
     start = clock_ms(lm.device)
-    again = BranchRun(lm, parent, point, None, 0, weights, new_tokens=cut,
-                      native=run.native).run_all()
-    rerun_ms = clock_ms(lm.device) - start
+    again = BranchRun(lm, parent, point, None, 0, weights, stop_event, new_tokens=cut,
+                      native=run.native).run_all()  # inside the same budget as the branch
+    rerun_ms: float | None = clock_ms(lm.device) - start
+    same = again.output_token_ids == found.output_token_ids
+    if again.stop_reason == "stopped":  # the budget ran out: no full re-run to compare with
+        rerun_ms, same = None, False
     computed = len(found.steps) - at - 1 + extra  # one forward per step after the point
     record = BranchOf(at, token, parent.output_token_ids, reuse, computed, branch_ms, rerun_ms,
-                      again.output_token_ids == found.output_token_ids)
+                      same)
     return Branched(replace(found, branch=record), own)
 
 

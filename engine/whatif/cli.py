@@ -120,8 +120,9 @@ def run_branch(args: argparse.Namespace) -> int:
     print(f"original  {decode(run.output_token_ids)!r}")
     print(f"branch    {decode(found.output_token_ids)!r}  (token {args.at} → "
           f"{decode([args.token])!r})")
+    rerun = "no full re-run" if b.rerun_ms is None else f"{b.rerun_ms:.0f} ms for a full re-run"
     print(f"reused {b.reused_tokens} cached positions, computed {b.computed_tokens}: "
-          f"{b.branch_ms:.0f} ms vs {b.rerun_ms:.0f} ms for a full re-run")
+          f"{b.branch_ms:.0f} ms vs {rerun}")
     return 0
 
 

@@ -13,7 +13,7 @@ import streamlit as st
 
 from charts.tokens import shown_piece
 from charts.whatif import sweep_heatmap
-from engine import Trace
+from engine import InputError, Trace
 from engine.forward import prepare_prompt
 from engine.whatif.ablate import Ablation, ablate, head_sweep
 from i18n import N_, _, chinese, ngettext
@@ -39,6 +39,25 @@ def _prompt(lm_name: str) -> tuple[str, bool]:
     if trace is not None and trace.model.name == lm_name:
         return trace.prompt, trace.settings.chat_template
     return DEFAULT_PROMPT, False
+
+
+def experiment_ids(lm, prompt: str, chat: bool) -> list[int]:
+    """The prompt's ids for an experiment here, sized before it starts: refused in one line past
+    the prompt limit here (a sweep runs one copy of the prompt per head, at every layer), or
+    when it is the current run's prompt but does not tokenize to the run's own ids (a trace
+    file whose text was changed: 1,205 tokens of text behind a few ids held a hosted model 89 s)."""
+    ids = prepare_prompt(lm.tokenizer, prompt, chat)
+    trace = current_trace()
+    if (trace is not None and trace.prompt == prompt and trace.settings.chat_template == chat
+            and trace.model.name == lm.spec.name and tuple(ids) != trace.prompt_token_ids):
+        raise InputError(_("this run's prompt text is {n} tokens but the run recorded {m}: its "
+                           "trace file was changed, so nothing was run on it").format(
+            n=len(ids), m=len(trace.prompt_token_ids)))
+    limit = config().limits.prompt_tokens
+    if len(ids) > limit:
+        raise InputError(_("the prompt is {n} tokens; the limit here is {limit}").format(
+            n=len(ids), limit=limit))
+    return ids
 
 
 def ablation_form(model: SessionModel) -> None:
@@ -69,9 +88,10 @@ def ablation_form(model: SessionModel) -> None:
     settings = replace(generation_settings(), chat_template=chat)
 
     def work(job: Job):
+        experiment_ids(model.lm, text, chat)
         job.progress(0.2, _("Running the prompt with and without them…"))
         return ablate(model.lm, text, Ablation(layer, tuple(sorted(heads)), mlp, mean),
-                      settings, NEW_TOKENS, model.weights)
+                      settings, NEW_TOKENS, model.weights, stop=job.stop)
 
     def keep(found) -> None:  # the attention compared first: a layer the ablation changed
         keep_whatif(ablation=found)
@@ -162,7 +182,7 @@ def sweep_form(model: SessionModel) -> None:
     layers = list(range(spec.layers)) if scope == "every layer" else [layer]
 
     def work(job: Job) -> HeadSweep:
-        ids = prepare_prompt(model.lm.tokenizer, prompt, chat)
+        ids = experiment_ids(model.lm, prompt, chat)
         start = time.perf_counter()
         kl = head_sweep(model.lm, ids, layers, mean, say=job.say, stop=job.stop.is_set)
         done = all(np.isfinite(kl[k]).all() for k in layers)

@@ -167,15 +167,22 @@ def last_branch(tree: tuple[Trace, ...]) -> None:
               help=_("One forward per token after the branch point (one more when a typed "
                      "token's probability needed the model's whole distribution there)."))
     c3.metric(_("Branch took"), duration(b.branch_ms))
-    saved = duration(abs(b.saved_ms))
-    c4.metric(_("Full re-run took"), duration(b.rerun_ms),
-              delta=(_("{time} saved") if b.saved_ms >= 0 else _("{time} more")).format(
-                  time=saved),
-              delta_color="normal" if b.saved_ms >= 0 else "inverse",
-              help=_("The same branch recomputed from nothing: a prefill of prompt + prefix + "
-                     "the new token, then the same decode steps, recorded alike."))
+    about = _("The same branch recomputed from nothing: a prefill of prompt + prefix + the new "
+              "token, then the same decode steps, recorded alike.")
+    if b.saved_ms is None:
+        c4.metric(_("Full re-run took"), "—", help=about)
+        st.caption(_("The per-click budget ran out while the same branch was being recomputed "
+                     "from nothing, so there is no full re-run to compare with: branch again "
+                     "nearer the end of the run, or with fewer new tokens."))
+    else:
+        c4.metric(_("Full re-run took"), duration(b.rerun_ms),
+                  delta=(_("{time} saved") if b.saved_ms >= 0 else _("{time} more")).format(
+                      time=duration(abs(b.saved_ms))),
+                  delta_color="normal" if b.saved_ms >= 0 else "inverse", help=about)
     decoder = b_trace.decoder.label if b_trace.decoder is not None else "torch eager"
-    timings = (_("Reused = prompt ({prompt}) + tokens before the branch point ({at}). Both "
+    timings = (_("Reused = prompt ({prompt}) + tokens before the branch point ({at}), on the "
+                 "{decoder}.") if b.rerun_ms is None else
+               _("Reused = prompt ({prompt}) + tokens before the branch point ({at}). Both "
                  "timings are wall-clock on this machine, measured one after the other, on the "
                  "same decoder ({decoder}); both chose the same tokens.")
                if b.same_as_rerun else
