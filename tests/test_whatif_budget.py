@@ -95,3 +95,23 @@ def test_the_page_refuses_a_trace_whose_text_disagrees_with_its_tokens(monkeypat
     at.text_area(key="ablate_prompt").set_value("many words " * 150)
     next(b for b in at.button if b.label == "Switch off and re-run").click().run()
     assert any("the limit here is 256" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_opening_a_trace_whose_text_was_changed_is_one_line(lm, monkeypatch):
+    """The app's trace reader, with the trace's own model loaded, checks that the prompt text
+    tokenizes to the recorded prompt tokens (and leaves a trace of another model alone)."""
+    import ui.traces
+    from engine.files import read_trace_file
+    from engine.records.examples import examples
+    from engine.records.tracefile import trace_to_bytes
+
+    path = next(e for e in examples() if e.name == "qa").path
+    trace = read_trace_file(path).trace
+    monkeypatch.setattr(ui.traces, "loaded_model", lambda: lm)
+    assert ui.traces.read_viewable(lambda: path).trace.prompt == trace.prompt  # as shipped
+    changed = trace_to_bytes(replace(trace, prompt="many words " * 600))
+    with pytest.raises(TraceFormatError, match="file was changed") as refused:
+        ui.traces.read_viewable(lambda: changed)
+    assert "\n" not in str(refused.value) and "records" in str(refused.value)
+    monkeypatch.setattr(ui.traces, "loaded_model", lambda: None)  # no model: nothing to check
+    ui.traces.read_viewable(lambda: changed)

@@ -6,15 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from engine import EngineError, TraceFormatError
+from engine import EngineError, Trace, TraceFormatError
 from engine.files import TraceFile, read_trace_file
+from engine.forward import prepare_prompt
 from engine.records.examples import Example, examples
 from engine.records.tracecheck import check_viewable
 from i18n import _
 from ui.config import config
 from ui.live import make_room
 from ui.record import keep_example, keep_new_trace, keep_prompt
-from ui.state import app_state, current_trace
+from ui.state import app_state, current_trace, loaded_model
 
 
 def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
@@ -25,8 +26,24 @@ def read_viewable(read: Callable[[], bytes | Path]) -> TraceFile:
     if not opened.trace.steps:
         raise TraceFormatError(_("this trace has no generated tokens to show"))
     check_viewable(opened.trace, limits.trace_tokens)
+    check_prompt_text(opened.trace)
     make_room(opened, _("this trace"))
     return opened
+
+
+def check_prompt_text(trace: Trace) -> None:
+    """A trace's prompt text must be what its prompt tokens came from, where the loaded model
+    can tell (its own model's tokenizer): pages that run the model again on the run's prompt
+    read the text, and a file whose text was lengthened behind a few ids held a shared model
+    for 89 s. Raises TraceFormatError in one line."""
+    lm = loaded_model()
+    if lm is None or lm.spec.name != trace.model.name:
+        return
+    ids = prepare_prompt(lm.tokenizer, trace.prompt, trace.settings.chat_template)
+    if tuple(ids) != trace.prompt_token_ids:
+        raise TraceFormatError(_("its prompt text is {n} tokens for this model, but it records "
+                                 "{m} prompt tokens: the file was changed").format(
+            n=len(ids), m=len(trace.prompt_token_ids)))
 
 
 def open_trace_file(read: Callable[[], bytes | Path], label: str) -> str | None:
