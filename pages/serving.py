@@ -341,14 +341,14 @@ def block_tables(run: ServingRun) -> None:
               "shared": step.shared_blocks, "copied": step.copied_blocks,
               "waiting": step.waiting, "preempted": ", ".join(map(str, step.preempted)),
               "empty": step.empty_slots(run.config.block_size)}
-    st.caption((_("Step {step} ({kind}, {ms:.1f} ms): requests {requests} computed {positions} "
-                  "positions; {shared} blocks shared, {copied} copied on write, {waiting} "
-                  "requests waiting, {preempted} preempted. Waste: {empty} empty slots, at most "
-                  "block size − 1 per request (contiguous preallocation would reserve every "
-                  "request's maximum length up front).") if step.preempted else
-                _("Step {step} ({kind}, {ms:.1f} ms): requests {requests} computed {positions} "
-                  "positions; {shared} blocks shared, {copied} copied on write, {waiting} "
-                  "requests waiting. Waste: {empty} empty slots, at most block size − 1 per "
+    st.caption((_("Step {step} ({kind}, {ms:.1f} ms): requests {requests}; positions computed: "
+                  "{positions}; blocks shared: {shared}, copied on write: {copied}; requests "
+                  "waiting: {waiting}; preempted: {preempted}. Waste: empty slots: {empty}, at "
+                  "most block size − 1 per request (contiguous preallocation would reserve "
+                  "every request's maximum length up front).") if step.preempted else
+                _("Step {step} ({kind}, {ms:.1f} ms): requests {requests}; positions computed: "
+                  "{positions}; blocks shared: {shared}, copied on write: {copied}; requests "
+                  "waiting: {waiting}. Waste: empty slots: {empty}, at most block size − 1 per "
                   "request (contiguous preallocation would reserve every request's maximum "
                   "length up front).")).format(**values))
 
