@@ -22,10 +22,7 @@ class Choice:
 
 def top_choices(probs: torch.Tensor, token: int, k: int) -> Choice:
     """The chosen token's probability and rank in `probs` (V,), and the k most probable."""
-    top = torch.topk(probs, k)
-    return Choice(token, float(probs[token]), int((probs > probs[token]).sum()),
-                  top.indices.cpu().numpy().astype(np.int64),
-                  top.values.cpu().numpy().astype(np.float32))
+    return _choices(probs[None], torch.tensor([token], device=probs.device), k)[0]
 
 
 def greedy_choices(logits: torch.Tensor, k: int) -> list[Choice]:
@@ -33,7 +30,11 @@ def greedy_choices(logits: torch.Tensor, k: int) -> list[Choice]:
     as one batch of operations (a server's batch: its runs' threads then do none of it): the
     same tokens, probabilities and ranks as row by row."""
     probs = torch.softmax(logits.float(), dim=-1)  # (B, V)
-    tokens = torch.argmax(logits, dim=-1)  # (B,) the first of equal maxima, as argmax of a row
+    return _choices(probs, torch.argmax(logits, dim=-1), k)  # argmax: the first of equal maxima
+
+
+def _choices(probs: torch.Tensor, tokens: torch.Tensor, k: int) -> list[Choice]:
+    """probs (B, V), tokens (B,) chosen → each row's Choice."""
     chosen = probs.gather(1, tokens[:, None])  # (B, 1)
     ranks = (probs > chosen).sum(dim=-1)  # (B,)
     top = torch.topk(probs, k, dim=-1)
