@@ -20,7 +20,7 @@ from charts.compare import (
     latency_chart,
 )
 from charts.formatting import count, duration, rate, size
-from engine import EngineError, GenerationSettings, LoadedModel, Run, Trace, TraceFormatError
+from engine import EngineError, GenerationSettings, LoadedModel, Run, Trace
 from engine.lens.compare import (
     CHANGES,
     DTYPE_SWAP,
@@ -48,7 +48,7 @@ from ui.state import app_state, compare_run, current_trace, session_model
 from ui.tables import show_table
 from ui.text import message, plain
 from ui.traces import read_viewable
-from ui.upload_guard import refusal
+from ui.upload_guard import upload_bytes
 
 CURRENT = N_("The current trace")
 B_SOURCES = (N_("An example"), N_("A trace file"), N_("Run A again with one change"), CURRENT)
@@ -170,13 +170,7 @@ def _upload_b() -> None:
         return
 
     def read() -> Trace:
-        refused = refusal(upload)
-        if refused is not None:
-            raise TraceFormatError(refused)
-        if upload.size > config().limits.upload_mb << 20:
-            raise TraceFormatError(_("the file is over {mb} MB").format(
-                mb=config().limits.upload_mb))
-        return _open_file(upload.getvalue)
+        return _open_file(lambda: upload_bytes(upload, config().limits.upload_mb))
     _set_b(f"file {upload.name[:120]}", read)
 
 

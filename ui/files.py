@@ -9,14 +9,14 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from engine.errors import EngineError, InputError
+from engine.errors import EngineError
 from i18n import N_, _
 from ui.live import make_room
 from ui.memo import file_bytes
 from ui.replay import REPLAY_MAX_S, ask_replay
 from ui.state import app_state
 from ui.text import message
-from ui.upload_guard import refusal
+from ui.upload_guard import upload_bytes
 
 T = TypeVar("T")
 # the replay button's help, per noun of the shown record (RecordFiles.noun)
@@ -35,12 +35,7 @@ def opened_file(label: str, key: str, max_mb: int, load: Callable[[bytes], T]) -
         return None
     opened[key] = upload.file_id
     try:
-        refused = refusal(upload)
-        if refused is not None:
-            raise InputError(refused)
-        if upload.size > max_mb << 20:
-            raise InputError(_("the file is over {mb} MB").format(mb=max_mb))
-        record = load(upload.getvalue())
+        record = load(upload_bytes(upload, max_mb))
         make_room(record, _("this file"))
         return record, upload.name[:120]
     except EngineError as err:

@@ -112,6 +112,19 @@ def guard(manager: type, max_total_bytes: Callable[[], int]) -> None:
     manager.upload_guard = True
 
 
+def upload_bytes(upload: Any, max_mb: int) -> bytes:
+    """An uploaded file's bytes, for a page's reader: InputError (one line) when the server kept
+    only its placeholder (`refusal`) or it is over `max_mb`."""
+    from engine.errors import InputError
+
+    refused = refusal(upload)
+    if refused is not None:
+        raise InputError(refused)
+    if upload.size > max_mb << 20:
+        raise InputError(_("the file is over {mb} MB").format(mb=max_mb))
+    return upload.getvalue()
+
+
 def refusal(upload: Any) -> str | None:
     """Why the server did not keep this upload (an UploadedFile of the running session), in
     the session's language; None when it holds the file."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine import Trace, TraceFormatError
+from engine import Trace
 from i18n import N_, _
 from ui.batching import server_busy
 from ui.config import config
@@ -15,7 +15,7 @@ from ui.run_files import files_made, report_file_bytes, trace_file_bytes
 from ui.state import app_state
 from ui.text import message
 from ui.traces import open_example, open_trace_file, shipped_examples
-from ui.upload_guard import refusal
+from ui.upload_guard import upload_bytes
 
 REPLAY_SPEEDS = {"0.5×": 0.5, "1×": 1.0, "2×": 2.0, "instant": None}  # the options' values
 REPLAY_SPEED_NAMES = {"instant": N_("instant")}  # the options drawn otherwise than their value
@@ -30,21 +30,13 @@ def opened(error: str | None) -> None:
     app_state().page.upload_error = error
 
 
-def _upload_bytes(upload) -> bytes:
-    refused = refusal(upload)
-    if refused is not None:
-        raise TraceFormatError(refused)
-    if upload.size > config().limits.upload_mb << 20:
-        raise TraceFormatError(_("the file is over {mb} MB").format(mb=config().limits.upload_mb))
-    return upload.getvalue()
-
-
 def load_upload() -> None:
     upload = st.session_state.get(UPLOAD)
     if upload is None:
         app_state().page.upload_error = None
         return
-    opened(open_trace_file(lambda: _upload_bytes(upload), upload.name[:120]))
+    opened(open_trace_file(lambda: upload_bytes(upload, config().limits.upload_mb),
+                           upload.name[:120]))
 
 
 def examples_section(first_visit: bool) -> None:
