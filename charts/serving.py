@@ -381,24 +381,3 @@ def speculation_chart(rows: list[tuple[str, float, float, float, float]]) -> go.
     fig.update_yaxes(title_text=_("output tokens/s"), range=[0, top * 1.35])
     fig.update_xaxes(title_text=_("prompt"))
     return fig
-
-
-def live_batch_chart(recent: list[tuple[float, int, float]], now: float) -> go.Figure:
-    """The hosted server's recent batched steps (engine/serving/batcher.py's snapshot): one bar
-    per step at its time (seconds before `now`), its height the runs that shared its forward,
-    the forward's time on hover."""
-    fig = go.Figure(go.Bar(
-        x=[t - now for t, __, __ in recent], y=[b for __, b, __ in recent],
-        marker_color=BATCH_COLOR, width=[max(ms / 1000, 0.05) for __, __, ms in recent],
-        hovertemplate=[_("{ago:.1f} s ago: {n} runs in one forward of {ms:.0f} ms").format(
-            ago=now - t, n=b, ms=ms) + "<extra></extra>" for t, b, ms in recent],
-        name=_("runs in the step")))
-    fig.update_layout(height=260, margin={"l": 60, "r": 20, "t": 40, "b": 50},
-                      title=_("This server's batched steps, the last minute"), showlegend=False,
-                      xaxis={"title": _("seconds before now"), "range": [-60, 0]},
-                      yaxis={"title": _("runs in the step"), "rangemode": "tozero",
-                             "tickformat": "d",  # whole runs: never 0.5 or 1.5
-                             "dtick": next(d for d in (1, 2, 5, 10, 20, 50, 10**9)
-                                           if max((b for __, b, __ in recent), default=1) / d
-                                           <= 8)})
-    return fig

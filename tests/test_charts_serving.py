@@ -189,7 +189,8 @@ def test_presentation_maps_every_serving_colour_to_a_projector_one():
 
 
 def test_the_live_batch_chart_draws_one_bar_per_recent_step():
-    from charts.serving import BATCH_COLOR, live_batch_chart
+    from charts.server_batch import live_batch_chart
+    from charts.serving import BATCH_COLOR
 
     recent = [(100.0, 1, 50.0), (100.2, 8, 90.0), (100.5, 30, 160.0)]
     fig = live_batch_chart(recent, now=101.0)

@@ -9,7 +9,7 @@ import time
 
 import streamlit as st
 
-from charts.serving import live_batch_chart
+from charts.server_batch import live_batch_chart
 from i18n import _
 from ui.common import show_chart
 from ui.config import config
