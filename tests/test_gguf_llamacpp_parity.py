@@ -101,13 +101,20 @@ def test_the_comparison_fails_on_a_perturbed_model(folder):
 @pytest.mark.skipif(not PEER.exists(), reason="llama.cpp's venv is not built (make llamacpp)")
 @pytest.mark.parametrize("name", ["shipped", "qwen3-q4_0"])
 def test_the_fixture_is_what_llamacpp_computes_now(name, folder):
+    """By the rule the engine is held to: llama.cpp picks its kernels for the CPU at hand (AVX2,
+    AVX-512 VNNI, ...), which round in their own order, so the live run may part from the
+    fixture at a near tie, as another engine may."""
     request = {"ids": REFERENCE[name]["prompt_ids"], "tokens": 16, "top": 10}
     done = subprocess.run([str(PEER), str(ROOT / "bench" / "llamacpp_peer.py"),
                            str(_file(name, folder)), "2"], input=json.dumps(request) + "\nquit\n",
                           capture_output=True, text=True, timeout=300, check=True)
-    live = json.loads(done.stdout.splitlines()[1])
-    assert live["tokens"] == REFERENCE[name]["tokens"]
-    assert [i for i, _ in live["top"]] == [i for i, _ in REFERENCE[name]["top10"]]
+    live, ref = json.loads(done.stdout.splitlines()[1]), REFERENCE[name]
+    clear = next((i for i, m in enumerate(ref["margins"]) if m < TIE), len(ref["margins"]))
+    assert live["tokens"][:clear] == ref["tokens"][:clear]
+    now, then = dict(live["top"]), dict(ref["top10"])
+    assert len(set(now) & set(then)) >= 9
+    top = abs(ref["top10"][0][1])
+    assert all(abs(now[i] - then[i]) <= LOGIT_TOLERANCE * max(1.0, top) for i in set(now) & set(then))
 
 
 def test_a_run_ends_at_every_end_of_generation_token_llamacpp_knows(folder):

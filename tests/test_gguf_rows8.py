@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 import torch
 
+from engine.cbuild import cpu_flags
 from engine.errors import EngineError
 from engine.gguf import stored
 
 from .test_gguf_stored_kernels import random_matrix, reference_weights, rounded
 
 
-def product(m: stored.StoredMatrix, x: torch.Tensor, plain: bool) -> np.ndarray:
-    lib = stored.library(plain)
+def product(m: stored.StoredMatrix, x: torch.Tensor, plain: bool, vnni: bool = True) -> np.ndarray:
+    lib = stored.library(plain, vnni)
     x = x.contiguous()
     work = torch.empty(lib.matmul_work_bytes(m.cols, x.shape[0]), dtype=torch.uint8)
     y = torch.empty(x.shape[0], m.rows)
@@ -42,6 +43,22 @@ def test_interleaved_products_are_the_files_own(kind, code, plain, tokens):
     scale = np.abs(want).max()
     assert np.abs(got - want).max() <= 2e-5 * scale
     assert np.abs(got - product(m, x, plain)).max() <= 2e-5 * scale  # = the row-at-a-time kernel
+
+
+@pytest.mark.skipif("avx512_vnni" not in cpu_flags().split() or "avx512vl" not in cpu_flags().split(),
+                    reason="this CPU has no AVX-512 VNNI: the kernels use AVX2's sums only")
+@pytest.mark.parametrize("tokens", [1, 8, 13])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K",
+                                  "Q4_0x8", "Q4_Kx8", "Q6_Kx8"])
+def test_vnni_sums_are_avx2s_bit_for_bit(kind, tokens):
+    """dpbusd adds a lane's four products in int32 where AVX2 adds pairs in int16 (which the
+    codes' ranges keep from saturating), and the float arithmetic after is the same: so the
+    products are the same floats, not merely close."""
+    m = random_matrix(kind.removesuffix("x8"), 48, 512, seed=tokens)
+    if kind.endswith("x8"):
+        m = stored.interleave(m)
+    x = torch.randn(tokens, 512, generator=torch.Generator().manual_seed(tokens))
+    assert np.array_equal(product(m, x, False), product(m, x, False, vnni=False))
 
 
 def test_the_layout_is_a_permutation_of_the_stored_bytes():

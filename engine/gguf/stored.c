@@ -23,13 +23,20 @@
 #else
 #define FAST 0
 #endif
+#if FAST && defined(__AVX512VNNI__) && defined(__AVX512VL__) && !defined(NO_VNNI)
+#define VNNI 1
+#else
+#define VNNI 0
+#endif
 
 #include "stored_blocks.h"
 
 /* The decode kernels ask for the weights PREFETCH bytes ahead of the block they multiply: one
  * core's stream then overlaps its memory latency with its arithmetic (bench/stored_gemv.py: the
  * hardware prefetcher alone leaves a single thread well below a plain read's speed). */
+#ifndef PREFETCH
 #define PREFETCH 4608
+#endif
 static inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
   for (int64_t l = 0; l < bytes; l += 64) __builtin_prefetch(p + PREFETCH + l, 0, 3);
 }

@@ -40,11 +40,12 @@ INTERLEAVED = {"Q4_0": (Q4_0X8, "repack_q4_0x8"), "Q4_K": (Q4_KX8, "repack_q4_kx
 
 
 @cache
-def library(plain: bool = False) -> ctypes.CDLL:
-    """stored.c compiled for this CPU (AVX2 kernels where it has them), or with the plain
-    kernels only (tests compare the two)."""
-    lib = build(SOURCE, HEADERS, FLAGS + (["-DPLAIN_KERNELS"] if plain else []),
-                "stored-blocks kernels")
+def library(plain: bool = False, vnni: bool = True) -> ctypes.CDLL:
+    """stored.c compiled for this CPU (AVX2 kernels where it has them, their integer sums in
+    AVX-512 VNNI's dpbusd where it has that), or with the plain kernels only, or AVX2's sums
+    without VNNI (tests compare them)."""
+    extra = (["-DPLAIN_KERNELS"] if plain else []) + ([] if vnni else ["-DNO_VNNI"])
+    lib = build(SOURCE, HEADERS, FLAGS + extra, "stored-blocks kernels")
     void_p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.act_bytes.argtypes, lib.act_bytes.restype = [i64], i64
     lib.matmul_work_bytes.argtypes, lib.matmul_work_bytes.restype = [i64, i64], i64

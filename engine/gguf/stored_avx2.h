@@ -91,6 +91,13 @@ ALWAYS __m256i codes_avx2(int64_t t, const uint8_t* row, int64_t j, float* a, __
 
 /* The 8 int32 partial sums of Σ s·c·xq for one block against one token's 32 int8s. */
 static inline __m256i block_isum(int64_t t, __m256i c, __m256i x, __m256i mul) {
+#if VNNI /* the same sums, a lane's 4 products in one dpbusd where mul is all ones */
+  if (t == T_Q8_0)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(c, c),
+                               _mm256_sign_epi8(x, c));
+  if (t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q4_K)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, x);
+#endif
   if (t == T_Q8_0)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(x, c)),
                              mul);

@@ -40,13 +40,18 @@ static void x8_row(const uint8_t* grp, int64_t K, int r, uint8_t* row) {
 /* The 8 rows' integer sums of one block column against one token's 32 int8s, one lane a row
  * in ROW_ORDER. lo/hi: the 4 vectors of 2 rows' low and high nibbles. */
 ALWAYS __m256i x8_isum(const __m256i* lo, const __m256i* hi, const uint8_t* x) {
-  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)x));
   const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(x + 16)));
   __m256i s[4];
+#if VNNI /* dpbusd: a lane's 4 products summed into int32 in one instruction */
+  for (int p = 0; p < 4; ++p)
+    s[p] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[p], xl), hi[p], xh);
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int p = 0; p < 4; ++p) /* [row 2p ×4 | row 2p+1 ×4]; pairs ≤ 2·15·127: no saturation */
     s[p] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo[p], xl),
                                               _mm256_maddubs_epi16(hi[p], xh)), ones);
+#endif
   return _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
 }
 

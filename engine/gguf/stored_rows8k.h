@@ -75,6 +75,11 @@ ALWAYS __m256i k8_pick(__m256i v, int i) {
       i, z, i, z, 4 + i, z, 4 + i, z, 8 + i, z, 8 + i, z, 12 + i, z, 12 + i, z));
 }
 
+/* Byte i of every 32-bit lane as an int32 (a row's unsigned 6-bit sub-block scale). */
+ALWAYS __m256i k8_scale32(__m256i v, int i) {
+  return _mm256_and_si256(_mm256_srli_epi32(v, 8 * i), _mm256_set1_epi32(0xFF));
+}
+
 /* Every 32-bit lane as the int16 pair (lo, hi): what madd pairs two rows' values with. */
 ALWAYS __m256i pair16(int32_t lo, int32_t hi) {
   return _mm256_set1_epi32((int)((uint16_t)lo | (uint32_t)(uint16_t)hi << 16));
@@ -106,6 +111,15 @@ ALWAYS __m256i bcast4(const uint8_t* x) {
  * 2p and 2p + 1's scales: lo / hi are the quarter's 8 vectors of low and high nibbles. */
 ALWAYS __m256i k8_quarter(const __m256i* lo, const __m256i* hi, const uint8_t* x, int p,
                           const __m256i* sc) {
+#if VNNI
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  for (int q = 0; q < 8; ++q) {
+    a = _mm256_dpbusd_epi32(a, lo[q], bcast4(x + 64 * p + 4 * q));
+    b = _mm256_dpbusd_epi32(b, hi[q], bcast4(x + 64 * p + 32 + 4 * q));
+  }
+  return _mm256_add_epi32(_mm256_mullo_epi32(a, k8_scale32(sc[p / 2], 2 * (p % 2))),
+                          _mm256_mullo_epi32(b, k8_scale32(sc[p / 2], 2 * (p % 2) + 1)));
+#else
   __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
   for (int q = 0; q < 8; ++q) {
     a = _mm256_add_epi16(a, _mm256_maddubs_epi16(lo[q], bcast4(x + 64 * p + 4 * q)));
@@ -113,6 +127,7 @@ ALWAYS __m256i k8_quarter(const __m256i* lo, const __m256i* hi, const uint8_t* x
   }
   return _mm256_add_epi32(_mm256_madd_epi16(a, k8_pick(sc[p / 2], 2 * (p % 2))),
                           _mm256_madd_epi16(b, k8_pick(sc[p / 2], 2 * (p % 2) + 1)));
+#endif
 }
 
 ALWAYS void k8_unpack(const uint8_t* b, int p, __m256i* lo, __m256i* hi) {
@@ -139,6 +154,17 @@ static void dot_k8(const uint8_t* grp, const uint8_t* act, int64_t K, float* out
     for (int p = 0; p < 4; ++p) { /* k8_unpack and k8_quarter fused: no vectors spilled */
       const uint8_t* x = act + 256 * s + 64 * p;
       __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+#if VNNI /* int32 sums: one dpbusd each, one 32-bit multiply by the scale */
+      for (int q = 0; q < 8; ++q) {
+        const __m256i v = _mm256_loadu_si256((const __m256i*)(b + 128 + 256 * p + 32 * q));
+        lo = _mm256_dpbusd_epi32(lo, _mm256_and_si256(v, low4), bcast4(x + 4 * q));
+        hi = _mm256_dpbusd_epi32(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                                 bcast4(x + 32 + 4 * q));
+      }
+      isum = _mm256_add_epi32(isum, _mm256_add_epi32(
+          _mm256_mullo_epi32(lo, k8_scale32(sc[p / 2], 2 * (p % 2))),
+          _mm256_mullo_epi32(hi, k8_scale32(sc[p / 2], 2 * (p % 2) + 1))));
+#else
       for (int q = 0; q < 8; ++q) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(b + 128 + 256 * p + 32 * q));
         lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(_mm256_and_si256(v, low4),
@@ -149,6 +175,7 @@ static void dot_k8(const uint8_t* grp, const uint8_t* act, int64_t K, float* out
       isum = _mm256_add_epi32(isum, _mm256_add_epi32(
           _mm256_madd_epi16(lo, k8_pick(sc[p / 2], 2 * (p % 2))),
           _mm256_madd_epi16(hi, k8_pick(sc[p / 2], 2 * (p % 2) + 1))));
+#endif
     }
     const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)b)),
                                    _mm256_set1_ps(dx[8 * s]));

@@ -89,6 +89,31 @@ ALWAYS void q6k8_codes(const uint8_t* b, int h, int q, __m256i* c) {
                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), _mm256_set1_epi8(0x30)));
 }
 
+#if VNNI
+/* One super-block column of the 8 rows against one token's 256 int8s x: Σ sc · Σ c · xq per
+ * row (the offset not yet taken out). AVX-512 VNNI: one dpbusd sums a lane's 4 products into
+ * int32 (maddubs, its int16 pairs and madd in one instruction), so a 16-group's 4 positions
+ * sum in 4 instructions and meet their scale in one 32-bit multiply. */
+ALWAYS __m256i q6k8_isum(const uint8_t* b, const __m256i* sc, const uint8_t* x) {
+  __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; ++half) {
+      __m256i c[4][4];
+      for (int i = 0; i < 4; ++i) q6k8_codes(b, h, 4 * half + i, c[i]);
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* xr = x + 128 * h + 32 * r + 16 * half;
+        __m256i t = _mm256_setzero_si256();
+        for (int i = 0; i < 4; ++i) t = _mm256_dpbusd_epi32(t, c[i][r], bcast4(xr + 4 * i));
+        const int j = 8 * h + 2 * r + half; /* the 16-group's scale: byte j % 4 of sc[j / 4] */
+        const __m256i s = _mm256_srai_epi32(_mm256_slli_epi32(sc[j / 4], 24 - 8 * (j % 4)), 24);
+        isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(t, s));
+      }
+    }
+  return isum;
+}
+#else
 /* One super-block column of the 8 rows against one token's 256 int8s x: Σ sc · Σ c · xq per
  * row (the offset not yet taken out). Pairs of positions: 2 · 2 · 63 · 128 < 2¹⁵. */
 ALWAYS __m256i q6k8_isum(const uint8_t* b, const __m256i* sc, const uint8_t* x) {
@@ -110,6 +135,7 @@ ALWAYS __m256i q6k8_isum(const uint8_t* b, const __m256i* sc, const uint8_t* x) 
     }
   return isum;
 }
+#endif
 
 ALWAYS void q6k8_scales(const uint8_t* b, __m256i* sc) {
   for (int w = 0; w < 4; ++w) sc[w] = _mm256_loadu_si256((const __m256i*)(b + 16 + 32 * w));
