@@ -5,11 +5,12 @@ bandwidth ceiling and every MBU use: engine/kernels/microbench.py's `read_gb_s`)
 memory (NumPy asks for huge pages) and from a file's mapping (4 KiB pages, as a GGUF is opened).
 A ratio well under 1 means the kernel, not the memory, sets the decode time.
 
-    .venv/bin/python bench/stored_gemv.py [Q4_0 Q4_0x8 Q8_0 Q4_K Q4_Kx8 Q6_K Q6_Kx8]
+    .venv/bin/python bench/stored_gemv.py [Q4_0 Q4_0x8 Q8_0 Q8_0x8 Q4_K Q4_Kx8 Q6_K Q6_Kx8]
         [--threads 1 2] [--rounds 5]
 
-Q4_0x8, Q4_Kx8, Q6_Kx8: the matrices with 8 rows interleaved, as a file's Q4_0, Q4_K and Q6_K
-linear layers are opened (engine/gguf/stored_rows8.h, stored_rows8k.h, stored_rows8q6.h).
+Q4_0x8, Q8_0x8, Q4_Kx8, Q6_Kx8: the matrices with 8 rows interleaved, as a file's Q4_0, Q8_0,
+Q4_K and Q6_K linear layers are opened (engine/gguf/stored_rows8.h, stored_rows8q8.h,
+stored_rows8k.h, stored_rows8q6.h).
 
 Random codes with small scales (the kernels' speed does not depend on the values); best of
 `rounds`, each type and place read back to back. Needs a quiet machine (docs/benchmarks.md).
@@ -67,7 +68,8 @@ def best_gb_s(run, views: list[np.ndarray], rounds: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("types", nargs="*",
-                        default=["Q4_0", "Q4_0x8", "Q8_0", "Q4_K", "Q4_Kx8", "Q6_K", "Q6_Kx8"])
+                        default=["Q4_0", "Q4_0x8", "Q8_0", "Q8_0x8", "Q4_K", "Q4_Kx8", "Q6_K",
+                                 "Q6_Kx8"])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

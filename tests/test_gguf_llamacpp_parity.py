@@ -67,10 +67,10 @@ def test_first_logits_and_greedy_tokens_are_llamacpps(name, folder):
     lm = load_model(str(_file(name, folder)))
     decoder = native_decoder(lm, "fp32", 64)
     assert type(decoder).__name__ == "StoredDecoder"
-    # Q4_0, Q4_K, Q6_K linear layers run on their rows interleaved 8 by 8 (stored_rows8*.h)
+    # Q4_0, Q8_0, Q4_K, Q6_K linear layers run on their rows interleaved 8 by 8 (stored_rows8*.h)
     linear = [m.matrix for m in lm.model.model.layers.modules() if hasattr(m, "matrix")]
     assert linear and all(m.interleaved == (m.type_name in stored.INTERLEAVED) for m in linear)
-    assert any(m.interleaved for m in linear) == ("q4_0" in name or "q4_k" in name)
+    assert any(m.interleaved for m in linear) == any(t in name for t in ("q4_0", "q4_k", "q8_0"))
     ids = ref["prompt_ids"]
     logits = decoder.prefill(ids).double()
     top = [i for i, _ in ref["top10"]]

@@ -1,4 +1,5 @@
-"""Q4_0, Q4_K and Q6_K with 8 rows interleaved (engine/gguf/stored_rows8.h, 8k.h, 8q6.h): the
+"""Q4_0, Q8_0, Q4_K and Q6_K with 8 rows interleaved (engine/gguf/stored_rows8.h, 8q8.h, 8k.h,
+8q6.h): the
 same bytes in another order,
 so its products must be the file's own — checked against gguf-py's dequantized weights times the
 activations as the kernel rounds them (to float32 summation error), for one decode token, a tile
@@ -30,14 +31,14 @@ def product(m: stored.StoredMatrix, x: torch.Tensor, plain: bool, vnni: bool = T
 
 @pytest.mark.parametrize("plain", [False, True], ids=["avx2", "plain"])
 @pytest.mark.parametrize("tokens", [1, 8, 13])
-@pytest.mark.parametrize("kind, code", [("Q4_0", stored.Q4_0X8), ("Q4_K", stored.Q4_KX8),
-                                        ("Q6_K", stored.Q6_KX8)])
+@pytest.mark.parametrize("kind, code", [("Q4_0", stored.Q4_0X8), ("Q8_0", stored.Q8_0X8),
+                                        ("Q4_K", stored.Q4_KX8), ("Q6_K", stored.Q6_KX8)])
 def test_interleaved_products_are_the_files_own(kind, code, plain, tokens):
     m = random_matrix(kind, 48, 512, seed=tokens)
     x = torch.randn(tokens, 512, generator=torch.Generator().manual_seed(tokens))
     rows8 = stored.interleave(m)
     assert rows8.interleaved and rows8.code == code and rows8.nbytes == m.nbytes
-    group = 32 if kind == "Q4_0" else 256  # the activations' rounding each type's kernel reads
+    group = 32 if kind in ("Q4_0", "Q8_0") else 256  # the activations' rounding each type's kernel reads
     want = rounded(x.numpy().astype(np.float32), group) @ reference_weights(m).astype(np.float64).T
     got = product(rows8, x, plain)
     scale = np.abs(want).max()
@@ -49,7 +50,7 @@ def test_interleaved_products_are_the_files_own(kind, code, plain, tokens):
                     reason="this CPU has no AVX-512 VNNI: the kernels use AVX2's sums only")
 @pytest.mark.parametrize("tokens", [1, 8, 13])
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K",
-                                  "Q4_0x8", "Q4_Kx8", "Q6_Kx8"])
+                                  "Q4_0x8", "Q8_0x8", "Q4_Kx8", "Q6_Kx8"])
 def test_vnni_sums_are_avx2s_bit_for_bit(kind, tokens):
     """dpbusd adds a lane's four products in int32 where AVX2 adds pairs in int16 (which the
     codes' ranges keep from saturating), and the float arithmetic after is the same: so the
@@ -129,9 +130,9 @@ def test_single_rows_and_other_types_are_refused():
     rows8 = stored.interleave(random_matrix("Q4_0", 8, 64))
     with pytest.raises(EngineError, match="interleaved"):
         stored.rows(rows8, torch.tensor([0]))
-    with pytest.raises(EngineError, match="only Q4_0, Q4_K and Q6_K"):
-        stored.interleave(random_matrix("Q8_0", 8, 64))
-    with pytest.raises(EngineError, match="only Q4_0, Q4_K and Q6_K"):
+    with pytest.raises(EngineError, match="only Q4_0, Q8_0, Q4_K and Q6_K"):
+        stored.interleave(random_matrix("Q4_1", 8, 64))
+    with pytest.raises(EngineError, match="only Q4_0, Q8_0, Q4_K and Q6_K"):
         stored.interleave(random_matrix("Q4_0", 12, 64))
     with pytest.raises(EngineError, match="interleaved"):
         stored.dot(stored.interleave(random_matrix("Q4_K", 8, 256)), 0, torch.zeros(256))

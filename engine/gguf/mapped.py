@@ -102,7 +102,7 @@ class FileMap:
 def _matrix(fm: FileMap, t: GGUFTensor, arch: str, s: Shapes, rows8: bool = False
             ) -> StoredMatrix:
     """A tensor's stored matrix: a view of the map, or a copy at the stored size where its rows
-    are reordered (llama's q/k) or, `rows8`, interleaved 8 by 8 (a Q4_0, Q4_K or Q6_K matrix the
+    are reordered (llama's q/k) or, `rows8`, interleaved 8 by 8 (a Q4_0, Q8_0, Q4_K or Q6_K matrix the
     decode step streams: stored_rows8.h), read with pread so the map's pages of it stay out of
     memory."""
     n_head = heads_for(t.name, s.heads, s.kv_heads) if arch in PERMUTED else None

@@ -186,11 +186,13 @@ static float dot_plain(int64_t t, const uint8_t* row, const uint8_t* act, int64_
 #include "stored_rows8.h"
 #include "stored_rows8k.h"
 #include "stored_rows8q6.h"
+#include "stored_rows8q8.h"
 
 /* Row r of an interleaved group (8 rows of K) put back as the file stores it: the plain path
  * multiplies that by dot_plain, sharing no arithmetic with the layouts' own kernels. */
 static void stored_row8(int64_t t, const uint8_t* grp, int64_t K, int r, uint8_t* row) {
   if (t == T_Q4_0X8) x8_row(grp, K, r, row);
+  else if (t == T_Q8_0X8) q8x8_row(grp, K, r, row);
   else if (t == T_Q4_KX8) k8_row(grp, K, r, row);
   else q6k8_row(grp, K, r, row);
 }
@@ -247,6 +249,7 @@ static void rows_dot(int64_t t, const uint8_t* w, int64_t K, int64_t lo, int64_t
       const uint8_t* grp = w + 8 * g * rb;
 #if FAST
       if (t == T_Q4_0X8) dot_x8(grp, act, K, y + 8 * g, add);
+      else if (t == T_Q8_0X8) dot_q8x8(grp, act, K, y + 8 * g, add);
       else if (t == T_Q4_KX8) dot_k8(grp, act, K, y + 8 * g, add);
       else dot_q6k8(grp, act, K, y + 8 * g, add);
 #else
@@ -309,6 +312,7 @@ void stored_matmul(const uint8_t* w, int64_t t, int64_t N, int64_t K, const floa
           switch (t) {
             case T_Q4_0: tile_rows(T_Q4_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_0X8: tile_x8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
+            case T_Q8_0X8: tile_q8x8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q4_KX8: tile_k8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q6_KX8: tile_q6k8(w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;
             case T_Q8_0: tile_rows(T_Q8_0, w, K, r0, r1, a0, ab, d, y + m0 * N, N); break;

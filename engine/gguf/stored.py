@@ -27,16 +27,17 @@ from ..errors import EngineError
 
 SOURCE = Path(__file__).with_name("stored.c")
 HEADERS = ("stored_blocks.h", "stored_avx2.h", "stored_rows8.h", "stored_rows8k.h",
-           "stored_rows8q6.h", "stored_step.h")
+           "stored_rows8q6.h", "stored_rows8q8.h", "stored_step.h")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 # GGML type name → (type number, weights a block, bytes a block): the types stored.c reads
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
          "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144),
          "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
-# stored.c's numbers for Q4_0, Q4_K and Q6_K with 8 rows interleaved (stored_rows8.h, 8k.h, 8q6.h)
-Q4_0X8, Q4_KX8, Q6_KX8 = 102, 112, 114
-INTERLEAVED = {"Q4_0": (Q4_0X8, "repack_q4_0x8"), "Q4_K": (Q4_KX8, "repack_q4_kx8"),
-               "Q6_K": (Q6_KX8, "repack_q6_kx8")}
+# stored.c's numbers for Q4_0, Q8_0, Q4_K and Q6_K with 8 rows interleaved (stored_rows8.h,
+# 8q8.h, 8k.h, 8q6.h)
+Q4_0X8, Q8_0X8, Q4_KX8, Q6_KX8 = 102, 108, 112, 114
+INTERLEAVED = {"Q4_0": (Q4_0X8, "repack_q4_0x8"), "Q8_0": (Q8_0X8, "repack_q8_0x8"),
+               "Q4_K": (Q4_KX8, "repack_q4_kx8"), "Q6_K": (Q6_KX8, "repack_q6_kx8")}
 
 
 @cache
@@ -121,12 +122,13 @@ def can_interleave(type_name: str, rows: int) -> bool:
 
 
 def interleave(m: StoredMatrix) -> StoredMatrix:
-    """A Q4_0, Q4_K or Q6_K matrix's copy with its rows 8 by 8 side by side, at the stored size:
+    """A Q4_0, Q8_0, Q4_K or Q6_K matrix's copy with its rows 8 by 8 side by side, at the stored size:
     its kernel does a half (Q4_0) to 60 % (the K-quants) of the instructions a row at a time
     does, which are the decode step's limit (stored_rows8.h, stored_rows8k.h say why). Its
     products are the same sums; only rows() and dot(), which read single rows, refuse it."""
     if not can_interleave(m.type_name, m.rows) or m.interleaved:
-        raise EngineError(f"{m.name}: only Q4_0, Q4_K and Q6_K rows, 8 at a time, are interleaved")
+        raise EngineError(f"{m.name}: only Q4_0, Q8_0, Q4_K and Q6_K rows, 8 at a time, are "
+                          "interleaved")
     out = np.empty_like(m.data)
     repack_into(m.type_name, m.cols, m.data, out)
     return StoredMatrix(m.name, m.type_name, m.rows, m.cols, out, interleaved=True)

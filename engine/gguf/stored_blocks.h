@@ -31,6 +31,7 @@
 enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
        T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30, /* GGML's type numbers */
        T_Q4_0X8 = 102, /* ours: Q4_0 with 8 rows interleaved (stored_rows8.h) */
+       T_Q8_0X8 = 108, /* ours: Q8_0 with 8 rows interleaved (stored_rows8q8.h) */
        T_Q4_KX8 = 112, /* ours: Q4_K with 8 rows interleaved (stored_rows8k.h) */
        T_Q6_KX8 = 114 }; /* ours: Q6_K with 8 rows interleaved (stored_rows8q6.h) */
 
@@ -62,7 +63,8 @@ static inline int is_float_type(int64_t t) { return t == T_F32 || t == T_F16 || 
 /* Bytes of a block and weights in it. */
 /* The GGML type an interleaved layout holds (any other type: itself). */
 static inline int64_t stored_type(int64_t t) {
-  return t == T_Q4_0X8 ? T_Q4_0 : t == T_Q4_KX8 ? T_Q4_K : t == T_Q6_KX8 ? T_Q6_K : t;
+  return t == T_Q4_0X8 ? T_Q4_0 : t == T_Q8_0X8 ? T_Q8_0 : t == T_Q4_KX8 ? T_Q4_K
+         : t == T_Q6_KX8 ? T_Q6_K : t;
 }
 
 static inline int64_t type_block_bytes(int64_t t) {
