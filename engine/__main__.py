@@ -1,5 +1,5 @@
 """`python -m engine run|show|story|compare|lens|dtypes|quality|quantize|batch|together|loadtest|
-examples|export|gguf-info|models|branch|ablate|patch|tokens`: generate a trace from the shell,
+examples|export|gguf-info|models|branch|ablate|patch|tokens|kv-shrink`: generate a trace from the shell,
 inspect one (its story lines, a comparison with another, the logit lens), compare dtypes, measure
 a weights variant's quality or the whole quantization study, serve a stream on the batched engine,
 record several runs decoded together as the hosted demo batches its visitors, load-test
@@ -30,6 +30,7 @@ from .cli_run import add_run_parser, run_command  # noqa: E402
 from .errors import EngineError  # noqa: E402
 from .gguf import cli as gguf_cli  # noqa: E402
 from .gguf import models_cli  # noqa: E402
+from .kv.shrink import cli as shrink_cli  # noqa: E402
 from .lens import tokens_cli  # noqa: E402
 from .quant import VARIANT_NAMES  # noqa: E402
 from .quant import cli as quant_cli  # noqa: E402
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     together_cli.add_parser(sub)
     remote_cli.add_parser(sub)
     tokens_cli.add_parser(sub)
+    shrink_cli.add_parser(sub)
     show = sub.add_parser("show", help="summarize a trace file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true", help="machine-readable JSON")
@@ -307,7 +309,8 @@ COMMANDS = {"run": _run, "show": _show, "examples": _examples, "lens": _lens, "d
             "quality": _quality, "story": _story, "compare": _compare,
             "quantize": quant_cli.run, "batch": serving_cli.run, "together": together_cli.run,
             "loadtest": remote_cli.run, **whatif_cli.COMMANDS, "export": gguf_cli.run_export,
-            "gguf-info": gguf_cli.run_info, "models": models_cli.run, "tokens": tokens_cli.run}
+            "gguf-info": gguf_cli.run_info, "models": models_cli.run, "tokens": tokens_cli.run,
+            "kv-shrink": shrink_cli.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

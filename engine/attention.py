@@ -16,7 +16,7 @@ import contextlib
 import contextvars
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from transformers import AttentionInterface
@@ -30,6 +30,10 @@ RECORDING_ATTENTION = "inference_explorer_sdpa"
 
 _active: contextvars.ContextVar["AttentionRecorder | None"] = contextvars.ContextVar(
     "inference_explorer_recorder", default=None)
+# An attention function that replaces sdpa for this context only (engine/kv/shrink: attention
+# over some of the keys): other sessions sharing the model keep the stock path.
+_override: contextvars.ContextVar[Callable[..., Any] | None] = contextvars.ContextVar(
+    "inference_explorer_attention", default=None)
 
 
 @dataclass(slots=True)
@@ -90,6 +94,9 @@ def _recording_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
                     value: torch.Tensor, attention_mask: torch.Tensor | None,
                     scaling: float | None = None, dropout: float = 0.0,
                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+    replaced = _override.get()
+    if replaced is not None:
+        return replaced(module, query, key, value, attention_mask, scaling)
     out = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
                                  dropout=dropout, **kwargs)
     recorder = _active.get()
@@ -152,6 +159,21 @@ def recording(model: Any, recorder: AttentionRecorder | None) -> Iterator[Attent
     finally:
         _switch(model, previous)
         _active.reset(token)
+
+
+@contextlib.contextmanager
+def overriding(model: Any, attend: Callable[..., Any]) -> Iterator[None]:
+    """Route `model`'s attention, in this context only, through `attend(module, query, key,
+    value, attention_mask, scaling)` → (output (B, T, H, D), None); always restore it."""
+    register()
+    previous = model.config._attn_implementation
+    token = _override.set(attend)
+    _switch(model, RECORDING_ATTENTION)
+    try:
+        yield
+    finally:
+        _switch(model, previous)
+        _override.reset(token)
 
 
 def recorded_layers(spec: ModelSpec, settings: GenerationSettings, prompt_len: int) -> tuple[int, ...]:

@@ -12,27 +12,25 @@ imports it, and engine/files.py turns a file's section into an `Experiments`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-import numpy as np
-
 from .errors import TraceFormatError
+from .experiment_checks import MAX_RESULTS, MAX_SERIES, entries, number, series, whole
+from .experiments_kv import long_point, needle_from_dict, needle_to_dict, shrink_from_dict, shrink_to_dict
 from .kernels.compiled import DecodeComparison
 from .kv.cachelab import OnOff, VariantRun
 from .kv.kvcache import CacheConfig
+from .kv.shrink.needle import LengthPoint, NeedleRun
+from .kv.shrink.run import ShrinkRun
 from .quant.drift import DriftStudy, drift_from_dict, drift_to_dict
 from .quant.study import QuantStudy
 from .quant.study_record import study_from_dict, study_to_dict
-from .settings import MAX_NEW_TOKENS_LIMIT
 from .timing.dtype_compare import DtypeComparison, DtypeRun
 from .timing.roofline import Work
 from .timing.sweeps import SweepPoint
 
 SWEEPS = ("prompt_length", "context", "batch")  # TTFT by prompt, ITL by context, batch throughput
-MAX_RESULTS = 32  # entries per experiment in a file: far more than the page makes
-MAX_SERIES = MAX_NEW_TOKENS_LIMIT + 1
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -44,6 +42,9 @@ class Experiments:
     dtype_comparison: DtypeComparison | None = None
     quant_study: QuantStudy | None = None  # the Quantization page's comparison of weight variants
     quant_drift: DriftStudy | None = None  # the Quantization page's per-layer drift
+    cache_shrink: tuple[ShrinkRun, ...] = ()  # the KV page's shrinking methods (engine/kv/shrink)
+    long_context: tuple[LengthPoint, ...] = ()  # the unmodified model as the prompt grows
+    needle: NeedleRun | None = None  # a needle in a haystack, read by each method
 
     def __post_init__(self) -> None:
         unknown = set(self.sweeps) - set(SWEEPS)
@@ -54,7 +55,8 @@ class Experiments:
     def empty(self) -> bool:
         return not (self.sweeps or self.cache_on_off or self.cache_variants
                     or self.decode_comparison or self.dtype_comparison or self.quant_study
-                    or self.quant_drift)
+                    or self.quant_drift or self.cache_shrink or self.long_context
+                    or self.needle is not None)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain-JSON section a trace file carries (records.tracefile.ExperimentsSection)."""
@@ -89,6 +91,9 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
                      for r in found.dtype_comparison.runs]},
         "quant_study": None if found.quant_study is None else study_to_dict(found.quant_study),
         "quant_drift": None if found.quant_drift is None else drift_to_dict(found.quant_drift),
+        "cache_shrink": [shrink_to_dict(r) for r in found.cache_shrink],
+        "long_context": [[p.tokens, p.kv_bytes, p.ttft_ms, p.itl_ms] for p in found.long_context],
+        "needle": needle_to_dict(found.needle),
     }
 
 
@@ -103,49 +108,6 @@ def on_off_to_dict(r: OnOff) -> dict[str, Any]:
             "on_delayed": list(r.on_delayed), "off_delayed": list(r.off_delayed)}
 
 
-def _number(value: Any, what: str, optional: bool = False, positive: bool = False
-            ) -> float | None:
-    """A finite number ≥ 0 (> 1e-6 when `positive`: a time that rates divide by)."""
-    if value is None and optional:
-        return None
-    try:
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-              and math.isfinite(value) and value >= 0 and (not positive or value > 1e-6))
-    except OverflowError:  # an int with hundreds of digits
-        ok = False
-    if not ok:
-        raise TraceFormatError(f"experiment results: {what} must be a finite number "
-                               f"{'> 0' if positive else '≥ 0'}")
-    return float(value)
-
-
-def _whole(value: Any, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 1 << 40:
-        raise TraceFormatError(f"experiment results: {what} must be a whole number ≥ 0")
-    return value
-
-
-def _series(values: Any, what: str, kind: type = float, length: int | None = None) -> np.ndarray:
-    """A non-empty list of at most MAX_SERIES values (exactly `length` when given)."""
-    if not isinstance(values, list) or not 1 <= len(values) <= MAX_SERIES \
-            or (length is not None and len(values) != length):
-        raise TraceFormatError(f"experiment results: {what} must be a list of 1 to {MAX_SERIES} "
-                               "values, as long as the other series of its run")
-    if kind is bool:
-        if not all(isinstance(v, bool) for v in values):
-            raise TraceFormatError(f"experiment results: {what} must hold true/false values")
-        return np.array(values, dtype=bool)
-    return np.array([_number(v, what) for v in values], dtype=np.float64)
-
-
-def _entries(data: Mapping[str, Any], key: str) -> list[Any]:
-    value = data.get(key) or []
-    if not isinstance(value, list) or len(value) > MAX_RESULTS:
-        raise TraceFormatError(f"experiment results: {key} must be a list of at most "
-                               f"{MAX_RESULTS} entries")
-    return value
-
-
 def _comparison(d: Any) -> DecodeComparison | None:
     if d is None:
         return None
@@ -158,19 +120,19 @@ def _comparison(d: Any) -> DecodeComparison | None:
     if not isinstance(note, str) or len(note) > 1000:
         raise TraceFormatError("experiment results: native_note must be short text")
     return DecodeComparison(
-        prompt_tokens=_whole(d.get("prompt_tokens"), "prompt_tokens"),
-        new_tokens=_whole(d.get("new_tokens"), "new_tokens"),
-        rounds=_whole(d.get("rounds"), "rounds"),
-        eager_itl_ms=_number(d.get("eager_itl_ms"), "eager ITL", positive=True),
-        compiled_itl_ms=_number(d.get("compiled_itl_ms"), "compiled ITL", optional=True,
+        prompt_tokens=whole(d.get("prompt_tokens"), "prompt_tokens"),
+        new_tokens=whole(d.get("new_tokens"), "new_tokens"),
+        rounds=whole(d.get("rounds"), "rounds"),
+        eager_itl_ms=number(d.get("eager_itl_ms"), "eager ITL", positive=True),
+        compiled_itl_ms=number(d.get("compiled_itl_ms"), "compiled ITL", optional=True,
                                 positive=True),
-        compile_s=_number(d.get("compile_s"), "compile time"),
+        compile_s=number(d.get("compile_s"), "compile time"),
         same_tokens=bool(d.get("same_tokens")),
-        tokens=tuple(_whole(t, "token") for t in tokens),
-        work=Work(_number(d.get("flops"), "FLOPs"), _number(d.get("bytes"), "bytes")),
-        native_itl_ms=_number(d.get("native_itl_ms"), "native ITL", optional=True, positive=True),
+        tokens=tuple(whole(t, "token") for t in tokens),
+        work=Work(number(d.get("flops"), "FLOPs"), number(d.get("bytes"), "bytes")),
+        native_itl_ms=number(d.get("native_itl_ms"), "native ITL", optional=True, positive=True),
         native_note=note,
-        bandwidth_gb_s=_number(d.get("bandwidth_gb_s"), "bandwidth", optional=True))
+        bandwidth_gb_s=number(d.get("bandwidth_gb_s"), "bandwidth", optional=True))
 
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -182,7 +144,7 @@ def _dtype_comparison(d: Any) -> DtypeComparison | None:
     if not isinstance(d, dict) or d.get("source_dtype") not in DTYPES:
         raise TraceFormatError("experiment results: dtype_comparison must be an object with a "
                                "source dtype")
-    runs = _entries(d, "runs")
+    runs = entries(d, "runs")
     if not runs or len({r.get("dtype") for r in runs}) != len(runs) \
             or any(r.get("dtype") not in DTYPES for r in runs):
         raise TraceFormatError(f"experiment results: dtype runs must be distinct among "
@@ -193,14 +155,14 @@ def _dtype_comparison(d: Any) -> DtypeComparison | None:
         if not isinstance(tokens, list) or len(tokens) > MAX_SERIES:
             raise TraceFormatError("experiment results: dtype run tokens must be a list")
         parsed.append(DtypeRun(
-            dtype=r["dtype"], itl_ms=_number(r.get("itl_ms"), "dtype ITL", positive=True),
-            round_ms=tuple(float(v) for v in _series(r.get("round_ms"), "dtype round times")),
-            ratio=_number(r.get("ratio"), "dtype ratio"), same_tokens=bool(r.get("same_tokens")),
-            tokens=tuple(_whole(t, "token") for t in tokens)))
+            dtype=r["dtype"], itl_ms=number(r.get("itl_ms"), "dtype ITL", positive=True),
+            round_ms=tuple(float(v) for v in series(r.get("round_ms"), "dtype round times")),
+            ratio=number(r.get("ratio"), "dtype ratio"), same_tokens=bool(r.get("same_tokens")),
+            tokens=tuple(whole(t, "token") for t in tokens)))
     return DtypeComparison(
-        prompt_tokens=_whole(d.get("prompt_tokens"), "prompt_tokens"),
-        new_tokens=_whole(d.get("new_tokens"), "new_tokens"),
-        rounds=_whole(d.get("rounds"), "rounds"), source_dtype=d["source_dtype"],
+        prompt_tokens=whole(d.get("prompt_tokens"), "prompt_tokens"),
+        new_tokens=whole(d.get("new_tokens"), "new_tokens"),
+        rounds=whole(d.get("rounds"), "rounds"), source_dtype=d["source_dtype"],
         runs=tuple(parsed))
 
 
@@ -210,9 +172,9 @@ def _sweep_point(p: list[Any]) -> SweepPoint:
     if not isinstance(repeats, list) or len(repeats) > MAX_RESULTS:
         raise TraceFormatError(f"experiment results: a sweep point has at most {MAX_RESULTS} "
                                "repeats")
-    return SweepPoint(_whole(p[0], "sweep size"), _number(p[1], "sweep ms", positive=True),
-                      _number(p[2], "sweep tokens/s"),
-                      repeats_ms=tuple(_number(v, "sweep repeat", positive=True) for v in repeats))
+    return SweepPoint(whole(p[0], "sweep size"), number(p[1], "sweep ms", positive=True),
+                      number(p[2], "sweep tokens/s"),
+                      repeats_ms=tuple(number(v, "sweep repeat", positive=True) for v in repeats))
 
 
 def _rounds(r: Mapping[str, Any], key: str, kind: type, length: int | None) -> tuple:
@@ -225,8 +187,8 @@ def _rounds(r: Mapping[str, Any], key: str, kind: type, length: int | None) -> t
         raise TraceFormatError(f"experiment results: cache on/off {key} must be a list of 1 to "
                                f"{MAX_RESULTS} values, one per round")
     if kind is bool:
-        return tuple(bool(v) for v in _series(values, key, bool))
-    return tuple(_number(v, key, positive=True) for v in values)
+        return tuple(bool(v) for v in series(values, key, bool))
+    return tuple(number(v, key, positive=True) for v in values)
 
 
 def on_off_from_dict(r: Any) -> OnOff:
@@ -237,11 +199,11 @@ def on_off_from_dict(r: Any) -> OnOff:
     if isinstance(version, bool) or version not in (1, ON_OFF_VERSION):
         raise TraceFormatError(f"experiment results: cache on/off results of version "
                                f"{str(version)[:20]} (this app reads 1 to {ON_OFF_VERSION})")
-    on_ms = _series(r.get("on_ms"), "cache-on times")
-    off_ms = _series(r.get("off_ms"), "cache-off times", length=len(on_ms))
+    on_ms = series(r.get("on_ms"), "cache-on times")
+    off_ms = series(r.get("off_ms"), "cache-off times", length=len(on_ms))
     if on_ms.sum() <= 0:
         raise TraceFormatError("experiment results: cache-on times must add up to > 0")
-    found = OnOff(_whole(r.get("new_tokens"), "new tokens"), on_ms, off_ms,
+    found = OnOff(whole(r.get("new_tokens"), "new tokens"), on_ms, off_ms,
                   bool(r.get("same_tokens")))
     if version == 1:
         return found
@@ -273,15 +235,15 @@ def experiments_from_dict(data: Any) -> Experiments:
                 raise TraceFormatError(f"experiment results: sweep {name} must be a list of "
                                        "[size, ms, tokens/s, repeats] entries")
             sweeps[name] = tuple(_sweep_point(p) for p in points)
-        on_off = [on_off_from_dict(r) for r in _entries(data, "cache_on_off")]
+        on_off = [on_off_from_dict(r) for r in entries(data, "cache_on_off")]
         variants = []
-        for r in _entries(data, "cache_variants"):
-            kl = _series(r.get("kl"), "KL")
+        for r in entries(data, "cache_variants"):
+            kl = series(r.get("kl"), "KL")
             variants.append(VariantRun(
-                CacheConfig(str(r.get("kind")), _whole(r.get("window", 0), "window"),
-                            _whole(r.get("sinks", 0), "sinks")),
-                kl, _series(r.get("agree"), "agreement", bool, len(kl)),
-                _series(r.get("kv_bytes"), "KV bytes", length=len(kl))))
+                CacheConfig(str(r.get("kind")), whole(r.get("window", 0), "window"),
+                            whole(r.get("sinks", 0), "sinks")),
+                kl, series(r.get("agree"), "agreement", bool, len(kl)),
+                series(r.get("kv_bytes"), "KV bytes", length=len(kl))))
         if variants and variants[0].kv_bytes[-1] <= 0:
             raise TraceFormatError("experiment results: the first cache variant's memory must be > 0")
         return Experiments(sweeps, tuple(on_off), tuple(variants),
@@ -290,7 +252,10 @@ def experiments_from_dict(data: Any) -> Experiments:
                            None if data.get("quant_study") is None
                            else study_from_dict(data["quant_study"]),
                            None if data.get("quant_drift") is None
-                           else drift_from_dict(data["quant_drift"]))
+                           else drift_from_dict(data["quant_drift"]),
+                           tuple(shrink_from_dict(r) for r in entries(data, "cache_shrink")),
+                           tuple(long_point(p) for p in entries(data, "long_context")),
+                           needle_from_dict(data.get("needle")))
     except TraceFormatError:
         raise
     except (AttributeError, TypeError, ValueError, ArithmeticError) as err:

@@ -23,7 +23,7 @@ from .loader import LoadedModel
 
 Forward = tuple[torch.Tensor, torch.Tensor | None]  # logits (V,), hidden (L+1, hidden) or None
 # What a transformers cache layer may hold: keys and values, and the scales of a quantized one.
-CACHE_TENSORS = ("keys", "values", "key_scales", "value_scales")
+CACHE_TENSORS = ("keys", "values", "key_scales", "value_scales", "latent", "index_keys")
 
 
 _SENTINEL = "\x00user text\x00"  # stands for the prompt when the chat template is rendered

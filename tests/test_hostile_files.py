@@ -164,6 +164,12 @@ def meta_key(key: str, value) -> Callable[[dict], None]:
     return lambda meta: meta.__setitem__(key, value)
 
 
+# a shrink run as a file keeps it (engine/experiments.py shrink_to_dict): two positions, one step
+SHRINK = {"method": "h2o", "budget": "8", "count": 8, "prompt_tokens": 5, "layer": 0,
+          "kl": [0.0, 0.1], "agree": [True, True], "nll": [1.0], "dense_nll": [1.0],
+          "kv_bytes": [1.0, 2.0], "dense_kv_bytes": [1.0, 2.0], "read_bytes": [2.0],
+          "dense_read_bytes": [2.0], "step_ms": [1.0], "dense_step_ms": [1.0], "rows": None}
+
 META_CASES: dict[str, Callable[[dict], object]] = {
     "layers 10^9": spec(layers=10**9),
     "heads and kv_heads 10^9": spec(heads=10**9, kv_heads=10**9),
@@ -231,6 +237,22 @@ META_CASES: dict[str, Callable[[dict], object]] = {
         {"kind": "int8", "kl": [0.1], "agree": [True], "kv_bytes": []}]}),
     "cache variant series of different lengths": meta_key("experiments", {"cache_variants": [
         {"kind": "int8", "kl": [0.1, 0.2], "agree": [True], "kv_bytes": [5, 6]}]}),
+    "shrink run of an unknown method": meta_key("experiments", {"cache_shrink": [
+        {**SHRINK, "method": "pickle"}]}),
+    "shrink run with a bad budget": meta_key("experiments", {"cache_shrink": [
+        {**SHRINK, "budget": "lots"}]}),
+    "shrink run's rows past their shape": meta_key("experiments", {"cache_shrink": [
+        {**SHRINK, "rows": {"shape": [1, 1, 2], "values": [0.5, 0.5, 0.5]}}]}),
+    "shrink run's huge rows": meta_key("experiments", {"cache_shrink": [
+        {**SHRINK, "rows": {"shape": [1, 10**6, 10**6], "values": []}}]}),
+    "shrink run's series of different lengths": meta_key("experiments", {"cache_shrink": [
+        {**SHRINK, "kv_bytes": [1.0]}]}),
+    "long-context point of three numbers": meta_key("experiments", {"long_context": [[1, 2, 3]]}),
+    "needle deeper than the text": meta_key("experiments", {"needle": {
+        "tokens": 100, "depth": 1.5, "results": []}}),
+    "needle with a positive log-probability": meta_key("experiments", {"needle": {
+        "tokens": 100, "depth": 0.5, "results": [{"method": None, "budget": "full", "found": True,
+                                                  "answer_logprob": 3.0, "kv_bytes": 1}]}}),
     "cache on/off of different lengths": meta_key("experiments", {"cache_on_off": [
         {"new_tokens": 4, "on_ms": [1, 2], "off_ms": [1], "same_tokens": True}]}),
     "kernel comparison of 0 ms": meta_key("experiments", {"decode_comparison": {

@@ -119,6 +119,8 @@ def _experiments():
     from engine.kernels.compiled import DecodeComparison
     from engine.kv.cachelab import OnOff, VariantRun
     from engine.kv.kvcache import CacheConfig
+    from engine.kv.shrink.needle import LengthPoint, NeedleResult, NeedleRun
+    from engine.kv.shrink.run import ShrinkRun
     from engine.timing.dtype_compare import DtypeComparison, DtypeRun
     from engine.timing.roofline import Work
     from engine.timing.sweeps import SweepPoint
@@ -133,7 +135,17 @@ def _experiments():
                                            17.5, "", 41.0),
         dtype_comparison=DtypeComparison(64, 16, 2, "float32", (
             DtypeRun("float32", 80.0, (81.0, 79.0), 1.0, True, (5, 6)),
-            DtypeRun("bfloat16", 40.0, (41.0, 39.0), 0.5, False, (5, 7)))))
+            DtypeRun("bfloat16", 40.0, (41.0, 39.0), 0.5, False, (5, 7)))),
+        cache_shrink=(ShrinkRun("h2o", "25%", 3, 10, np.array([0.0, 0.5, 0.25]),
+                                np.array([True, False, True]), np.array([1.5, 2.0]),
+                                np.array([1.0, 1.5]), np.array([700.0, 720.0, 720.0]),
+                                np.array([900.0, 990.0, 1080.0]), np.array([720.0, 740.0]),
+                                np.array([990.0, 1080.0]), np.array([3.0, 3.5]),
+                                np.array([2.0, 2.5]), 1,
+                                np.full((2, 2, 12), 1 / 12, dtype=np.float32)),),
+        long_context=(LengthPoint(256, 1_769_472, 210.0, 31.0), LengthPoint(512, 3_538_944, 400.0, 33.5)),
+        needle=NeedleRun(1000, 0.25, (NeedleResult(None, "full", True, -0.4, 900),
+                                      NeedleResult("h2o", "64", False, -9.9, 90))))
 
 
 def test_a_lecture_pack_carries_its_experiment_results(trace):
@@ -151,6 +163,11 @@ def test_a_lecture_pack_carries_its_experiment_results(trace):
     assert got.decode_comparison == found.decode_comparison  # a plain dataclass: field equality
     assert got.dtype_comparison == found.dtype_comparison
     assert got.sweeps["batch"][0].repeats_ms == (21.0, 20.0, 19.5)
+    shrink, want = got.cache_shrink[0], found.cache_shrink[0]
+    assert (shrink.method, shrink.budget, shrink.count, shrink.layer) == ("h2o", "25%", 3, 1)
+    assert shrink.summary() == want.summary()
+    assert np.allclose(shrink.rows, want.rows, atol=1e-4)
+    assert got.long_context == found.long_context and got.needle == found.needle
     assert read_trace_file(trace_to_bytes(trace)).experiments.empty
 
 

@@ -1,0 +1,82 @@
+"""`python -m engine kv-shrink PROMPT --method M --budget B`: shrink the KV cache of a live run.
+
+The loaded model generates greedily after PROMPT (the unmodified run: the tokens the user would
+see), then the method reads the same tokens teacher-forced (engine/kv/shrink/run.py) and the
+command prints bytes held and read, quality against the unmodified model and decode time — the
+numbers of one point of the KV cache page's "Shrink the cache" chart. `--method` and `--budget`
+take several values: one line (or JSON object) per pair. Registered by engine/__main__.py;
+importing this module loads no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ...errors import InputError
+from .budget import METHODS, Shrink, parse_budget
+
+MAX_PAIRS = 32
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    parser = sub.add_parser("kv-shrink", help="shrink the KV cache of a live run (latent, top-k, "
+                                              "H2O, SnapKV, window, key norm): bytes vs quality")
+    parser.add_argument("prompt", metavar="PROMPT")
+    parser.add_argument("--method", nargs="+", required=True, choices=list(METHODS))
+    parser.add_argument("--budget", nargs="+", required=True,
+                        help="'full' (the method off), a whole number (a latent rank, keys per "
+                             "head, or tokens kept) or a percentage such as 25%%")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--layer", type=int, default=None,
+                        help="the layer whose attention rows are kept (default: the middle one)")
+    parser.add_argument("--raw", action="store_true", help="no chat template")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--model", default=None, help="hub id, local folder or .gguf file "
+                                                      "(default: SmolLM2-135M)")
+    return parser
+
+
+def line(summary: dict[str, Any]) -> str:
+    return (f"{summary['method']:>8} {summary['budget']:>6}  KV {summary['kv_bytes']:>10,} B "
+            f"({summary['kv_bytes'] / max(1, summary['dense_kv_bytes']):4.0%})  read/step "
+            f"{summary['read_bytes_per_step']:>10,} B  KL {summary['kl']:.4f}  top-1 "
+            f"{summary['top1_agreement']:.1%}  ppl {summary['ppl']:.3f} (unmodified "
+            f"{summary['dense_ppl']:.3f})  decode {summary['decode_ms']:.1f} ms (unmodified "
+            f"{summary['dense_decode_ms']:.1f})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...loader import load_model
+    from ...runner import generate_trace
+    from ...settings import GenerationSettings
+    from .run import shrink_runs
+
+    if not args.prompt.strip():
+        raise InputError("the prompt is empty")
+    if not 1 <= args.max_new_tokens <= 4096:
+        raise InputError("--max-new-tokens must be between 1 and 4096")
+    shrinks = [Shrink(m, parse_budget(b)) for m in args.method for b in args.budget]
+    if len(shrinks) > MAX_PAIRS:
+        raise InputError(f"at most {MAX_PAIRS} method × budget pairs, got {len(shrinks)}")
+    lm = load_model(args.model)
+    if args.layer is not None and not 0 <= args.layer < lm.spec.layers:
+        raise InputError(f"--layer must be between 0 and {lm.spec.layers - 1}")
+    trace = generate_trace(lm, args.prompt, GenerationSettings(
+        max_new_tokens=args.max_new_tokens, chat_template=not args.raw, record_attention=False,
+        record_hidden=False))
+    prompt = list(trace.prompt_token_ids)
+    ids = prompt + list(trace.output_token_ids)
+    if len(ids) <= len(prompt):
+        raise InputError("the run generated no token to score")
+    for found in shrink_runs(lm, ids, len(prompt), shrinks, args.layer):
+        summary = found.summary()
+        print(json.dumps(summary) if args.json else line(summary), flush=True)
+    if not args.json:
+        print("KV: cache bytes held at the end (tensors' nbytes); read/step: bytes of cache one "
+              "decode step's attention reads (median); KL(unmodified ‖ method) and top-1 over "
+              "every position after the prompt, teacher-forced; ppl of the run's own tokens",
+              file=sys.stderr)
+    return 0

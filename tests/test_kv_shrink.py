@@ -1,0 +1,152 @@
+"""Shrinking the KV cache on the real default model (engine/kv/shrink): each method with its
+budget at or past what the run holds equals the unmodified model (next-token probabilities
+within 1e-4 at every position); below it, the bytes held are what the cache tensors hold and
+match the formula for what each method keeps; the quality numbers move; the command line
+prints the same numbers and refuses bad arguments in one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from engine.errors import InputError
+from engine.forward import prepare_prompt
+from engine.kv.shrink.budget import Budget, Shrink, parse_budget
+from engine.kv.shrink.evict import snapkv_scores, window_scores
+from engine.kv.shrink.latent import full_rank, latent_bases
+from engine.kv.shrink.run import shrink_runs, teacher_forced
+
+PROMPT = "The capital of France is Paris. The capital of Japan is"
+
+
+@pytest.fixture(scope="module")
+def sequence(lm) -> tuple[list[int], int]:
+    """A prompt and 12 tokens after it (any tokens: teacher forcing reads them as given)."""
+    prompt = prepare_prompt(lm.tokenizer, PROMPT, True)
+    follow = lm.tokenizer(" Tokyo. The capital of Italy is Rome, and")["input_ids"][:12]
+    return prompt + follow, len(prompt)
+
+
+@pytest.fixture(scope="module")
+def dense(lm, sequence):
+    ids, n = sequence
+    return teacher_forced(lm, ids, n, None)
+
+
+def max_probability_gap(a, b) -> float:
+    return max(float((x.exp() - y.exp()).abs().max()) for x, y in zip(a.logps, b.logps))
+
+
+@pytest.mark.parametrize("method, budget", [("latent", "100%"), ("topk", "100000"),
+                                            ("indexer", "100000"), ("h2o", "100000"),
+                                            ("snapkv", "100000"), ("window", "100000"),
+                                            ("knorm", "100000")])
+def test_a_budget_past_the_run_is_the_unmodified_model(lm, sequence, dense, method, budget):
+    ids, n = sequence
+    run = teacher_forced(lm, ids, n, Shrink(method, parse_budget(budget)), record_layer=3)
+    assert len(run.logps) == len(dense.logps) == len(ids) - n + 1
+    assert max_probability_gap(run, dense) <= 1e-4
+    if method == "latent":  # at full rank the latent holds as many numbers as K and V
+        assert run.kv_bytes[-1] == dense.kv_bytes[-1]
+
+
+def test_the_full_rank_basis_is_orthogonal(lm):
+    basis = latent_bases(lm)[0]
+    assert basis.shape == (full_rank(lm), full_rank(lm)) == (2 * 3 * 64, 2 * 3 * 64)
+    assert torch.allclose(basis.T @ basis, torch.eye(basis.shape[0]), atol=1e-5)
+
+
+def test_bytes_held_are_the_tensors_and_the_formula(lm, sequence, dense):
+    ids, n = sequence
+    layers, kvh, d, f32 = lm.spec.layers, lm.spec.kv_heads, lm.spec.head_dim, 4
+    positions = len(ids)  # the prompt and every token read after it
+    assert dense.kv_bytes[-1] == 2 * layers * kvh * d * f32 * positions
+    latent = teacher_forced(lm, ids, n, Shrink("latent", Budget(32.0)))
+    assert latent.kv_bytes[-1] == layers * 32 * f32 * positions
+    for method in ("h2o", "window"):  # hold the budget after every step
+        run = teacher_forced(lm, ids, n, Shrink(method, Budget(8.0)))
+        assert run.kv_bytes[-1] == 2 * layers * kvh * 8 * d * f32
+        assert (run.read_bytes <= 2 * layers * kvh * 9 * d * f32).all()  # 8 held + the new one
+    for method in ("snapkv", "knorm"):  # keep 8 of the prompt, add what follows
+        run = teacher_forced(lm, ids, n, Shrink(method, Budget(8.0)))
+        assert run.kv_bytes[-1] == 2 * layers * kvh * (8 + positions - n) * d * f32
+    topk = teacher_forced(lm, ids, n, Shrink("topk", Budget(4.0)))
+    assert topk.kv_bytes[-1] == dense.kv_bytes[-1]  # sparse attention reads less, holds all
+    assert (topk.read_bytes < dense.read_bytes).all()
+
+
+def test_small_budgets_change_the_distribution(lm, sequence):
+    ids, n = sequence
+    runs = list(shrink_runs(lm, ids, n, [Shrink("latent", Budget(8.0)),
+                                         Shrink("h2o", Budget(6.0)),
+                                         Shrink("topk", Budget(2.0))]))
+    for run in runs:
+        assert run.mean_kl > 1e-3
+        assert run.kv_bytes[-1] <= run.dense_kv_bytes[-1]
+        assert run.dense_ppl == pytest.approx(runs[0].dense_ppl)
+    assert runs[0].kv_bytes[-1] < runs[0].dense_kv_bytes[-1] / 10
+
+
+def test_sparse_rows_attend_to_k_keys(lm, sequence):
+    ids, n = sequence
+    run = teacher_forced(lm, ids, n, Shrink("topk", Budget(3.0)), record_layer=5)
+    assert run.rows is not None and run.rows.shape[:2] == (len(ids) - n, lm.spec.heads)
+    assert np.allclose(run.rows.sum(-1), 1.0, atol=1e-4)
+    assert ((run.rows > 0).sum(-1) <= 3).all()
+
+
+def test_evicted_rows_show_each_kept_position(lm, sequence):
+    ids, n = sequence
+    run = teacher_forced(lm, ids, n, Shrink("window", Budget(6.0)), record_layer=2)
+    last = run.rows[-1]  # (H, positions): 4 sinks, the 2 newest held and the token read
+    held = np.flatnonzero(last.sum(0) > 0)
+    assert set(held) == set(range(4)) | set(range(len(ids) - 3, len(ids)))
+
+
+def test_snapkv_keeps_its_window_and_window_keeps_sinks():
+    weights = torch.softmax(torch.randn(1, 4, 3, 10), -1)  # 4 heads, 3 window queries, 10 keys
+    scores = snapkv_scores(weights, kv_heads=2)
+    assert scores.shape == (1, 2, 10)
+    assert (scores[..., -3:] == scores[..., :-3].max() + 1).all()
+    kept = window_scores(torch.zeros(1, 2, 10, 4), kept=6)
+    assert kept[0, 0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-3", "150%", "0%", "nan%", ""])
+def test_bad_budgets_are_refused(text):
+    with pytest.raises(InputError):
+        parse_budget(text)
+
+
+def test_budgets_read_as_counts():
+    assert parse_budget("full").full and parse_budget("25%").of(10) == 3
+    assert parse_budget("64").of(10) == 10 and parse_budget("64").of(100) == 64
+
+
+def test_the_command_prints_each_pair(engine_cli, lm):
+    done = engine_cli("kv-shrink", "Name three colours.", "--method", "latent", "h2o",
+                      "--budget", "25%", "full", "--max-new-tokens", "6", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["method"], r["budget"]) for r in rows] == [
+        ("latent", "25%"), ("latent", "full"), ("h2o", "25%"), ("h2o", "full")]
+    for r in rows:
+        for key in ("kv_bytes", "dense_kv_bytes", "kl", "top1_agreement", "ppl", "dense_ppl",
+                    "decode_ms"):
+            assert key in r
+    assert rows[1]["kl"] == 0 and rows[1]["kv_bytes"] == rows[1]["dense_kv_bytes"]
+    assert rows[0]["kv_bytes"] == pytest.approx(rows[0]["dense_kv_bytes"] / 4, rel=0.01)
+
+
+@pytest.mark.parametrize("args", [["--method", "latent", "--budget", "abc"],
+                                  ["--method", "nope", "--budget", "8"],
+                                  ["--method", "topk", "--budget", "0"],
+                                  ["--method", "h2o", "--budget", "8", "--max-new-tokens", "0"],
+                                  ["--method", "h2o"]])
+def test_bad_arguments_exit_2_with_one_line(engine_cli, args):
+    done = engine_cli("kv-shrink", "Hi", *args)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
