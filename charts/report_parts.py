@@ -12,9 +12,11 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs as _read_plotlyjs
 
 from engine.experiments import Experiments
+from engine.kv.shrink.budget import METHODS
 from i18n import N_, _
 
 from .formatting import duration, size
+from .kv_shrink import shrink_chart
 from .kvcache import on_off_chart, variant_chart
 from .layout import legend_above
 from .timing import dtype_chart, sweep_chart
@@ -108,6 +110,20 @@ def experiments_html(found: Experiments, figure: Figures) -> str:
         parts.append(f"<h3>{heading}</h3>" + key_value_table(rows) + figure(
             variant_chart(runs, "kv_bytes", _("KV cache (KiB)"), 1024),
             _("Measured memory held by each cache variant after each generated token.")))
+    if found.cache_shrink:
+        runs = list(found.cache_shrink)
+        rows = [(f"{_(METHODS[r.method])} · {r.budget}",
+                 _("{held} held ({share} of the unmodified), KL {kl} nats, top-1 agreement "
+                   "{agreement}, perplexity {ppl} (unmodified {dense})").format(
+                     held=size(int(r.kv_bytes[-1])),
+                     share=f"{r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]):.0%}",
+                     kl=f"{r.mean_kl:.4f}", agreement=f"{r.top1_agreement:.0%}",
+                     ppl=f"{r.ppl:.3f}", dense=f"{r.dense_ppl:.3f}"))
+                for r in runs]
+        heading = esc(_("Shrinking the cache itself"))
+        parts.append(f"<h3>{heading}</h3>" + key_value_table(rows) + figure(
+            shrink_chart(runs), _("Each method and budget against the unmodified model, "
+                                  "teacher-forced on this run's tokens.")))
     if found.dtype_comparison is not None:
         result = found.dtype_comparison
         heading = esc(_("Weights dtype"))

@@ -12,7 +12,7 @@ from .errors import EngineError, TraceFormatError
 from .experiment_checks import entries, number, series, whole
 from .kv.shrink.budget import METHODS, parse_budget
 from .kv.shrink.needle import LengthPoint, NeedleResult, NeedleRun
-from .kv.shrink.run import ShrinkRun
+from .kv.shrink.run import SOURCES, ShrinkRun
 
 MAX_ROW_VALUES = 250_000  # a shrink run's attention rows are kept in a file up to this many
 
@@ -21,7 +21,7 @@ def shrink_to_dict(r: ShrinkRun) -> dict[str, Any]:
     rows = None
     if r.rows is not None and r.rows.size <= MAX_ROW_VALUES:
         rows = {"shape": list(r.rows.shape), "values": np.round(r.rows, 4).ravel().tolist()}
-    return {"method": r.method, "budget": r.budget, "count": r.count,
+    return {"method": r.method, "budget": r.budget, "count": r.count, "source": r.source,
             "prompt_tokens": r.prompt_tokens, "layer": r.layer, "kl": r.kl.tolist(),
             "agree": r.agree.tolist(), "nll": r.nll.tolist(), "dense_nll": r.dense_nll.tolist(),
             "kv_bytes": r.kv_bytes.tolist(), "dense_kv_bytes": r.dense_kv_bytes.tolist(),
@@ -59,6 +59,10 @@ def shrink_from_dict(r: Any) -> ShrinkRun:
     except (ValueError, EngineError):
         raise TraceFormatError("experiment results: a shrink run's budget must be 'full', a "
                                "whole number or a percentage") from None
+    source = r.get("source", "run")
+    if source not in SOURCES:
+        raise TraceFormatError(f"experiment results: a shrink run's source must be one of "
+                               f"{', '.join(SOURCES)}")
     kl = series(r.get("kl"), "shrink KL")
     n = len(kl)
     steps = n - 1
@@ -72,7 +76,7 @@ def shrink_from_dict(r: Any) -> ShrinkRun:
         series(r.get("dense_kv_bytes"), "unmodified KV bytes", length=n),
         later("read_bytes", "shrink read bytes"), later("dense_read_bytes", "unmodified read bytes"),
         later("step_ms", "shrink step times"), later("dense_step_ms", "unmodified step times"),
-        whole(r.get("layer"), "shrink layer"), _rows(r.get("rows"), steps))
+        whole(r.get("layer"), "shrink layer"), _rows(r.get("rows"), steps), source)
 
 
 

@@ -32,6 +32,7 @@ from ui.common import no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
 from ui.record import keep_experiments
+from ui.sections.kv_shrink import shrink_section
 from ui.state import current_experiments, current_trace, last_serving_run, loaded_model
 from ui.tables import show_table
 from ui.text import plain
@@ -324,6 +325,7 @@ def page() -> None:
             N_("Cache on vs off"): lambda: cache_on_vs_off(lm),
             N_("Calculator"): lambda: calculator(lm),
             N_("Shrinking it"): lambda: shrinking_it(trace, lm),
+            N_("Shrink the cache itself"): lambda: shrink_section(trace, lm),
             N_("Paged blocks"): lambda: paged_blocks(trace)}
     for tab, draw in zip(st.tabs([_(name) for name in tabs]), tabs.values()):
         with tab:

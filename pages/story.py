@@ -236,7 +236,8 @@ STAGES = (
     Stage(N_("Prefill vs decode"), phases_intro, cost_notice.phase_notice, phases_figure, "pages/timing.py",
           N_("Prefill vs decode: TTFT, ITL, FLOPs, bytes and the roofline")),
     Stage(N_("The KV cache"), kv_intro, cost_notice.kv_notice, kv_figure, "pages/kvcache.py",
-          N_("KV cache: live memory, cache on vs off, calculator, shrinking it")),
+          N_("KV cache: live memory, cache on vs off, calculator, shrinking it — and shrinking "
+             "the cache itself: a latent cache (MLA), sparse attention, eviction")),
     Stage(N_("Weights in fewer bits"), weights_intro, weights_notice.weights_notice, weights_figure,
           "pages/quantization.py", N_("Quantization: bytes, speed and quality of every variant, measured")),
 )

@@ -16,7 +16,7 @@ from engine.errors import InputError
 from engine.forward import prepare_prompt
 from engine.kv.shrink.budget import Budget, Shrink, parse_budget
 from engine.kv.shrink.evict import snapkv_scores, window_scores
-from engine.kv.shrink.latent import full_rank, latent_bases
+from engine.kv.shrink.latent import basis, full_rank, latent_bases
 from engine.kv.shrink.run import shrink_runs, teacher_forced
 
 PROMPT = "The capital of France is Paris. The capital of Japan is"
@@ -54,9 +54,19 @@ def test_a_budget_past_the_run_is_the_unmodified_model(lm, sequence, dense, meth
 
 
 def test_the_full_rank_basis_is_orthogonal(lm):
-    basis = latent_bases(lm)[0]
-    assert basis.shape == (full_rank(lm), full_rank(lm)) == (2 * 3 * 64, 2 * 3 * 64)
-    assert torch.allclose(basis.T @ basis, torch.eye(basis.shape[0]), atol=1e-5)
+    directions = latent_bases(lm)[0]
+    assert directions.shape[1] == full_rank(lm) == 2 * 3 * 64
+    for rank in (16, full_rank(lm)):
+        u = basis(directions, rank)
+        assert u.shape == (full_rank(lm), rank)
+        assert torch.allclose(u.T @ u, torch.eye(rank), atol=1e-5)
+
+
+def test_a_basis_past_what_the_calibration_spans_is_completed():
+    directions = torch.linalg.qr(torch.randn(12, 5))[0].T  # 5 directions in 12 dimensions
+    u = basis(directions, 9)
+    assert u.shape == (12, 9) and torch.allclose(u.T @ u, torch.eye(9), atol=1e-5)
+    assert torch.allclose(u[:, :5].abs(), directions.T.abs(), atol=1e-5)  # the found ones first
 
 
 def test_bytes_held_are_the_tensors_and_the_formula(lm, sequence, dense):
@@ -141,12 +151,51 @@ def test_the_command_prints_each_pair(engine_cli, lm):
     assert rows[0]["kv_bytes"] == pytest.approx(rows[0]["dense_kv_bytes"] / 4, rel=0.01)
 
 
+def test_the_held_out_text_and_a_run_give_the_same_numbers_as_the_library(engine_cli, lm):
+    """A point of the page's chart from the command line: the same tokens, the same numbers."""
+    from engine.kv.shrink.run import held_out_sequence
+
+    done = engine_cli("kv-shrink", "--held-out", "--method", "h2o", "--budget", "16", "--json")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    ids, n = held_out_sequence(lm)
+    (run,) = shrink_runs(lm, ids, n, [Shrink("h2o", Budget(16.0))], source="held-out")
+    mine = run.summary()
+    for key in ("source", "kv_bytes", "dense_kv_bytes", "read_bytes_per_step", "kl",
+                "top1_agreement", "ppl", "dense_ppl", "positions", "prompt_tokens"):
+        assert printed[key] == mine[key], key
+    assert printed["source"] == "held-out" and printed["positions"] == 97
+
+
 @pytest.mark.parametrize("args", [["--method", "latent", "--budget", "abc"],
                                   ["--method", "nope", "--budget", "8"],
                                   ["--method", "topk", "--budget", "0"],
                                   ["--method", "h2o", "--budget", "8", "--max-new-tokens", "0"],
-                                  ["--method", "h2o"]])
+                                  ["--method", "h2o"], ["--held-out", "--method", "h2o", "--budget", "8"]])
 def test_bad_arguments_exit_2_with_one_line(engine_cli, args):
     done = engine_cli("kv-shrink", "Hi", *args)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_the_needle_sits_at_its_depth_and_a_small_window_loses_it(lm):
+    from engine.kv.shrink.needle import NEEDLE, haystack, needle_probe
+
+    prompt, answer = haystack(lm, 300, 0.5)
+    text = lm.tokenizer.decode(prompt)
+    at = text.index(NEEDLE)
+    assert 0.35 < at / len(text) < 0.65 and lm.tokenizer.decode(answer).strip() == "4817"
+    found = needle_probe(lm, [Shrink("window", Budget(16.0))], 300, 0.5)
+    assert [(r.method, r.found) for r in found] == [(None, True), ("window", False)]
+    assert found[1].kv_bytes < found[0].kv_bytes and found[1].answer_logprob < found[0].answer_logprob
+
+
+def test_long_context_points_grow_by_the_formula(lm):
+    from engine.kv.shrink.needle import long_context, per_token_growth
+
+    points = long_context(lm, [64, 128])
+    assert [p.tokens for p in points] == [64, 128]
+    per_token = 2 * lm.spec.layers * lm.spec.kv_heads * lm.spec.head_dim * 4
+    assert all(p.kv_bytes == per_token * p.tokens for p in points)
+    assert per_token_growth(points) == pytest.approx(per_token)
+    assert all(p.ttft_ms > 0 and p.itl_ms > 0 for p in points)

@@ -145,7 +145,7 @@ def keep_new_trace(trace: Trace, experiments: Experiments | None = None) -> None
     app_state().run.pending = None
     keep_trace(trace)
     if experiments is None:
-        experiments = replace(app_state().experiments, cache_variants=(),
+        experiments = replace(app_state().experiments, cache_variants=(), cache_shrink=(),
                               decode_comparison=None, dtype_comparison=None)
     _keep("experiments", experiments)
 

@@ -5,7 +5,8 @@
  * than the memory it saves, so a float decode step on 2 cores is compute-bound below the memory
  * roof. Quantizing the activations to int8 (per 32 values, x ≈ dx·xq, as llama.cpp does) turns
  * each 32-weight block's dot product into integer multiply-adds (AVX2 maddubs/madd: 32 products
- * in two instructions) and one float multiply-add. The error this adds is the activations'
+ * in two instructions; AVX-512 VNNI's dpbusd, where the CPU has it: in one, the same integer
+ * sums) and one float multiply-add. The error this adds is the activations'
  * rounding to 8 bits — the same llama.cpp makes — and tests bound it against float products.
  *
  * Activations of a row of K floats (`act_bytes(K)` bytes): xq int8[K] | dx float[K/32] | dx·Σxq

@@ -64,7 +64,7 @@ class ShrinkAttention:
             scores = scores.masked_fill(~allowed, float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # (B, H, c, S)
             if t == 1 and self.method in ("topk", "indexer"):
-                weights = self._sparse(weights, scores, query, layer, keys, d)
+                weights = self._sparse(weights, scores, query, layer, key, d)
             if isinstance(layer, EvictLayer):
                 layer.observe(weights, first, t)
             grouped = weights.reshape(b, kvh, (h // kvh) * count, s)
@@ -79,6 +79,7 @@ class ShrinkAttention:
 
     def _sparse(self, weights: torch.Tensor, scores: torch.Tensor, query: torch.Tensor,
                 layer: Any, keys: torch.Tensor, d: int) -> torch.Tensor:
+        """keys: the cache's own (B, KVH, S, D), in its dtype: what a step reads."""
         row_bytes = d * keys.element_size()
         if self.method == "indexer" and isinstance(layer, IndexedLayer):
             mask = top_k_mask(indexer_scores(query.float(), layer), self.k)

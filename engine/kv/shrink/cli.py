@@ -24,7 +24,10 @@ MAX_PAIRS = 32
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser = sub.add_parser("kv-shrink", help="shrink the KV cache of a live run (latent, top-k, "
                                               "H2O, SnapKV, window, key norm): bytes vs quality")
-    parser.add_argument("prompt", metavar="PROMPT")
+    parser.add_argument("prompt", metavar="PROMPT", nargs="?", default=None)
+    parser.add_argument("--held-out", action="store_true",
+                        help="read the held-out text (the Gettysburg Address: its first 32 "
+                             "tokens as the prompt, the next 96 read) instead of a run of PROMPT")
     parser.add_argument("--method", nargs="+", required=True, choices=list(METHODS))
     parser.add_argument("--budget", nargs="+", required=True,
                         help="'full' (the method off), a whole number (a latent rank, keys per "
@@ -52,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from ...loader import load_model
     from ...runner import generate_trace
     from ...settings import GenerationSettings
-    from .run import shrink_runs
+    from .run import held_out_sequence, shrink_runs
 
-    if not args.prompt.strip():
+    if args.held_out == (args.prompt is not None):
+        raise InputError("give a PROMPT or --held-out, not both")
+    if args.prompt is not None and not args.prompt.strip():
         raise InputError("the prompt is empty")
     if not 1 <= args.max_new_tokens <= 4096:
         raise InputError("--max-new-tokens must be between 1 and 4096")
@@ -64,14 +69,18 @@ def run(args: argparse.Namespace) -> int:
     lm = load_model(args.model)
     if args.layer is not None and not 0 <= args.layer < lm.spec.layers:
         raise InputError(f"--layer must be between 0 and {lm.spec.layers - 1}")
-    trace = generate_trace(lm, args.prompt, GenerationSettings(
-        max_new_tokens=args.max_new_tokens, chat_template=not args.raw, record_attention=False,
-        record_hidden=False))
-    prompt = list(trace.prompt_token_ids)
-    ids = prompt + list(trace.output_token_ids)
-    if len(ids) <= len(prompt):
+    if args.held_out:
+        ids, n = held_out_sequence(lm)
+    else:
+        trace = generate_trace(lm, args.prompt, GenerationSettings(
+            max_new_tokens=args.max_new_tokens, chat_template=not args.raw,
+            record_attention=False, record_hidden=False))
+        n = len(trace.prompt_token_ids)
+        ids = list(trace.prompt_token_ids) + list(trace.output_token_ids)
+    if len(ids) <= n:
         raise InputError("the run generated no token to score")
-    for found in shrink_runs(lm, ids, len(prompt), shrinks, args.layer):
+    for found in shrink_runs(lm, ids, n, shrinks, args.layer,
+                             source="held-out" if args.held_out else "run"):
         summary = found.summary()
         print(json.dumps(summary) if args.json else line(summary), flush=True)
     if not args.json:

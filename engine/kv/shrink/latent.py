@@ -80,24 +80,37 @@ def calibration(lm: LoadedModel) -> list[tuple[torch.Tensor, torch.Tensor, torch
 
 
 def latent_bases(lm: LoadedModel) -> list[torch.Tensor]:
-    """Per layer, the orthogonal basis V (2·kvd, 2·kvd) of [k_pre | v] on the calibration text,
-    its columns in order of the variance they carry: the first r are the rank-r latent's U."""
+    """Per layer, the principal directions of [k_pre | v] on the calibration text, in order of
+    the variance they carry (k, 2·kvd) with k = min(calibration tokens, 2·kvd): a rank-r latent's
+    Uᵀ is the first r rows."""
     if lm.model not in _BASES:
         bases = []
         for pre, values, _rot in calibration(lm):
             joint = torch.cat([pre.flatten(1), values.flatten(1)], dim=1).double()  # (T, 2·kvd)
-            _u, _s, vh = torch.linalg.svd(joint, full_matrices=True)
-            bases.append(vh.T.float().contiguous())  # (2·kvd, 2·kvd)
+            _u, _s, vh = torch.linalg.svd(joint, full_matrices=False)
+            bases.append(vh.float().contiguous())
         _BASES[lm.model] = bases
     return _BASES[lm.model]
+
+
+def basis(directions: torch.Tensor, rank: int) -> torch.Tensor:
+    """U (2·kvd, rank) with orthonormal columns: the first `rank` directions, completed (past
+    what the calibration text spans) by an orthonormal complement; at full rank a square
+    orthogonal matrix, so the latent holds K and V exactly."""
+    found, full = directions.shape
+    if rank <= found:
+        return directions[:rank].T.contiguous()
+    q, _r = torch.linalg.qr(torch.cat([directions.T.double(), torch.eye(full, dtype=torch.float64)],
+                                      dim=1))
+    return q[:, :rank].float().contiguous()
 
 
 class LatentLayer(DynamicLayer):
     """Caches c = [k_pre | v] · U (B, S, r); hands attention the reconstruction, keys rotated."""
 
-    def __init__(self, model: Any, basis: torch.Tensor) -> None:
+    def __init__(self, model: Any, u: torch.Tensor) -> None:
         super().__init__()
-        self.model, self.basis = model, basis  # (2·kvd, r)
+        self.model, self.basis = model, u  # (2·kvd, r)
         self.latent: torch.Tensor | None = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
@@ -129,8 +142,8 @@ class LatentLayer(DynamicLayer):
 
 def latent_cache(lm: LoadedModel, rank: int) -> DynamicCache:
     cache = DynamicCache(config=lm.model.config)
-    cache.layers = [LatentLayer(lm.model, basis[:, :rank].contiguous())
-                    for basis in latent_bases(lm)]
+    cache.layers = [LatentLayer(lm.model, basis(directions, rank))
+                    for directions in latent_bases(lm)]
     return cache
 
 

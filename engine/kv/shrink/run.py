@@ -25,12 +25,17 @@ from transformers import DynamicCache
 from ...attention import overriding
 from ...forward import cache_layer_bytes
 from ...loader import LoadedModel
+from ...quant.texts import TEXTS_DIR, read_text
 from ..cachelab import check_sequence
 from .attend import ShrinkAttention
 from .budget import SPARSE_METHODS, TOKEN_METHODS, Shrink
 from .evict import EvictLayer
 from .latent import full_rank, latent_cache
 from .sparse import IndexedLayer, indexer_projections
+
+HELD_OUT = TEXTS_DIR / "gettysburg.txt"  # never the latent's or the indexer's calibration text
+HELD_OUT_PROMPT, HELD_OUT_POSITIONS = 32, 96
+SOURCES = ("run", "held-out")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -64,6 +69,7 @@ class ShrinkRun:
     dense_step_ms: np.ndarray
     layer: int  # the layer `rows` shows
     rows: np.ndarray | None  # (positions − 1, H, S) float32, that layer's attention per step
+    source: str = "run"  # what was read: "run" (the user's) or "held-out" (HELD_OUT's text)
 
     @property
     def top1_agreement(self) -> float:
@@ -92,6 +98,7 @@ class ShrinkRun:
     def summary(self) -> dict:
         """What `python -m engine kv-shrink --json` prints."""
         return {"method": self.method, "budget": self.budget, "resolved": self.count,
+                "source": self.source,
                 "prompt_tokens": self.prompt_tokens, "positions": int(len(self.kl)),
                 "kv_bytes": int(self.kv_bytes[-1]), "dense_kv_bytes": int(self.dense_kv_bytes[-1]),
                 "read_bytes_per_step": int(np.median(self.read_bytes)) if len(self.read_bytes) else 0,
@@ -183,8 +190,16 @@ def _sync(lm: LoadedModel) -> None:
         torch.cuda.synchronize(lm.device)
 
 
+def held_out_sequence(lm: LoadedModel, prompt_tokens: int = HELD_OUT_PROMPT,
+                      positions: int = HELD_OUT_POSITIONS) -> tuple[list[int], int]:
+    """The held-out text's first `prompt_tokens` as the prompt and the next `positions` tokens
+    to read: a text no calibration here saw (the latent's is the Declaration)."""
+    ids = list(lm.tokenizer(read_text(HELD_OUT))["input_ids"])[:prompt_tokens + positions]
+    return ids, prompt_tokens
+
+
 def compare(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrink, dense: Forced,
-            run: Forced, layer: int) -> ShrinkRun:
+            run: Forced, layer: int, source: str = "run") -> ShrinkRun:
     """The method's pass against the unmodified one, on the same ids."""
     n = min(len(dense.logps), len(run.logps))
     follow = ids[n_prompt:n_prompt + n - 1]
@@ -198,12 +213,12 @@ def compare(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrink, dens
                      n_prompt,
                      kl, agree, nll, dense_nll, run.kv_bytes[:n], dense.kv_bytes[:n],
                      run.read_bytes[:n - 1], dense.read_bytes[:n - 1], run.step_ms[:n - 1],
-                     dense.step_ms[:n - 1], layer, run.rows)
+                     dense.step_ms[:n - 1], layer, run.rows, source)
 
 
 def shrink_runs(lm: LoadedModel, ids: list[int], n_prompt: int, shrinks: list[Shrink],
                 layer: int | None = None, max_tokens: int = 8192,
-                stop: threading.Event | None = None):
+                stop: threading.Event | None = None, source: str = "run"):
     """The unmodified pass once, then each method: yields a ShrinkRun per method as it ends."""
     check_sequence(lm, ids, max_tokens)
     if not 1 <= n_prompt < len(ids):
@@ -214,5 +229,5 @@ def shrink_runs(lm: LoadedModel, ids: list[int], n_prompt: int, shrinks: list[Sh
         if stop is not None and stop.is_set():
             return
         yield compare(lm, ids, n_prompt, shrink, dense,
-                      teacher_forced(lm, ids, n_prompt, shrink, layer, stop), layer)
+                      teacher_forced(lm, ids, n_prompt, shrink, layer, stop), layer, source)
 

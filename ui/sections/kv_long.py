@@ -1,0 +1,96 @@
+"""The KV cache page's "A long context to feel it": the unmodified model's KV bytes, TTFT and ITL
+as the prompt grows, measured; and a needle in a haystack read by each shrinking method
+(engine/kv/shrink/needle.py), with the methods and budgets chosen above."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from charts.kv_shrink import long_context_chart
+from engine import LoadedModel
+from engine.kv.shrink.budget import METHODS, Shrink
+from engine.kv.shrink.needle import (
+    DECODE_STEPS,
+    NEEDLE,
+    NeedleRun,
+    long_context,
+    needle_probe,
+    per_token_growth,
+)
+from i18n import _
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.record import keep_experiments
+from ui.state import current_experiments
+from ui.tables import show_table
+
+LENGTHS = (256, 512, 1024, 2048, 4096)
+
+
+def longest(lm: LoadedModel) -> int:
+    """The longest prompt this server runs: the model's context and the per-click limits."""
+    limit = config().limits.sequence_tokens
+    return min(limit, lm.spec.max_context or limit)
+
+
+def long_section(lm: LoadedModel | None, shrinks: list[Shrink]) -> None:
+    st.subheader(_("A long context to feel it"))
+    if lm is None:
+        st.info(_("Needs the model loaded."))
+        return
+    lengths = [n for n in LENGTHS if n <= longest(lm)]
+    if not lengths:
+        st.info(_("This server's limits leave no room for a long prompt."))
+        return
+    st.markdown(_("Prompts of {lengths} tokens (public-domain text), each prefilled and then "
+                  "decoded for {steps} steps: the cache grows with every token, and so do the "
+                  "time to the first token and, more slowly, each decode step.").format(
+        lengths=", ".join(f"{n:,}" for n in lengths), steps=DECODE_STEPS))
+    if st.button(_("Measure each length"), icon=":material/straighten:", key="kv_long_measure"):
+        def work(job: Job):
+            done = []
+            for n in lengths:
+                done += long_context(lm, [n], job.stop)
+                job.progress(len(done) / len(lengths), _("{n:,} tokens").format(n=n))
+            return tuple(done)
+
+        run_experiment(work, progress=_("Prefilling the shortest prompt…"),
+                       keep=lambda found: keep_experiments(long_context=found))
+    points = list(current_experiments().long_context)
+    if points:
+        show_chart(long_context_chart(points), name="kv long context")
+        st.caption(_("Measured on this machine, the unmodified model; the cache grows by "
+                     "{per:,.0f} B per token (2 · layers · KV heads · head_dim · 4 B in "
+                     "float32).").format(per=per_token_growth(points)))
+    _needle(lm, lengths, shrinks)
+
+
+def _needle(lm: LoadedModel, lengths: list[int], shrinks: list[Shrink]) -> None:
+    st.markdown(_("**A needle in a haystack**: the sentence “{needle}” placed at a chosen depth of "
+                  "a long text, then the question. Each method reads it with the budgets chosen "
+                  "above; it finds the needle when every digit of the answer is its most probable "
+                  "token.").format(needle=NEEDLE))
+    c1, c2 = st.columns(2)
+    tokens = c1.select_slider(_("Haystack (tokens)"), lengths, value=lengths[min(2, len(lengths) - 1)],
+                              key="kv_needle_tokens")
+    depth = c2.slider(_("Depth of the needle"), 0, 100, 25, step=5, format="%d%%",
+                      key="kv_needle_depth")
+    if st.button(_("Hide the needle and ask"), icon=":material/search:", key="kv_needle_run"):
+        def work(job: Job) -> NeedleRun:
+            return NeedleRun(tokens, depth / 100, tuple(needle_probe(lm, shrinks, tokens,
+                                                                     depth / 100, job.stop)))
+
+        run_experiment(work, progress=_("Reading the haystack…"),
+                       keep=lambda found: keep_experiments(needle=found))
+    found = current_experiments().needle
+    if found is not None:
+        show_table(pd.DataFrame([{
+            _("method"): _("unmodified model") if r.method is None else _(METHODS[r.method]),
+            _("budget"): r.budget, _("finds the needle"): "✓" if r.found else "✗",
+            _("log p(answer)"): round(r.answer_logprob, 2), _("KV held (B)"): r.kv_bytes}
+            for r in found.results]), hide_index=True)
+        st.caption(_("A haystack of {tokens:,} tokens, the needle at {depth:.0%} of it; log p is "
+                     "the answer's digits' log-probability, teacher-forced (0 is certain).").format(
+            tokens=found.tokens, depth=found.depth))

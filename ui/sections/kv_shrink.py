@@ -1,0 +1,188 @@
+"""The KV cache page's "Shrink the cache itself": the article's frontier (a latent cache as MLA's,
+sparse attention, eviction) run on the loaded model against the user's own run, teacher-forced
+(engine/kv/shrink) — a point per method and budget on one chart of quality against bytes."""
+
+from __future__ import annotations
+
+import shlex
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from charts.kv_shrink import AXES, METRICS, kept_heatmap, shrink_chart
+from engine import LoadedModel, Trace
+from engine.errors import InputError
+from engine.kv.shrink.budget import METHODS, SPARSE_METHODS, Shrink, parse_budget
+from engine.kv.shrink.latent import full_rank
+from engine.kv.shrink.run import SOURCES, ShrinkRun, held_out_sequence, shrink_runs
+from i18n import N_, _
+from ui.common import show_chart
+from ui.config import config
+from ui.experiment import Job, run_experiment
+from ui.record import keep_experiments
+from ui.sections.kv_long import long_section
+from ui.state import current_experiments
+from ui.tables import show_table
+
+DEFAULT_METHODS = ("latent", "topk", "h2o", "snapkv", "window")
+DEFAULT_BUDGETS = "25%, 50%"
+SOURCE_LABELS = {"run": N_("your last run"), "held-out": N_("a held-out text (the Gettysburg Address)")}
+MAX_BUDGETS = 4
+
+INTRO = N_("The article's frontier: models are now redesigned around the KV cache. DeepSeek "
+           "caches one small **latent** per token (MLA) and attends **sparsely**; long contexts "
+           "drop old tokens (**eviction**). Each method below runs on the loaded model, reading "
+           "your last run's tokens teacher-forced, and is compared with the unmodified model: "
+           "bytes of cache held and read, how far its next-token distribution moves (KL, top-1 "
+           "agreement, perplexity), and decode time.")
+
+HOW = N_("**Latent**: keys (before RoPE) and values of each layer, side by side, projected on "
+         "their top-r principal directions found on a calibration text (the Declaration of "
+         "Independence); only the r numbers are cached, keys and values are rebuilt from them "
+         "and the keys rotated to their positions (RoPE kept apart, as MLA). **Top-k**: each "
+         "head attends to its k keys of highest q·k (reading every key to score them). "
+         "**Indexer**: a score in a quarter of the dimensions picks the k keys (DeepSeek's "
+         "sparse attention uses a small trained indexer; this one is untrained). **H2O** keeps "
+         "the tokens that received the most attention so far and the most recent half; "
+         "**SnapKV** keeps the prompt tokens its last queries attend to; **window** keeps 4 "
+         "first tokens and the most recent ones (StreamingLLM); **key norm** keeps the keys of "
+         "smallest norm. Budgets: a latent rank (of 2 · KV heads · head_dim), keys per head "
+         "(top-k, indexer; a percentage is of the keys cached at that step), or tokens held "
+         "(a percentage is of the prompt). Decode time is this PyTorch implementation's: "
+         "attention runs eagerly here, so it shows what each method costs to run this way, "
+         "not what a fused kernel would save.")
+
+
+def _budgets(text: str, quiet: bool = False) -> list[str] | None:
+    """The budgets typed, or None after one message (none when `quiet`: not yet submitted)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        if not 1 <= len(parts) <= MAX_BUDGETS:
+            raise InputError(_("give 1 to {n} budgets").format(n=MAX_BUDGETS))
+        return [parse_budget(p).text() for p in parts]
+    except InputError as err:
+        if not quiet:
+            st.error(str(err))
+        return None
+
+
+def shrink_section(trace: Trace | None, lm: LoadedModel | None) -> None:
+    st.markdown(_(INTRO))
+    shrinks = _chosen(trace, lm)
+    with st.expander(_("How each method works, and what is measured")):
+        st.markdown(_(HOW))
+    long_section(lm, shrinks)
+
+
+def _chosen(trace: Trace | None, lm: LoadedModel | None) -> list[Shrink]:
+    """The methods × budgets form, its measurement on the run and the results; the pairs chosen
+    (the needle below reads them too)."""
+    if trace is None or lm is None or lm.spec.name != trace.model.name or len(trace.steps) < 2:
+        st.info(_("Needs a run of several generated tokens from the loaded model: generate one "
+                  "on the Generate page."))
+        return [Shrink(m, parse_budget("64")) for m in DEFAULT_METHODS]
+    with st.form("kv_shrink_form", border=False):
+        c1, c2 = st.columns([3, 2])
+        methods = c1.multiselect(_("Methods"), list(METHODS), default=list(DEFAULT_METHODS),
+                                 format_func=lambda m: _(METHODS[m]), key="kv_shrink_methods")
+        budgets = c2.text_input(_("Budgets (comma-separated)"), DEFAULT_BUDGETS, max_chars=60,
+                                key="kv_shrink_budgets",
+                                help=_("'full', a whole number or a percentage, e.g. 25%, 50%, 16"))
+        source = st.radio(_("Read"), SOURCES, horizontal=True, key="kv_shrink_source",
+                          format_func=lambda s: _(SOURCE_LABELS[s]))
+        pressed = st.form_submit_button(_("Measure each method"), icon=":material/science:")
+    chosen = _budgets(budgets, quiet=not pressed) or []
+    shrinks = [Shrink(m, parse_budget(b)) for m in methods for b in chosen]
+    if pressed and shrinks:
+        _measure(trace, lm, shrinks, source)
+    runs = current_experiments().cache_shrink
+    if runs:
+        _results(list(runs), trace, lm)
+    return shrinks
+
+
+def _measure(trace: Trace, lm: LoadedModel, shrinks: list[Shrink], source: str) -> None:
+    if source == "held-out":
+        ids, n = held_out_sequence(lm)
+    else:
+        ids = list(trace.prompt_token_ids) + list(trace.output_token_ids)
+        n = len(trace.prompt_token_ids)
+    limit = config().limits.sequence_tokens
+
+    def work(job: Job) -> tuple[ShrinkRun, ...]:
+        found = []
+        for run in shrink_runs(lm, ids, n, shrinks, max_tokens=limit, stop=job.stop,
+                               source=source):
+            found.append(run)
+            job.progress(len(found) / len(shrinks), f"{run.method} {run.budget}")
+        return tuple(found)
+
+    run_experiment(work, progress=_("Reading your run with the full cache…"),
+                   keep=lambda found: keep_experiments(cache_shrink=found))
+
+
+def _results(runs: list[ShrinkRun], trace: Trace, lm: LoadedModel) -> None:
+    c1, c2 = st.columns(2)
+    axis = c1.radio(_("Bytes"), list(AXES), format_func=lambda a: _(AXES[a]), horizontal=True,
+                    key="kv_shrink_axis")
+    metric = c2.radio(_("Quality"), list(METRICS), format_func=lambda m: _(METRICS[m]),
+                      horizontal=True, key="kv_shrink_metric")
+    show_chart(shrink_chart(runs, metric, axis), name="kv shrink")
+    dense = runs[0]
+    show_table(pd.DataFrame([{
+        _("method"): _(METHODS[r.method]), _("budget"): r.budget,
+        _("KV held (B)"): int(r.kv_bytes[-1]),
+        _("vs unmodified"): f"{r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]):.0%}",
+        _("read per step (B)"): int(np.median(r.read_bytes)) if len(r.read_bytes) else 0,
+        _("mean KL (nats)"): round(r.mean_kl, 4), _("top-1 agreement"): f"{r.top1_agreement:.1%}",
+        _("perplexity"): round(r.ppl, 3), _("decode ms"): round(r.decode_ms, 1)}
+        for r in runs]), hide_index=True)
+    st.caption(_("Unmodified model: {held:,} B of KV cache at the end, perplexity {ppl:.3f} of "
+                 "the tokens read ({source}), decode {ms:.1f} ms per step (median). "
+                 "Teacher-forced over {positions} positions after a {prompt}-token "
+                 "prompt.").format(
+        held=int(dense.dense_kv_bytes[-1]), ppl=dense.dense_ppl, ms=dense.dense_decode_ms,
+        positions=len(dense.kl), prompt=dense.prompt_tokens,
+        source=_(SOURCE_LABELS[dense.source])))
+    _latent_line(runs, lm)
+    _heatmap(runs, lm)
+    read = ("--held-out" if dense.source == "held-out"
+            else shlex.quote(trace.prompt) + f" --max-new-tokens {len(trace.steps)}")
+    command = ("python -m engine kv-shrink " + read + " --method "
+               + " ".join(dict.fromkeys(r.method for r in runs)) + " --budget "
+               + " ".join(dict.fromkeys(r.budget for r in runs)) + " --json")
+    st.caption(_("The same numbers from the shell (the run is generated again, greedily):"))
+    st.code(command, language="bash")
+
+
+def _latent_line(runs: list[ShrinkRun], lm: LoadedModel) -> None:
+    latent = [r for r in runs if r.method == "latent"]
+    if not latent:
+        return
+    full = full_rank(lm)
+    per_token = lm.spec.layers * full * 4
+    st.markdown(_("**Latent, per token**: this model's cache holds {full} numbers a layer "
+                  "(2 · {kv} KV heads · {d}), {per_token:,} B a token in float32; at rank "
+                  "{ranks} the latent holds {bytes} B a token. DeepSeek-V3's MLA caches 512 + "
+                  "64 numbers a layer (the calculator's MLA row).").format(
+        full=full, kv=lm.spec.kv_heads, d=lm.spec.head_dim, per_token=per_token,
+        ranks=" / ".join(str(r.count) for r in latent),
+        bytes=" / ".join(f"{lm.spec.layers * r.count * 4:,}" for r in latent)))
+
+
+def _heatmap(runs: list[ShrinkRun], lm: LoadedModel) -> None:
+    shown = [r for r in runs if r.rows is not None]
+    if not shown:
+        return
+    labels = [f"{_(METHODS[r.method])} · {r.budget}" for r in shown]
+    c1, c2 = st.columns([3, 2])
+    pick = c1.selectbox(_("Which keys a head attended to"), range(len(shown)),
+                        format_func=lambda i: labels[i], key="kv_shrink_pick")
+    head = c2.slider(_("Head"), 0, lm.spec.heads - 1, 0, key="kv_shrink_head")
+    run = shown[min(pick, len(shown) - 1)]
+    show_chart(kept_heatmap(run, head), name="kv shrink heatmap")
+    what = (_("the keys each step's top-k kept") if run.method in SPARSE_METHODS
+            else _("the tokens still held at each step"))
+    st.caption(_("Layer {layer}, head {head}: {what}; blank cells were not attended to or "
+                 "had been evicted.").format(layer=run.layer, head=head, what=what))
