@@ -47,6 +47,7 @@ def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") 
             x=[_bytes(r, axis) / 1024 for r in found], y=[_value(r, metric) for r in found],
             mode="lines+markers+text", name=_(METHODS[method]), text=[r.budget for r in found],
             textposition="top center", marker={"size": 11, "color": METHOD_COLORS[method]},
+            cliponaxis=False,  # a point at 0 (no change) is drawn whole on the axis
             line={"color": METHOD_COLORS[method], "width": 1.5},
             hovertext=[_hover(r) for r in found], hoverinfo="text"))
     if runs:
@@ -55,7 +56,7 @@ def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") 
             x=[_bytes(base, axis, dense=True) / 1024],
             y=[{"kl": 0.0, "top1": 1.0, "ppl": base.dense_ppl}[metric]], mode="markers",
             name=_("unmodified model"), marker={"size": 14, "symbol": "diamond",
-                                                "color": UNMODIFIED_COLOR},
+                                                "color": UNMODIFIED_COLOR}, cliponaxis=False,
             hovertext=[_("unmodified model: {held:,} B held, {read:,.0f} B read per step, "
                          "perplexity {ppl:.3f}").format(held=int(base.dense_kv_bytes[-1]),
                                                         read=_bytes(base, "read", True),

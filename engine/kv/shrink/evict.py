@@ -10,7 +10,8 @@ not a dependency of this app):
   always kept (H2O's split of heavy hitters and recent tokens). Evicts at every step.
 - SnapKV: the attention the prompt's last `window` queries pay each earlier token, averaged
   over those queries, smoothed by an average pool of 5, averaged over a KV head's query heads;
-  the window itself is kept. Compresses the prompt once, after the prefill.
+  the window itself is kept (64 queries as kvpress, at most half the prompt and half the
+  budget). Compresses the prompt once, after the prefill.
 - StreamingLLM: the first SINKS tokens and the most recent ones. Evicts at every step.
 - Key norm: the keys of smallest L2 norm (kvpress's KnormPress). Compresses the prompt once.
 
@@ -101,7 +102,7 @@ class EvictLayer(DynamicLayer):
         if self.method == "h2o":
             self.heavy += weights.view(b, self.kv_heads, h // self.kv_heads, t, s).sum((2, 3))
         elif self.method == "snapkv" and total > 1:
-            window = snapkv_window(total)
+            window = snapkv_window(total, self.budget)
             lo = max(first, total - window)
             if lo < first + t:
                 self.window_rows.append(weights[:, :, lo - first:])
@@ -136,7 +137,8 @@ class EvictLayer(DynamicLayer):
         self.heavy = self.heavy.gather(2, index)
 
 
-def snapkv_window(prompt_tokens: int) -> int:
-    """kvpress's 64, or half the prompt when it is shorter than 128 tokens (kvpress needs the
-    prompt longer than its window)."""
-    return max(1, min(SNAPKV_WINDOW, prompt_tokens // 2))
+def snapkv_window(prompt_tokens: int, budget: int) -> int:
+    """kvpress's 64, or less: at most half the prompt (kvpress needs the prompt longer than its
+    window) and half the budget (a window as large as the budget would leave no room for the
+    tokens it is there to choose)."""
+    return max(1, min(SNAPKV_WINDOW, prompt_tokens // 2, budget // 2))
