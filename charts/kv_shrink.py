@@ -110,7 +110,9 @@ def long_context_chart(points: list[LengthPoint]) -> go.Figure:
               (3, [p.itl_ms for p in points], _("ITL (ms)"), DECODE_COLOR))
     for row, ys, title, color in panels:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=title,
-                                 line={"color": color}, marker={"size": 9},
+                                 line={"color": color},
+                                 marker={"size": 9, "symbol": ["circle-open" if p.delayed
+                                                               else "circle" for p in points]},
                                  hovertemplate=_("%{x:,} prompt tokens: %{y:,.1f}")
                                  + f" {title}<extra></extra>"), row=row, col=1)
         fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)

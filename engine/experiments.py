@@ -92,7 +92,8 @@ def experiments_to_dict(found: Experiments) -> dict[str, Any]:
         "quant_study": None if found.quant_study is None else study_to_dict(found.quant_study),
         "quant_drift": None if found.quant_drift is None else drift_to_dict(found.quant_drift),
         "cache_shrink": [shrink_to_dict(r) for r in found.cache_shrink],
-        "long_context": [[p.tokens, p.kv_bytes, p.ttft_ms, p.itl_ms] for p in found.long_context],
+        "long_context": [[p.tokens, p.kv_bytes, p.ttft_ms, p.itl_ms, p.delayed]
+                         for p in found.long_context],
         "needle": needle_to_dict(found.needle),
     }
 

@@ -22,6 +22,7 @@ def shrink_to_dict(r: ShrinkRun) -> dict[str, Any]:
     if r.rows is not None and r.rows.size <= MAX_ROW_VALUES:
         rows = {"shape": list(r.rows.shape), "values": np.round(r.rows, 4).ravel().tolist()}
     return {"method": r.method, "budget": r.budget, "count": r.count, "source": r.source,
+            "delayed": r.delayed,
             "prompt_tokens": r.prompt_tokens, "layer": r.layer, "kl": r.kl.tolist(),
             "agree": r.agree.tolist(), "nll": r.nll.tolist(), "dense_nll": r.dense_nll.tolist(),
             "kv_bytes": r.kv_bytes.tolist(), "dense_kv_bytes": r.dense_kv_bytes.tolist(),
@@ -76,18 +77,26 @@ def shrink_from_dict(r: Any) -> ShrinkRun:
         series(r.get("dense_kv_bytes"), "unmodified KV bytes", length=n),
         later("read_bytes", "shrink read bytes"), later("dense_read_bytes", "unmodified read bytes"),
         later("step_ms", "shrink step times"), later("dense_step_ms", "unmodified step times"),
-        whole(r.get("layer"), "shrink layer"), _rows(r.get("rows"), steps), source)
+        whole(r.get("layer"), "shrink layer"), _rows(r.get("rows"), steps), source,
+        _flag(r.get("delayed"), "a shrink run's delay flag"))
 
 
+
+
+def _flag(value: Any, what: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise TraceFormatError(f"experiment results: {what} must be true, false or null")
+    return value
 
 
 def long_point(p: Any) -> LengthPoint:
-    if not isinstance(p, list) or len(p) != 4:
+    if not isinstance(p, list) or len(p) != 5:
         raise TraceFormatError("experiment results: a long-context point must be [tokens, KV "
-                               "bytes, TTFT ms, ITL ms]")
+                               "bytes, TTFT ms, ITL ms, delayed]")
     return LengthPoint(whole(p[0], "long-context tokens"), whole(p[1], "long-context KV bytes"),
                        number(p[2], "long-context TTFT", positive=True),
-                       number(p[3], "long-context ITL", positive=True))
+                       number(p[3], "long-context ITL", positive=True),
+                       _flag(p[4], "a long-context point's delay flag"))
 
 
 def needle_from_dict(d: Any) -> NeedleRun | None:

@@ -199,3 +199,15 @@ def test_long_context_points_grow_by_the_formula(lm):
     assert all(p.kv_bytes == per_token * p.tokens for p in points)
     assert per_token_growth(points) == pytest.approx(per_token)
     assert all(p.ttft_ms > 0 and p.itl_ms > 0 for p in points)
+
+
+def test_the_delay_rule_marks_a_stretch_other_work_took():
+    from engine.clock import MachineSample
+    from engine.kv.shrink.run import delayed_between
+
+    before = MachineSample(0.0, 0.0, (1000, 2000), 100)
+    busy = MachineSample(1000.0, 400.0, (1180, 2200), 140)  # others: 140 of 200 ticks; us 20 %
+    quiet = MachineSample(1000.0, 1900.0, (1195, 2200), 290)  # us: 95 % of 2 threads
+    assert delayed_between(before, busy, 2) is True
+    assert delayed_between(before, quiet, 2) is False
+    assert delayed_between(before, MachineSample(1000.0, 0.0, None, None), 2) is None

@@ -18,6 +18,7 @@ from engine.kv.shrink.needle import (
     needle_probe,
     per_token_growth,
 )
+from engine.timing.disturbance import advice
 from i18n import _
 from ui.common import show_chart
 from ui.config import config
@@ -64,6 +65,12 @@ def long_section(lm: LoadedModel | None, shrinks: list[Shrink]) -> None:
         st.caption(_("Measured on this machine, the unmodified model; the cache grows by "
                      "{per:,.0f} B per token (2 · layers · KV heads · head_dim · 4 B in "
                      "float32).").format(per=per_token_growth(points)))
+        delayed = [p.tokens for p in points if p.delayed]
+        if delayed:
+            st.warning(_("Other work on this machine delayed the lengths {lengths} (hollow "
+                         "points): their times show the machine, not the model. {advice}").format(
+                lengths=", ".join(f"{n:,}" for n in delayed), advice=advice(config().hosted)),
+                icon=":material/hourglass_top:")
     _needle(lm, lengths, shrinks)
 
 

@@ -16,6 +16,7 @@ from engine.errors import InputError
 from engine.kv.shrink.budget import METHODS, SPARSE_METHODS, Shrink, parse_budget
 from engine.kv.shrink.latent import full_rank
 from engine.kv.shrink.run import SOURCES, ShrinkRun, held_out_sequence, shrink_runs
+from engine.timing.disturbance import advice
 from i18n import N_, _
 from ui.common import show_chart
 from ui.config import config
@@ -145,6 +146,13 @@ def _results(runs: list[ShrinkRun], trace: Trace, lm: LoadedModel) -> None:
         held=int(dense.dense_kv_bytes[-1]), ppl=dense.dense_ppl, ms=dense.dense_decode_ms,
         positions=len(dense.kl), prompt=dense.prompt_tokens,
         source=_(SOURCE_LABELS[dense.source])))
+    delayed = [f"{r.method} {r.budget}" for r in runs if r.delayed]
+    if delayed:
+        st.warning(_("Other work on this machine delayed the decode steps of {runs}: their "
+                     "decode times show the machine, not the method (bytes and quality do not "
+                     "depend on it). {advice}").format(runs=", ".join(delayed),
+                                                       advice=advice(config().hosted)),
+                   icon=":material/hourglass_top:")
     _latent_line(runs, lm)
     _heatmap(runs, lm)
     read = ("--held-out" if dense.source == "held-out"

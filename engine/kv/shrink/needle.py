@@ -24,7 +24,7 @@ from ...forward import cache_layer_bytes, prepare_prompt
 from ...loader import LoadedModel
 from ...quant.texts import TEXTS_DIR, read_text
 from .budget import Shrink
-from .run import teacher_forced
+from .run import delayed_between, sample, teacher_forced, threads_used
 
 NEEDLE = "The secret number of the archive is 4817."
 QUESTION = "What is the secret number of the archive?"
@@ -108,6 +108,7 @@ class LengthPoint:
     kv_bytes: int  # after the prefill
     ttft_ms: float  # the prefill
     itl_ms: float  # median of DECODE_STEPS decode steps after it
+    delayed: bool | None = None  # the delay rule over the prefill and its steps (None: unknown)
 
 
 @torch.inference_mode()
@@ -121,6 +122,7 @@ def long_context(lm: LoadedModel, lengths: list[int], stop: threading.Event | No
         ids = torch.tensor([filler_ids(lm, n)], device=lm.device)
         cache = DynamicCache(config=lm.model.config)
         _sync(lm)
+        before = sample(lm)
         start = time.perf_counter()
         out = lm.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         _sync(lm)
@@ -134,7 +136,8 @@ def long_context(lm: LoadedModel, lengths: list[int], stop: threading.Event | No
             out = lm.model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
             _sync(lm)
             steps.append((time.perf_counter() - start) * 1000)
-        points.append(LengthPoint(n, held, ttft, float(statistics.median(steps))))
+        points.append(LengthPoint(n, held, ttft, float(statistics.median(steps)),
+                                  delayed_between(before, sample(lm), threads_used())))
     return points
 
 

@@ -23,9 +23,19 @@ import torch
 from transformers import DynamicCache
 
 from ...attention import overriding
+from ...clock import (
+    MachineSample,
+    _machine_ticks,
+    _own_ticks,
+    clock_ms,
+    others_share,
+    process_cpu_ms,
+    usable_cores,
+)
 from ...forward import cache_layer_bytes
 from ...loader import LoadedModel
 from ...quant.texts import TEXTS_DIR, read_text
+from ...timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT
 from ..cachelab import check_sequence
 from .attend import ShrinkAttention
 from .budget import SPARSE_METHODS, TOKEN_METHODS, Shrink
@@ -47,6 +57,7 @@ class Forced:
     read_bytes: np.ndarray  # (positions − 1,) cache bytes each decode step's attention read
     step_ms: np.ndarray  # (positions − 1,) each decode step's wall time
     rows: np.ndarray | None  # (positions − 1, H, S) one layer's attention per decode step
+    delayed: bool | None = None  # the delay rule over its decode steps (None: not measured)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -70,6 +81,7 @@ class ShrinkRun:
     layer: int  # the layer `rows` shows
     rows: np.ndarray | None  # (positions − 1, H, S) float32, that layer's attention per step
     source: str = "run"  # what was read: "run" (the user's) or "held-out" (HELD_OUT's text)
+    delayed: bool | None = None  # other work delayed its decode steps or the unmodified one's
 
     @property
     def top1_agreement(self) -> float:
@@ -98,7 +110,7 @@ class ShrinkRun:
     def summary(self) -> dict:
         """What `python -m engine kv-shrink --json` prints."""
         return {"method": self.method, "budget": self.budget, "resolved": self.count,
-                "source": self.source,
+                "source": self.source, "delayed": self.delayed,
                 "prompt_tokens": self.prompt_tokens, "positions": int(len(self.kl)),
                 "kv_bytes": int(self.kv_bytes[-1]), "dense_kv_bytes": int(self.dense_kv_bytes[-1]),
                 "read_bytes_per_step": int(np.median(self.read_bytes)) if len(self.read_bytes) else 0,
@@ -162,6 +174,7 @@ def teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrin
             return lm.model(input_ids=part, cache=cache, use_cache=True, logits_to_keep=1)
 
     out = forward(seq[:, :n_prompt])
+    before = sample(lm)
     for i in range(n_prompt, len(ids) + 1):
         logps.append(torch.log_softmax(out.logits[0, -1].float(), -1).cpu())
         held.append(sum(cache_layer_bytes(cache)))
@@ -178,11 +191,12 @@ def teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrin
         times.append((time.perf_counter() - start) * 1000)
         read.append(attend.read_bytes if attend is not None and attend.read_bytes
                     else _read_bytes(cache))
+    delayed = delayed_between(before, sample(lm), threads_used()) if times else None
     rows = None
     if attend is not None and attend.rows:
         width = max(r.shape[1] for r in attend.rows)
         rows = np.stack([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r in attend.rows])
-    return Forced(tuple(logps), np.array(held), np.array(read), np.array(times), rows)
+    return Forced(tuple(logps), np.array(held), np.array(read), np.array(times), rows, delayed)
 
 
 def _sync(lm: LoadedModel) -> None:
@@ -213,7 +227,9 @@ def compare(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrink, dens
                      n_prompt,
                      kl, agree, nll, dense_nll, run.kv_bytes[:n], dense.kv_bytes[:n],
                      run.read_bytes[:n - 1], dense.read_bytes[:n - 1], run.step_ms[:n - 1],
-                     dense.step_ms[:n - 1], layer, run.rows, source)
+                     dense.step_ms[:n - 1], layer, run.rows, source,
+                     None if run.delayed is None and dense.delayed is None
+                     else bool(run.delayed or dense.delayed))
 
 
 def shrink_runs(lm: LoadedModel, ids: list[int], n_prompt: int, shrinks: list[Shrink],
@@ -231,3 +247,24 @@ def shrink_runs(lm: LoadedModel, ids: list[int], n_prompt: int, shrinks: list[Sh
         yield compare(lm, ids, n_prompt, shrink, dense,
                       teacher_forced(lm, ids, n_prompt, shrink, layer, stop), layer, source)
 
+
+
+def delayed_between(before: MachineSample, after: MachineSample, threads: int) -> bool | None:
+    """The app's delay rule (engine/timing/disturbance.py) over a stretch of measured work:
+    other processes used ≥ OTHERS_LIMIT of the CPUs while this one got < CPU_SHARE_LIMIT of its
+    threads' time. None where /proc says nothing or the stretch is under a clock tick."""
+    others = others_share(before, after)
+    wall = after.wall_ms - before.wall_ms
+    if others is None or wall <= 0:
+        return None
+    share = (after.cpu_ms - before.cpu_ms) / (max(1, threads) * wall)
+    return others >= OTHERS_LIMIT and share < CPU_SHARE_LIMIT
+
+
+def sample(lm: LoadedModel) -> MachineSample:
+    """Now, with the machine's tick counters read afresh (not the per-tick cache)."""
+    return MachineSample(clock_ms(lm.device), process_cpu_ms(), _machine_ticks(), _own_ticks())
+
+
+def threads_used() -> int:
+    return max(1, min(torch.get_num_threads(), usable_cores()))
