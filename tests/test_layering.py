@@ -46,7 +46,8 @@ CORE_PACKAGES = ("engine", "engine.gguf")  # package modules in the core (their 
 SUBSYSTEMS = tuple(f"engine.{name}" for name in
                    ("kernels", "kv", "quant", "serving", "remote", "lens", "timing",
                     "whatif", "gguf.export", "gguf.cli"))
-ENGINE_TOP = ("engine.experiments", "engine.files", "engine.cli_run", "engine.__main__",
+ENGINE_TOP = ("engine.experiments", "engine.experiments_kv", "engine.experiment_checks",
+              "engine.files", "engine.cli_run", "engine.__main__",
               "engine.models",
               # finding the GGUF files here weighs each at the model store's default context
               "engine.gguf.discover", "engine.gguf.models_cli")
