@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import statistics
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
+from ...clock import clock_ms
 from ...errors import InputError
 from ...forward import cache_layer_bytes, prepare_prompt
 from ...loader import LoadedModel
@@ -121,29 +121,21 @@ def long_context(lm: LoadedModel, lengths: list[int], stop: threading.Event | No
             break
         ids = torch.tensor([filler_ids(lm, n)], device=lm.device)
         cache = DynamicCache(config=lm.model.config)
-        _sync(lm)
         before = sample(lm)
-        start = time.perf_counter()
+        start = clock_ms(lm.device)
         out = lm.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        _sync(lm)
-        ttft = (time.perf_counter() - start) * 1000
+        ttft = clock_ms(lm.device) - start
         held = sum(cache_layer_bytes(cache))
         steps = []
         for _ in range(DECODE_STEPS):
             token = out.logits[:, -1:].argmax(-1)
-            _sync(lm)
-            start = time.perf_counter()
+            start = clock_ms(lm.device)
             out = lm.model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)
-            _sync(lm)
-            steps.append((time.perf_counter() - start) * 1000)
+            steps.append(clock_ms(lm.device) - start)
         points.append(LengthPoint(n, held, ttft, float(statistics.median(steps)),
                                   delayed_between(before, sample(lm), threads_used())))
     return points
 
-
-def _sync(lm: LoadedModel) -> None:
-    if lm.device.type == "cuda":
-        torch.cuda.synchronize(lm.device)
 
 
 def per_token_growth(points: list[LengthPoint]) -> float:

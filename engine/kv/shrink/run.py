@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import statistics
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,11 +183,9 @@ def teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrin
             attend.read_bytes = 0
             if shrink.method in SPARSE_METHODS:
                 attend.k = _sparse_k(shrink, i + 1)
-        _sync(lm)
-        start = time.perf_counter()
+        start = clock_ms(lm.device)
         out = forward(seq[:, i:i + 1])
-        _sync(lm)
-        times.append((time.perf_counter() - start) * 1000)
+        times.append(clock_ms(lm.device) - start)
         read.append(attend.read_bytes if attend is not None and attend.read_bytes
                     else _read_bytes(cache))
     delayed = delayed_between(before, sample(lm), threads_used()) if times else None
@@ -198,10 +195,6 @@ def teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrin
         rows = np.stack([np.pad(r, ((0, 0), (0, width - r.shape[1]))) for r in attend.rows])
     return Forced(tuple(logps), np.array(held), np.array(read), np.array(times), rows, delayed)
 
-
-def _sync(lm: LoadedModel) -> None:
-    if lm.device.type == "cuda":
-        torch.cuda.synchronize(lm.device)
 
 
 def held_out_sequence(lm: LoadedModel, prompt_tokens: int = HELD_OUT_PROMPT,
