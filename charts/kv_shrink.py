@@ -7,16 +7,24 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.kv.shrink.budget import METHODS
+from engine.kv.shrink.budget import METHODS, SPARSE_METHODS
 from engine.kv.shrink.needle import LengthPoint
 from engine.kv.shrink.run import ShrinkRun
 from i18n import N_, _
 
+from .attention import MASKED_COLOR
 from .live import DECODE_COLOR, KV_COLOR, PREFILL_COLOR
 
-# one colour per method in every figure of the section; the unmodified model is black
-METHOD_COLORS = {"latent": "#2ca02c", "topk": "#1f77b4", "indexer": "#17becf", "h2o": "#d62728",
-                 "snapkv": "#ff7f0e", "window": "#9467bd", "knorm": "#8c564b"}
+# one colour per method in every figure of the section, none of them the app's colours for the
+# KV cache, prefill and decode (charts/live.py), which the long-context chart beside them uses;
+# the unmodified model is black
+METHOD_COLORS = {"latent": "#9467bd", "topk": "#ff7f0e", "indexer": "#e377c2", "h2o": "#8c564b",
+                 "snapkv": "#bcbd22", "window": "#17becf", "knorm": "#7f7f7f"}
+# where each method's budget labels sit. At one budget H2O and window hold the same bytes (one
+# x), as SnapKV and key norm do; top-k reads nearly what the unmodified model reads, beside them
+LABEL_PLACES = {"latent": "top center", "topk": "bottom center", "indexer": "bottom center",
+                "h2o": "middle right", "snapkv": "top center", "window": "top center",
+                "knorm": "middle left"}
 UNMODIFIED_COLOR = "#222222"
 METRICS = {"kl": N_("mean KL(unmodified ‖ method), nats"), "top1": N_("top-1 agreement"),
            "ppl": N_("perplexity of the run's tokens")}
@@ -35,38 +43,55 @@ def _bytes(run: ShrinkRun, axis: str, dense: bool = False) -> float:
     return float(np.median(series)) if len(series) else 0.0
 
 
+def budget_label(run: ShrinkRun) -> str:
+    """What a point's budget came to, short: a rank, keys per head, tokens held."""
+    if run.method == "latent":
+        return _("r={n}").format(n=run.count)
+    if run.method in SPARSE_METHODS:
+        return _("k={n}").format(n=run.count)
+    return _("{n} tok").format(n=run.count)
+
+
 def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") -> go.Figure:
     """A point per (method, budget), a line through a method's points in bytes order; the
-    unmodified model as a black diamond."""
+    unmodified model as a black diamond, under the methods' points (a method that holds the
+    whole cache sits on it). Perplexity on a log axis: a method that breaks the model reaches
+    hundreds while the others stay near the unmodified."""
     fig = go.Figure()
-    for method in METHODS:
-        found = sorted((r for r in runs if r.method == method), key=lambda r: _bytes(r, axis))
-        if not found:
-            continue
-        fig.add_trace(go.Scatter(
-            x=[_bytes(r, axis) / 1024 for r in found], y=[_value(r, metric) for r in found],
-            mode="lines+markers+text", name=_(METHODS[method]), text=[r.budget for r in found],
-            textposition="top center", marker={"size": 11, "color": METHOD_COLORS[method]},
-            cliponaxis=False,  # a point at 0 (no change) is drawn whole on the axis
-            line={"color": METHOD_COLORS[method], "width": 1.5},
-            hovertext=[_hover(r) for r in found], hoverinfo="text"))
     if runs:
         base = runs[0]
         fig.add_trace(go.Scatter(
             x=[_bytes(base, axis, dense=True) / 1024],
             y=[{"kl": 0.0, "top1": 1.0, "ppl": base.dense_ppl}[metric]], mode="markers",
-            name=_("unmodified model"), marker={"size": 14, "symbol": "diamond",
-                                                "color": UNMODIFIED_COLOR}, cliponaxis=False,
+            name=_("unmodified model"), marker={"size": 16, "symbol": "diamond-open",
+                                                "color": UNMODIFIED_COLOR,
+                                                "line": {"width": 2.5}}, cliponaxis=False,
             hovertext=[_("unmodified model: {held:,} B held, {read:,.0f} B read per step, "
                          "perplexity {ppl:.3f}").format(held=int(base.dense_kv_bytes[-1]),
                                                         read=_bytes(base, "read", True),
                                                         ppl=base.dense_ppl)],
             hoverinfo="text"))
+    for method in (m for m in METHODS if any(r.method == m for r in runs)):
+        found = sorted((r for r in runs if r.method == method), key=lambda r: _bytes(r, axis))
+        fig.add_trace(go.Scatter(
+            x=[_bytes(r, axis) / 1024 for r in found], y=[_value(r, metric) for r in found],
+            mode="lines+markers+text", name=_(METHODS[method]),
+            text=[budget_label(r) for r in found],
+            textposition=LABEL_PLACES[method],
+            textfont={"color": METHOD_COLORS[method]},
+            marker={"size": 11, "color": METHOD_COLORS[method]},
+            cliponaxis=False,  # a point at 0 (no change) is drawn whole on the axis
+            line={"color": METHOD_COLORS[method], "width": 1.5},
+            hovertext=[_hover(r) for r in found], hoverinfo="text"))
     # the legend under the plot: up to 8 entries in a row would reach the chart's toolbar above
-    fig.update_layout(height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+    fig.update_layout(height=460, margin={"l": 10, "r": 30, "t": 40, "b": 10},
                       legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
-    fig.update_xaxes(title_text=_(AXES[axis]), rangemode="tozero")
-    fig.update_yaxes(title_text=_(METRICS[metric]), rangemode="tozero")
+    fig.update_xaxes(title_text=_(AXES[axis]), rangemode="tozero", tickformat=",")
+    if metric == "ppl":
+        fig.update_yaxes(title_text=_(METRICS[metric]) + " " + _("(log scale)"), type="log")
+    else:
+        fig.update_yaxes(title_text=_(METRICS[metric]), rangemode="tozero",
+                         tickformat=".0%" if metric == "top1" else None)
     return fig
 
 
@@ -74,7 +99,8 @@ def _hover(r: ShrinkRun) -> str:
     return _("{method} at {budget}: {held:,} B held ({share:.0%} of the unmodified), "
              "{read:,.0f} B read per step, KL {kl:.4f} nats, top-1 {top1:.1%}, perplexity "
              "{ppl:.3f} (unmodified {dense:.3f}), decode {ms:.1f} ms").format(
-        method=_(METHODS[r.method]), budget=r.budget, held=int(r.kv_bytes[-1]),
+        method=_(METHODS[r.method]), budget=_("full") if r.budget == "full" else r.budget,
+        held=int(r.kv_bytes[-1]),
         share=r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]), read=_bytes(r, "read"),
         kl=r.mean_kl, top1=r.top1_agreement, ppl=r.ppl, dense=r.dense_ppl, ms=r.decode_ms)
 
@@ -86,16 +112,17 @@ def kept_heatmap(run: ShrinkRun, head: int) -> go.Figure:
     shown = np.where(rows > 0, rows, np.nan)
     steps, positions = rows.shape
     fig = go.Figure(go.Heatmap(
-        z=shown, x=list(range(positions)), y=list(range(1, steps + 1)), colorscale="Blues",
+        z=shown, x=list(range(positions)), y=list(range(1, steps + 1)),
+        colorscale=[[0.0, "#deebf7"], [1.0, "#08306b"]],  # the lightest weight is not the grey
         zmin=0, zmax=float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0,
         colorbar={"title": {"text": _("weight")}},
         hovertemplate=_("decode step %{y}, key at position %{x}: weight %{z:.3f}")
         + "<extra></extra>"))
-    fig.add_vline(x=run.prompt_tokens - 0.5, line_dash="dot", line_color="#888888",
-                  annotation_text=_("prompt | generated"), annotation_position="top left")
+    fig.add_vline(x=run.prompt_tokens - 0.5, line_dash="dot", line_color="#555555",
+                  annotation_text=_("generated →"), annotation_position="top right")
     fig.update_layout(height=360, margin={"l": 10, "r": 10, "t": 30, "b": 10},
-                      plot_bgcolor="#f4f4f4")
-    fig.update_xaxes(title_text=_("key position (blank: not attended or evicted)"))
+                      plot_bgcolor=MASKED_COLOR)
+    fig.update_xaxes(title_text=_("key position (grey: not attended or evicted)"))
     fig.update_yaxes(title_text=_("decode step"), autorange="reversed")
     return fig
 
@@ -115,7 +142,7 @@ def long_context_chart(points: list[LengthPoint]) -> go.Figure:
                                                                else "circle" for p in points]},
                                  hovertemplate=_("%{x:,} prompt tokens: %{y:,.1f}")
                                  + f" {title}<extra></extra>"), row=row, col=1)
-        fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)
-    fig.update_xaxes(title_text=_("prompt tokens"), row=3, col=1)
+        fig.update_yaxes(title_text=title, rangemode="tozero", tickformat=",", row=row, col=1)
+    fig.update_xaxes(title_text=_("prompt tokens"), tickformat=",", row=3, col=1)
     fig.update_layout(height=560, margin={"l": 10, "r": 10, "t": 20, "b": 10}, showlegend=False)
     return fig

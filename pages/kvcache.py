@@ -28,6 +28,7 @@ from engine.serving.metrics import peak_step
 from engine.serving.record import ServingRun
 from engine.timing.disturbance import RULE, advice
 from i18n import N_, _
+from ui import keys
 from ui.common import no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
@@ -35,6 +36,7 @@ from ui.record import keep_experiments
 from ui.sections.kv_shrink import shrink_section
 from ui.state import current_experiments, current_trace, last_serving_run, loaded_model
 from ui.tables import show_table
+from ui.tabs import kept_tabs
 from ui.text import plain
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable
@@ -327,7 +329,7 @@ def page() -> None:
             N_("Shrinking it"): lambda: shrinking_it(trace, lm),
             N_("Shrink the cache itself"): lambda: shrink_section(trace, lm),
             N_("Paged blocks"): lambda: paged_blocks(trace)}
-    for tab, draw in zip(st.tabs([_(name) for name in tabs]), tabs.values()):
+    for tab, draw in zip(kept_tabs(list(tabs), keys.KV_TAB), tabs.values()):
         with tab:
             draw()
 

@@ -171,14 +171,17 @@ def test_the_held_out_text_and_a_run_give_the_same_numbers_as_the_library(engine
                                   ["--method", "nope", "--budget", "8"],
                                   ["--method", "topk", "--budget", "0"],
                                   ["--method", "h2o", "--budget", "8", "--max-new-tokens", "0"],
-                                  ["--method", "h2o"], ["--held-out", "--method", "h2o", "--budget", "8"]])
+                                  ["--method", "h2o"], ["--held-out", "--method", "h2o", "--budget", "8"],
+                                  ["--needle", "64", "--lengths", "64"],
+                                  ["--needle", "8", "--method", "h2o", "--budget", "8"],
+                                  ["--lengths", "64", "--method", "h2o", "--budget", "8"]])
 def test_bad_arguments_exit_2_with_one_line(engine_cli, args):
     done = engine_cli("kv-shrink", "Hi", *args)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
 
-def test_the_needle_sits_at_its_depth_and_a_small_window_loses_it(lm):
+def test_the_needle_sits_at_its_depth_and_a_small_window_loses_it(lm, engine_cli):
     from engine.kv.shrink.needle import NEEDLE, haystack, needle_probe
 
     prompt, answer = haystack(lm, 300, 0.5)
@@ -188,9 +191,16 @@ def test_the_needle_sits_at_its_depth_and_a_small_window_loses_it(lm):
     found = needle_probe(lm, [Shrink("window", Budget(16.0))], 300, 0.5)
     assert [(r.method, r.found) for r in found] == [(None, True), ("window", False)]
     assert found[1].kv_bytes < found[0].kv_bytes and found[1].answer_logprob < found[0].answer_logprob
+    done = engine_cli("kv-shrink", "--needle", "300", "--depth", "0.5", "--method", "window",
+                      "--budget", "16", "--json")
+    assert done.returncode == 0, done.stderr
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(p["method"], p["found"], p["kv_bytes"]) for p in printed] == [
+        ("unmodified", True, found[0].kv_bytes), ("window", False, found[1].kv_bytes)]
+    assert printed[1]["answer_logprob"] == pytest.approx(found[1].answer_logprob, abs=1e-3)
 
 
-def test_long_context_points_grow_by_the_formula(lm):
+def test_long_context_points_grow_by_the_formula(lm, engine_cli):
     from engine.kv.shrink.needle import long_context, per_token_growth
 
     points = long_context(lm, [64, 128])
@@ -198,6 +208,12 @@ def test_long_context_points_grow_by_the_formula(lm):
     per_token = 2 * lm.spec.layers * lm.spec.kv_heads * lm.spec.head_dim * 4
     assert all(p.kv_bytes == per_token * p.tokens for p in points)
     assert per_token_growth(points) == pytest.approx(per_token)
+    done = engine_cli("kv-shrink", "--lengths", "64", "128", "--json")
+    assert done.returncode == 0, done.stderr
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(p["tokens"], p["kv_bytes"]) for p in printed] == [(64, per_token * 64),
+                                                               (128, per_token * 128)]
+    assert all(p["ttft_ms"] > 0 and p["itl_ms"] > 0 for p in printed)
     assert all(p.ttft_ms > 0 and p.itl_ms > 0 for p in points)
 
 

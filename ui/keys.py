@@ -23,6 +23,9 @@ STEP = "pick"  # the generated token "Why this token?" explains (a share link pr
 LAYER, HEAD = "attn_layer", "attn_head"
 MODEL_VIEW = "model_view"  # the model view chart: its selection opens a layer and head
 
+# KV cache
+KV_TAB = "kv_tab"  # the tab open (its English name): kept through presentation mode and language
+
 # Compare runs (run A's choice is a kept value)
 COMPARE_A = "compare_a"
 COMPARE_UPLOAD = "compare_upload"

@@ -9,7 +9,7 @@ import streamlit as st
 
 from charts.kv_shrink import long_context_chart
 from engine import LoadedModel
-from engine.kv.shrink.budget import METHODS, Shrink
+from engine.kv.shrink.budget import Shrink, described
 from engine.kv.shrink.needle import (
     DECODE_STEPS,
     NEEDLE,
@@ -46,8 +46,9 @@ def long_section(lm: LoadedModel | None, shrinks: list[Shrink]) -> None:
         st.info(_("This server's limits leave no room for a long prompt."))
         return
     st.markdown(_("Prompts of {lengths} tokens (public-domain text), each prefilled and then "
-                  "decoded for {steps} steps: the cache grows with every token, and so do the "
-                  "time to the first token and, more slowly, each decode step.").format(
+                  "decoded for {steps} steps: the cache grows with every token; the chart shows "
+                  "what that does to the time to the first token and to each decode "
+                  "step.").format(
         lengths=", ".join(f"{n:,}" for n in lengths), steps=DECODE_STEPS))
     if st.button(_("Measure each length"), icon=":material/straighten:", key="kv_long_measure"):
         def work(job: Job):
@@ -71,13 +72,15 @@ def long_section(lm: LoadedModel | None, shrinks: list[Shrink]) -> None:
                          "points): their times show the machine, not the model. {advice}").format(
                 lengths=", ".join(f"{n:,}" for n in delayed), advice=advice(config().hosted)),
                 icon=":material/hourglass_top:")
+        _shell("--lengths " + " ".join(str(p.tokens) for p in points))
     _needle(lm, lengths, shrinks)
 
 
 def _needle(lm: LoadedModel, lengths: list[int], shrinks: list[Shrink]) -> None:
-    st.markdown(_("**A needle in a haystack**: the sentence “{needle}” placed at a chosen depth of "
-                  "a long text, then the question. Each method reads it with the budgets chosen "
-                  "above; it finds the needle when every digit of the answer is its most probable "
+    st.markdown(_("**A needle in a haystack**: the English sentence “{needle}” placed at a "
+                  "chosen depth of a long English text (the public-domain texts above), then the "
+                  "question. Each method reads it with the budgets chosen above; it finds the "
+                  "needle when every digit of the answer is its most probable "
                   "token.").format(needle=NEEDLE))
     c1, c2 = st.columns(2)
     tokens = c1.select_slider(_("Haystack (tokens)"), lengths, value=lengths[min(2, len(lengths) - 1)],
@@ -86,18 +89,31 @@ def _needle(lm: LoadedModel, lengths: list[int], shrinks: list[Shrink]) -> None:
                       key="kv_needle_depth")
     if st.button(_("Hide the needle and ask"), icon=":material/search:", key="kv_needle_run"):
         def work(job: Job) -> NeedleRun:
-            return NeedleRun(tokens, depth / 100, tuple(needle_probe(lm, shrinks, tokens,
-                                                                     depth / 100, job.stop)))
+            return NeedleRun(tokens, depth / 100, tuple(needle_probe(
+                lm, shrinks, tokens, depth / 100, job.stop, say=job.say)))
 
-        run_experiment(work, progress=_("Reading the haystack…"),
+        run_experiment(work, progress=_("Reading the haystack with the unmodified model…"),
                        keep=lambda found: keep_experiments(needle=found))
     found = current_experiments().needle
     if found is not None:
+        number = st.column_config.NumberColumn
         show_table(pd.DataFrame([{
-            _("method"): _("unmodified model") if r.method is None else _(METHODS[r.method]),
-            _("budget"): r.budget, _("finds the needle"): "✓" if r.found else "✗",
-            _("log p(answer)"): round(r.answer_logprob, 2), _("KV held (B)"): r.kv_bytes}
-            for r in found.results]), hide_index=True)
+            "method": _("unmodified model") if r.method is None else described(r.method, r.budget),
+            "found": "✓" if r.found else "✗", "logp": r.answer_logprob, "held": r.kv_bytes / 1024}
+            for r in found.results]), hide_index=True, html=True, column_config={
+            "method": _("method · budget"), "found": _("finds the needle"),
+            "logp": number(_("log p(answer)"), format="%.2f"),
+            "held": number(_("KV held (KiB)"), format="%.1f")})
         st.caption(_("A haystack of {tokens:,} tokens, the needle at {depth:.0%} of it; log p is "
                      "the answer's digits' log-probability, teacher-forced (0 is certain).").format(
             tokens=found.tokens, depth=found.depth))
+        pairs = [r for r in found.results if r.method is not None]
+        if pairs:
+            _shell(f"--needle {found.tokens} --depth {found.depth:g} --method "
+                   + " ".join(dict.fromkeys(r.method for r in pairs)) + " --budget "
+                   + " ".join(dict.fromkeys(r.budget for r in pairs)))
+
+
+def _shell(arguments: str) -> None:
+    st.caption(_("The same numbers from the shell:"))
+    st.code(f"python -m engine kv-shrink {arguments} --json", language="bash")

@@ -13,11 +13,11 @@ import streamlit as st
 from charts.kv_shrink import AXES, METRICS, kept_heatmap, shrink_chart
 from engine import LoadedModel, Trace
 from engine.errors import InputError
-from engine.kv.shrink.budget import METHODS, SPARSE_METHODS, Shrink, parse_budget
+from engine.kv.shrink.budget import METHODS, SPARSE_METHODS, Shrink, described, parse_budget
 from engine.kv.shrink.latent import full_rank
 from engine.kv.shrink.run import SOURCES, ShrinkRun, held_out_sequence, shrink_runs
 from engine.timing.disturbance import advice
-from i18n import N_, _
+from i18n import N_, _, language
 from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
@@ -30,6 +30,7 @@ DEFAULT_METHODS = ("latent", "topk", "h2o", "snapkv", "window")
 DEFAULT_BUDGETS = "25%, 50%"
 SOURCE_LABELS = {"run": N_("your last run"), "held-out": N_("a held-out text (the Gettysburg Address)")}
 MAX_BUDGETS = 4
+METHODS_KEPT = "kv_shrink_method_ids"  # the methods chosen, by id: the same in every language
 
 INTRO = N_("The article's frontier: models are now redesigned around the KV cache. DeepSeek "
            "caches one small **latent** per token (MLA) and attends **sparsely**; long contexts "
@@ -83,16 +84,22 @@ def _chosen(trace: Trace | None, lm: LoadedModel | None) -> list[Shrink]:
         st.info(_("Needs a run of several generated tokens from the loaded model: generate one "
                   "on the Generate page."))
         return [Shrink(m, parse_budget("64")) for m in DEFAULT_METHODS]
+    kept = st.session_state.get(METHODS_KEPT, list(DEFAULT_METHODS))
     with st.form("kv_shrink_form", border=False):
         c1, c2 = st.columns([3, 2])
-        methods = c1.multiselect(_("Methods"), list(METHODS), default=list(DEFAULT_METHODS),
-                                 format_func=lambda m: _(METHODS[m]), key="kv_shrink_methods")
+        # a widget per language: Streamlit keeps a multiselect's choice as its shown labels,
+        # which another language would not find (the ids chosen are kept apart)
+        methods = c1.multiselect(_("Methods"), list(METHODS), default=kept,
+                                 format_func=lambda m: _(METHODS[m]),
+                                 placeholder=_("Choose one or more methods"),
+                                 key=f"kv_shrink_methods_{language()}")
         budgets = c2.text_input(_("Budgets (comma-separated)"), DEFAULT_BUDGETS, max_chars=60,
                                 key="kv_shrink_budgets",
                                 help=_("'full', a whole number or a percentage, e.g. 25%, 50%, 16"))
         source = st.radio(_("Read"), SOURCES, horizontal=True, key="kv_shrink_source",
                           format_func=lambda s: _(SOURCE_LABELS[s]))
         pressed = st.form_submit_button(_("Measure each method"), icon=":material/science:")
+    st.session_state[METHODS_KEPT] = list(methods)
     chosen = _budgets(budgets, quiet=not pressed) or []
     shrinks = [Shrink(m, parse_budget(b)) for m in methods for b in chosen]
     if pressed and shrinks:
@@ -112,14 +119,10 @@ def _measure(trace: Trace, lm: LoadedModel, shrinks: list[Shrink], source: str) 
     limit = config().limits.sequence_tokens
 
     def work(job: Job) -> tuple[ShrinkRun, ...]:
-        found = []
-        for run in shrink_runs(lm, ids, n, shrinks, max_tokens=limit, stop=job.stop,
-                               source=source):
-            found.append(run)
-            job.progress(len(found) / len(shrinks), f"{run.method} {run.budget}")
-        return tuple(found)
+        return tuple(shrink_runs(lm, ids, n, shrinks, max_tokens=limit, stop=job.stop,
+                                 source=source, say=job.say))
 
-    run_experiment(work, progress=_("Reading your run with the full cache…"),
+    run_experiment(work, progress=_("Reading the tokens with the unmodified model…"),
                    keep=lambda found: keep_experiments(cache_shrink=found))
 
 
@@ -129,24 +132,24 @@ def _results(runs: list[ShrinkRun], trace: Trace, lm: LoadedModel) -> None:
                     key="kv_shrink_axis")
     metric = c2.radio(_("Quality"), list(METRICS), format_func=lambda m: _(METRICS[m]),
                       horizontal=True, key="kv_shrink_metric")
-    show_chart(shrink_chart(runs, metric, axis), name="kv shrink")
+    with st.container(key="kv_shrink_chart"):  # assets/style.css: no point labels on a phone
+        show_chart(shrink_chart(runs, metric, axis), name="kv shrink")
+    st.caption(_("A budget counts something different for each method (a latent rank, keys "
+                 "read per head, tokens held): compare the points by their bytes on the x axis, "
+                 "not by the budget's number. Each label (on a phone: touch the point) gives what "
+                 "the budget came to."))
     dense = runs[0]
-    show_table(pd.DataFrame([{
-        _("method"): _(METHODS[r.method]), _("budget"): r.budget,
-        _("KV held (B)"): int(r.kv_bytes[-1]),
-        _("vs unmodified"): f"{r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]):.0%}",
-        _("read per step (B)"): int(np.median(r.read_bytes)) if len(r.read_bytes) else 0,
-        _("mean KL (nats)"): round(r.mean_kl, 4), _("top-1 agreement"): f"{r.top1_agreement:.1%}",
-        _("perplexity"): round(r.ppl, 3), _("decode ms"): round(r.decode_ms, 1)}
-        for r in runs]), hide_index=True)
+    _table(runs)
     st.caption(_("Unmodified model: {held:,} B of KV cache at the end, perplexity {ppl:.3f} of "
-                 "the tokens read ({source}), decode {ms:.1f} ms per step (median). "
-                 "Teacher-forced over {positions} positions after a {prompt}-token "
-                 "prompt.").format(
+                 "the tokens read ({source}), decode {ms:.1f} ms per step (median). Each "
+                 "method read the same {tokens} tokens after a {prompt}-token prompt, "
+                 "teacher-forced: KL and top-1 compare {positions} next-token distributions "
+                 "(after the prompt, then after each token read), perplexity scores the "
+                 "{tokens} tokens.").format(
         held=int(dense.dense_kv_bytes[-1]), ppl=dense.dense_ppl, ms=dense.dense_decode_ms,
-        positions=len(dense.kl), prompt=dense.prompt_tokens,
+        positions=len(dense.kl), tokens=len(dense.nll), prompt=dense.prompt_tokens,
         source=_(SOURCE_LABELS[dense.source])))
-    delayed = [f"{r.method} {r.budget}" for r in runs if r.delayed]
+    delayed = [described(r.method, r.budget) for r in runs if r.delayed]
     if delayed:
         st.warning(_("Other work on this machine delayed the decode steps of {runs}: their "
                      "decode times show the machine, not the method (bytes and quality do not "
@@ -162,6 +165,34 @@ def _results(runs: list[ShrinkRun], trace: Trace, lm: LoadedModel) -> None:
                + " ".join(dict.fromkeys(r.budget for r in runs)) + " --json")
     st.caption(_("The same numbers from the shell (the run is generated again, greedily):"))
     st.code(command, language="bash")
+
+
+def _table(runs: list[ShrinkRun]) -> None:
+    """A row per method and budget: what it held and read, how far it moved, how fast."""
+    number = st.column_config.NumberColumn
+    show_table(pd.DataFrame([{
+        "method": described(r.method, r.budget), "resolved": resolved_text(r),
+        "held": r.kv_bytes[-1] / 1024, "share": r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]),
+        "read": float(np.median(r.read_bytes)) / 1024 if len(r.read_bytes) else 0.0,
+        "kl": r.mean_kl, "top1": r.top1_agreement, "ppl": r.ppl, "ms": r.decode_ms}
+        for r in runs]), hide_index=True, html=True, column_config={
+        "method": _("method · budget"), "resolved": _("budget came to"),
+        "held": number(_("KV held (KiB)"), format="%.1f"),
+        "share": number(_("of the unmodified"), format="percent"),
+        "read": number(_("KV read per step (KiB)"), format="%.1f"),
+        "kl": number(_("mean KL (nats)"), format="%.4f"),
+        "top1": number(_("top-1 agreement"), format="percent"),
+        "ppl": number(_("perplexity"), format="%.3f"),
+        "ms": number(_("decode ms per step (median)"), format="%.1f")})
+
+
+def resolved_text(run: ShrinkRun) -> str:
+    """What a run's budget came to, in its method's unit."""
+    if run.method == "latent":
+        return _("rank {n}").format(n=run.count)
+    if run.method in SPARSE_METHODS:
+        return _("{n} keys per head").format(n=run.count)
+    return _("{n} tokens held").format(n=run.count)
 
 
 def _latent_line(runs: list[ShrinkRun], lm: LoadedModel) -> None:
@@ -183,7 +214,7 @@ def _heatmap(runs: list[ShrinkRun], lm: LoadedModel) -> None:
     shown = [r for r in runs if r.rows is not None]
     if not shown:
         return
-    labels = [f"{_(METHODS[r.method])} · {r.budget}" for r in shown]
+    labels = [described(r.method, r.budget) for r in shown]
     c1, c2 = st.columns([3, 2])
     pick = c1.selectbox(_("Which keys a head attended to"), range(len(shown)),
                         format_func=lambda i: labels[i], key="kv_shrink_pick")
@@ -192,5 +223,14 @@ def _heatmap(runs: list[ShrinkRun], lm: LoadedModel) -> None:
     show_chart(kept_heatmap(run, head), name="kv shrink heatmap")
     what = (_("the keys each step's top-k kept") if run.method in SPARSE_METHODS
             else _("the tokens still held at each step"))
-    st.caption(_("Layer {layer}, head {head}: {what}; blank cells were not attended to or "
-                 "had been evicted.").format(layer=run.layer, head=head, what=what))
+    st.caption(_("Layer {layer}, head {head}: {what}; grey cells were not attended to or had "
+                 "been evicted.").format(layer=run.layer, head=head, what=what)
+               + _not_listed([r for r in runs if r.rows is None]))
+
+
+def _not_listed(runs: list[ShrinkRun]) -> str:
+    if not runs:
+        return ""
+    return " " + _("Not listed, as they attend to every token: {runs} (a latent cache is "
+                   "smaller, not sparser).").format(
+        runs=", ".join(described(r.method, r.budget) for r in runs))

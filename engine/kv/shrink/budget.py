@@ -97,3 +97,8 @@ class Shrink:
     @property
     def label(self) -> str:
         return f"{self.method} {self.budget.text()}"
+
+
+def described(method: str, budget: str) -> str:
+    """A method at a budget in the reader's language: "eviction: H2O (heavy hitters) · 25%"."""
+    return f"{_(METHODS[method])} · {_('full') if budget == 'full' else budget}"

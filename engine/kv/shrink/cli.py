@@ -4,8 +4,11 @@ The loaded model generates greedily after PROMPT (the unmodified run: the tokens
 see), then the method reads the same tokens teacher-forced (engine/kv/shrink/run.py) and the
 command prints bytes held and read, quality against the unmodified model and decode time — the
 numbers of one point of the KV cache page's "Shrink the cache" chart. `--method` and `--budget`
-take several values: one line (or JSON object) per pair. Registered by engine/__main__.py;
-importing this module loads no torch.
+take several values: one line (or JSON object) per pair. `--needle TOKENS --depth D` hides the
+needle in a haystack of that length and reads it with each pair (the page's needle table);
+`--lengths N …` measures the unmodified model's KV bytes, TTFT and ITL at each prompt length
+(the page's long-context chart). Registered by engine/__main__.py; importing this module loads no
+torch.
 """
 
 from __future__ import annotations
@@ -28,8 +31,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     parser.add_argument("--held-out", action="store_true",
                         help="read the held-out text (the Gettysburg Address: its first 32 "
                              "tokens as the prompt, the next 96 read) instead of a run of PROMPT")
-    parser.add_argument("--method", nargs="+", required=True, choices=list(METHODS))
-    parser.add_argument("--budget", nargs="+", required=True,
+    parser.add_argument("--needle", type=int, default=None, metavar="TOKENS",
+                        help="read a needle in a haystack of about TOKENS tokens instead")
+    parser.add_argument("--depth", type=float, default=0.25,
+                        help="where the needle sits in the haystack, 0 (start) to 1 (end)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None, metavar="N",
+                        help="measure the unmodified model's KV bytes, TTFT and ITL after "
+                             "prompts of these lengths (no --method)")
+    parser.add_argument("--method", nargs="+", default=None, choices=list(METHODS))
+    parser.add_argument("--budget", nargs="+", default=None,
                         help="'full' (the method off), a whole number (a latent rank, keys per "
                              "head, or tokens kept) or a percentage such as 25%%")
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -57,8 +67,14 @@ def run(args: argparse.Namespace) -> int:
     from ...settings import GenerationSettings
     from .run import held_out_sequence, shrink_runs
 
-    if args.held_out == (args.prompt is not None):
-        raise InputError("give a PROMPT or --held-out, not both")
+    modes = [args.prompt is not None, args.held_out, args.needle is not None,
+             args.lengths is not None]
+    if sum(modes) != 1:
+        raise InputError("give one of PROMPT, --held-out, --needle TOKENS or --lengths N …")
+    if args.lengths is not None:
+        return _lengths(args)
+    if not args.method or not args.budget:
+        raise InputError("give --method and --budget")
     if args.prompt is not None and not args.prompt.strip():
         raise InputError("the prompt is empty")
     if not 1 <= args.max_new_tokens <= 4096:
@@ -66,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     shrinks = [Shrink(m, parse_budget(b)) for m in args.method for b in args.budget]
     if len(shrinks) > MAX_PAIRS:
         raise InputError(f"at most {MAX_PAIRS} method × budget pairs, got {len(shrinks)}")
+    if args.needle is not None:
+        return _needle(args, shrinks)
     lm = load_model(args.model)
     if args.layer is not None and not 0 <= args.layer < lm.spec.layers:
         raise InputError(f"--layer must be between 0 and {lm.spec.layers - 1}")
@@ -88,4 +106,43 @@ def run(args: argparse.Namespace) -> int:
               "decode step's attention reads (median); KL(unmodified ‖ method) and top-1 over "
               "every position after the prompt, teacher-forced; ppl of the run's own tokens",
               file=sys.stderr)
+    return 0
+
+
+def _needle(args: argparse.Namespace, shrinks: list[Shrink]) -> int:
+    from ...loader import load_model
+    from .needle import needle_probe
+
+    if not 16 <= args.needle <= 131_072:
+        raise InputError("--needle must be between 16 and 131072 tokens")
+    lm = load_model(args.model)
+    for r in needle_probe(lm, shrinks, args.needle, args.depth):
+        found = {"method": r.method or "unmodified", "budget": r.budget, "found": r.found,
+                 "answer_logprob": round(r.answer_logprob, 4), "kv_bytes": r.kv_bytes,
+                 "tokens": args.needle, "depth": args.depth}
+        print(json.dumps(found) if args.json else
+              f"{found['method']:>10} {found['budget']:>6}  {'finds' if r.found else 'misses':<6} "
+              f"the needle  log p(answer) {r.answer_logprob:8.3f}  KV {r.kv_bytes:>12,} B",
+              flush=True)
+    return 0
+
+
+def _lengths(args: argparse.Namespace) -> int:
+    from ...loader import load_model
+    from .needle import long_context
+
+    if args.method or args.budget:
+        raise InputError("--lengths measures the unmodified model: no --method or --budget")
+    if not all(16 <= n <= 131_072 for n in args.lengths) or len(args.lengths) > 16:
+        raise InputError("--lengths takes up to 16 lengths between 16 and 131072 tokens")
+    lm = load_model(args.model)
+    if lm.spec.max_context and max(args.lengths) > lm.spec.max_context:
+        raise InputError(f"the model's context is {lm.spec.max_context:,} tokens")
+    for p in long_context(lm, list(args.lengths)):
+        found = {"tokens": p.tokens, "kv_bytes": p.kv_bytes, "ttft_ms": round(p.ttft_ms, 2),
+                 "itl_ms": round(p.itl_ms, 3), "delayed": p.delayed}
+        print(json.dumps(found) if args.json else
+              f"{p.tokens:>7,} tokens  KV {p.kv_bytes:>12,} B  TTFT {p.ttft_ms:9.1f} ms  "
+              f"ITL {p.itl_ms:7.2f} ms" + ("  (delayed by other work)" if p.delayed else ""),
+              flush=True)
     return 0

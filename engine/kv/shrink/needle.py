@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import statistics
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
+from i18n import _
+
 from ...clock import clock_ms
 from ...errors import InputError
 from ...forward import cache_layer_bytes, prepare_prompt
 from ...loader import LoadedModel
 from ...quant.texts import TEXTS_DIR, read_text
-from .budget import Shrink
+from .budget import Shrink, described
 from .run import delayed_between, sample, teacher_forced, threads_used
 
 NEEDLE = "The secret number of the archive is 4817."
@@ -71,17 +74,23 @@ class NeedleResult:
 
 
 def needle_probe(lm: LoadedModel, shrinks: list[Shrink], tokens: int, depth: float,
-                 stop: threading.Event | None = None) -> list[NeedleResult]:
-    """The unmodified model first, then each method, on the same haystack."""
+                 stop: threading.Event | None = None,
+                 say: Callable[[str, float], None] = lambda text, fraction: None
+                 ) -> list[NeedleResult]:
+    """The unmodified model first, then each method, on the same haystack; `say(text, fraction
+    done)` before each reading."""
     prompt, answer = haystack(lm, tokens, depth)
     if lm.spec.max_context and len(prompt) + len(answer) > lm.spec.max_context:
         raise InputError(f"the haystack needs {len(prompt) + len(answer):,} tokens, more than the "
                          f"model's context of {lm.spec.max_context:,}")
     ids = prompt + answer
     found = []
-    for shrink in [None, *shrinks]:
+    for i, shrink in enumerate([None, *shrinks]):
         if stop is not None and stop.is_set():
             break
+        say(_("Reading the haystack with the unmodified model…") if shrink is None else
+            _("Reading the haystack with {method}…").format(
+                method=described(shrink.method, shrink.budget.text())), i / (len(shrinks) + 1))
         run = teacher_forced(lm, ids, len(prompt), shrink, stop=stop)
         picks = [int(lp.argmax()) for lp in run.logps[:len(answer)]]
         logprob = sum(float(lp[t]) for lp, t in zip(run.logps, answer))
@@ -127,7 +136,7 @@ def long_context(lm: LoadedModel, lengths: list[int], stop: threading.Event | No
         ttft = clock_ms(lm.device) - start
         held = sum(cache_layer_bytes(cache))
         steps = []
-        for _ in range(DECODE_STEPS):
+        for _step in range(DECODE_STEPS):
             token = out.logits[:, -1:].argmax(-1)
             start = clock_ms(lm.device)
             out = lm.model(input_ids=token, cache=cache, use_cache=True, logits_to_keep=1)

@@ -15,11 +15,14 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import DynamicCache
+
+from i18n import _
 
 from ...attention import overriding
 from ...clock import (
@@ -37,7 +40,7 @@ from ...quant.texts import TEXTS_DIR, read_text
 from ...timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT
 from ..cachelab import check_sequence
 from .attend import ShrinkAttention
-from .budget import SPARSE_METHODS, TOKEN_METHODS, Shrink
+from .budget import SPARSE_METHODS, TOKEN_METHODS, Shrink, described
 from .evict import EvictLayer
 from .latent import full_rank, latent_cache
 from .sparse import IndexedLayer, indexer_projections
@@ -227,16 +230,21 @@ def compare(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrink, dens
 
 def shrink_runs(lm: LoadedModel, ids: list[int], n_prompt: int, shrinks: list[Shrink],
                 layer: int | None = None, max_tokens: int = 8192,
-                stop: threading.Event | None = None, source: str = "run"):
-    """The unmodified pass once, then each method: yields a ShrinkRun per method as it ends."""
+                stop: threading.Event | None = None, source: str = "run",
+                say: Callable[[str, float], None] = lambda text, fraction: None):
+    """The unmodified pass once, then each method: yields a ShrinkRun per method as it ends;
+    `say(text, fraction done)` before each pass."""
     check_sequence(lm, ids, max_tokens)
     if not 1 <= n_prompt < len(ids):
         raise ValueError("the prompt must leave at least one token to predict")
     layer = lm.spec.layers // 2 if layer is None else layer
+    say(_("Reading the tokens with the unmodified model…"), 0.0)
     dense = teacher_forced(lm, ids, n_prompt, None, stop=stop)
-    for shrink in shrinks:
+    for i, shrink in enumerate(shrinks):
         if stop is not None and stop.is_set():
             return
+        say(_("Reading the tokens with {method}…").format(
+            method=described(shrink.method, shrink.budget.text())), (i + 1) / (len(shrinks) + 1))
         yield compare(lm, ids, n_prompt, shrink, dense,
                       teacher_forced(lm, ids, n_prompt, shrink, layer, stop), layer, source)
 
