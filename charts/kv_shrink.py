@@ -3,11 +3,13 @@ per method and budget, and which keys a head still attends to at each decode ste
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.kv.shrink.budget import METHODS, SPARSE_METHODS
+from engine.kv.shrink.budget import METHODS, PROMPT_METHODS, SPARSE_METHODS
 from engine.kv.shrink.needle import LengthPoint
 from engine.kv.shrink.run import ShrinkRun
 from i18n import N_, _
@@ -28,8 +30,9 @@ LABEL_PLACES = {"latent": "top center", "topk": "bottom center", "indexer": "bot
 UNMODIFIED_COLOR = "#222222"
 METRICS = {"kl": N_("mean KL(unmodified ‖ method), nats"), "top1": N_("top-1 agreement"),
            "ppl": N_("perplexity of the run's tokens")}
-AXES = {"read": N_("KV bytes read per decode step (KiB)"),
-        "held": N_("KV bytes held at the end (KiB)")}
+AXES = {"read": N_("KV cache read per decode step (MiB)"),
+        "held": N_("KV cache held at the end (MiB)")}
+MIB = 2**20
 
 
 def _value(run: ShrinkRun, metric: str) -> float:
@@ -49,6 +52,8 @@ def budget_label(run: ShrinkRun) -> str:
         return _("r={n}").format(n=run.count)
     if run.method in SPARSE_METHODS:
         return _("k={n}").format(n=run.count)
+    if run.method in PROMPT_METHODS:
+        return _("{n} tok + new").format(n=run.count)
     return _("{n} tok").format(n=run.count)
 
 
@@ -61,7 +66,7 @@ def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") 
     if runs:
         base = runs[0]
         fig.add_trace(go.Scatter(
-            x=[_bytes(base, axis, dense=True) / 1024],
+            x=[_bytes(base, axis, dense=True) / MIB],
             y=[{"kl": 0.0, "top1": 1.0, "ppl": base.dense_ppl}[metric]], mode="markers",
             name=_("unmodified model"), marker={"size": 16, "symbol": "diamond-open",
                                                 "color": UNMODIFIED_COLOR,
@@ -71,13 +76,14 @@ def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") 
                                                         read=_bytes(base, "read", True),
                                                         ppl=base.dense_ppl)],
             hoverinfo="text"))
+    places = label_places(runs, metric, axis)
     for method in (m for m in METHODS if any(r.method == m for r in runs)):
         found = sorted((r for r in runs if r.method == method), key=lambda r: _bytes(r, axis))
         fig.add_trace(go.Scatter(
-            x=[_bytes(r, axis) / 1024 for r in found], y=[_value(r, metric) for r in found],
+            x=[_bytes(r, axis) / MIB for r in found], y=[_value(r, metric) for r in found],
             mode="lines+markers+text", name=_(METHODS[method]),
             text=[budget_label(r) for r in found],
-            textposition=LABEL_PLACES[method],
+            textposition=[places[id(r)] for r in found],
             textfont={"color": METHOD_COLORS[method]},
             marker={"size": 11, "color": METHOD_COLORS[method]},
             cliponaxis=False,  # a point at 0 (no change) is drawn whole on the axis
@@ -87,12 +93,48 @@ def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") 
     fig.update_layout(height=460, margin={"l": 10, "r": 30, "t": 40, "b": 10},
                       legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
     fig.update_xaxes(title_text=_(AXES[axis]), rangemode="tozero", tickformat=",")
+    ys = [_value(r, metric) for r in runs] + [{"kl": 0.0, "top1": 1.0, "ppl": runs[0].dense_ppl}[
+        metric] if runs else 0.0]
     if metric == "ppl":
-        fig.update_yaxes(title_text=_(METRICS[metric]) + " " + _("(log scale)"), type="log")
-    else:
-        fig.update_yaxes(title_text=_(METRICS[metric]), rangemode="tozero",
+        ticks = log_ticks(min(ys), max(ys))
+        fig.update_yaxes(title_text=_(METRICS[metric]) + " " + _("(log scale)"), type="log",
+                         tickvals=ticks, ticktext=[f"{t:,g}" for t in ticks],
+                         range=[math.log10(min(ys)) - 0.1, math.log10(max(ys)) + 0.1])
+    else:  # room under a point at 0 and over one at 1 for its label
+        low, high = min(0.0, *ys), max(ys) if ys else 1.0
+        pad = 0.1 * ((high - low) or 1.0)
+        fig.update_yaxes(title_text=_(METRICS[metric]), range=[low - pad, high + pad],
                          tickformat=".0%" if metric == "top1" else None)
     return fig
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """1, 2, 5 × powers of ten from `low` to `high` (plotly's own log ticks label 2…9 under each
+    power of ten, which reads like a scale falling from 100 to 2)."""
+    ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(low)) - 1,
+                                          math.ceil(math.log10(high)) + 1)
+             for m in (1, 2, 5) if low / 1.3 <= m * 10.0 ** e <= high * 1.3]
+    return ticks or [low, high]
+
+
+def label_places(runs: list[ShrinkRun], metric: str, axis: str) -> dict[int, str]:
+    """Each point's label place: its method's, unless a point placed before it is near (within
+    5 % of the x span and 8 % of the y span) and took that place — then the first free one."""
+    xs = [_bytes(r, axis) for r in runs]
+    ys = [_value(r, metric) for r in runs]
+    if metric == "ppl":
+        ys = [math.log10(max(y, 1e-9)) for y in ys]
+    dx, dy = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    order = ("top center", "bottom center", "middle right", "middle left")
+    taken: list[tuple[float, float, str]] = []
+    places = {}
+    for r, x, y in zip(runs, xs, ys):
+        near = {p for tx, ty, p in taken if abs(tx - x) < 0.05 * dx and abs(ty - y) < 0.08 * dy}
+        place = next((p for p in (LABEL_PLACES[r.method], *order) if p not in near),
+                     LABEL_PLACES[r.method])
+        taken.append((x, y, place))
+        places[id(r)] = place
+    return places
 
 
 def _hover(r: ShrinkRun) -> str:

@@ -32,11 +32,11 @@ from ui import keys
 from ui.common import no_trace_notice, show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
+from ui.kept_widgets import kept_tabs
 from ui.record import keep_experiments
 from ui.sections.kv_shrink import shrink_section
 from ui.state import current_experiments, current_trace, last_serving_run, loaded_model
 from ui.tables import show_table
-from ui.tabs import kept_tabs
 from ui.text import plain
 
 MAX_SEQUENCES, MAX_SEQUENCE = 12, 8192  # the block grid stays drawable

@@ -33,9 +33,9 @@ def test_each_method_is_measured_on_the_visitors_run():
     trace = state_of(at.session_state).run.trace
     assert all(len(r.kl) == len(trace.steps) + 1 for r in runs)  # the prefill and each token read
     assert runs[0].kv_bytes[-1] < runs[1].kv_bytes[-1] < runs[0].dense_kv_bytes[-1]
-    table = next(t.value for t in at.table if "KV read per step (KiB)" in t.value.columns)
+    table = next(t.value for t in at.table if "KV read per step (MiB)" in t.value.columns)
     assert list(table["budget came to"])[:2] == [f"rank {runs[0].count}", f"rank {runs[1].count}"]
-    assert list(table["KV held (KiB)"]) == [r.kv_bytes[-1] / 1024 for r in runs]
+    assert list(table["KV held (MiB)"]) == [r.kv_bytes[-1] / 2**20 for r in runs]
     assert any("kv-shrink" in c.value and "--method latent topk h2o" in c.value for c in at.code)
     assert len(at.get("plotly_chart")) >= 2  # the chart and the heatmap of kept keys
 

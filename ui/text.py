@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from charts.text import break_autolinks
+from i18n import chinese
 from ui.config import config
 
 _PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+[\w.+-]*")
@@ -34,3 +35,8 @@ def code_span(text: str) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def listed(items: list[str]) -> str:
+    """Items in a sentence: "a, b, c", in Chinese "a、b、c"."""
+    return ("、" if chinese() else ", ").join(items)

@@ -77,12 +77,19 @@ def test_the_tab_and_the_methods_stay_through_presentation_mode_and_another_lang
     wait_for_app(page)
     assert selected(page, words("zh-Hant", "Shrink the cache itself"))
     assert chips.count() == chosen
+    assert checked(page, "kv_shrink_source") == 1
     page.get_by_label(words("zh-Hant", "Budgets (comma-separated)"), exact=True).fill("50%")
     page.get_by_role("button", name=words("zh-Hant", "Measure each method")).click()
     page.get_by_text(words("zh-Hant", "The same numbers from the shell (the run is generated "
                                       "again, greedily):")).wait_for(timeout=240_000)
     no_exception(page)
+    assert checked(page, "kv_shrink_axis") == 1 and checked(page, "kv_shrink_metric") == 1
     page.close()
+
+
+def checked(page, key: str) -> int:
+    """How many options of the radio kept under `key` are shown chosen."""
+    return page.locator(f'[class*="st-key-{key}_"] input[type="radio"]:checked').count()
 
 
 def selected(page, tab: str) -> bool:

@@ -26,6 +26,7 @@ from ui.experiment import Job, run_experiment
 from ui.record import keep_experiments
 from ui.state import current_experiments
 from ui.tables import show_table
+from ui.text import listed
 
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
@@ -49,7 +50,7 @@ def long_section(lm: LoadedModel | None, shrinks: list[Shrink]) -> None:
                   "decoded for {steps} steps: the cache grows with every token; the chart shows "
                   "what that does to the time to the first token and to each decode "
                   "step.").format(
-        lengths=", ".join(f"{n:,}" for n in lengths), steps=DECODE_STEPS))
+        lengths=listed([f"{n:,}" for n in lengths]), steps=DECODE_STEPS))
     if st.button(_("Measure each length"), icon=":material/straighten:", key="kv_long_measure"):
         def work(job: Job):
             done = []
@@ -70,7 +71,7 @@ def long_section(lm: LoadedModel | None, shrinks: list[Shrink]) -> None:
         if delayed:
             st.warning(_("Other work on this machine delayed the lengths {lengths} (hollow "
                          "points): their times show the machine, not the model. {advice}").format(
-                lengths=", ".join(f"{n:,}" for n in delayed), advice=advice(config().hosted)),
+                lengths=listed([f"{n:,}" for n in delayed]), advice=advice(config().hosted)),
                 icon=":material/hourglass_top:")
         _shell("--lengths " + " ".join(str(p.tokens) for p in points))
     _needle(lm, lengths, shrinks)
@@ -99,11 +100,11 @@ def _needle(lm: LoadedModel, lengths: list[int], shrinks: list[Shrink]) -> None:
         number = st.column_config.NumberColumn
         show_table(pd.DataFrame([{
             "method": _("unmodified model") if r.method is None else described(r.method, r.budget),
-            "found": "✓" if r.found else "✗", "logp": r.answer_logprob, "held": r.kv_bytes / 1024}
+            "found": "✓" if r.found else "✗", "logp": r.answer_logprob, "held": r.kv_bytes / 2**20}
             for r in found.results]), hide_index=True, html=True, column_config={
             "method": _("method · budget"), "found": _("finds the needle"),
             "logp": number(_("log p(answer)"), format="%.2f"),
-            "held": number(_("KV held (KiB)"), format="%.1f")})
+            "held": number(_("KV held (MiB)"), format="%.1f")})
         st.caption(_("A haystack of {tokens:,} tokens, the needle at {depth:.0%} of it; log p is "
                      "the answer's digits' log-probability, teacher-forced (0 is certain).").format(
             tokens=found.tokens, depth=found.depth))

@@ -13,18 +13,27 @@ import streamlit as st
 from charts.kv_shrink import AXES, METRICS, kept_heatmap, shrink_chart
 from engine import LoadedModel, Trace
 from engine.errors import InputError
-from engine.kv.shrink.budget import METHODS, SPARSE_METHODS, Shrink, described, parse_budget
+from engine.kv.shrink.budget import (
+    METHODS,
+    PROMPT_METHODS,
+    SPARSE_METHODS,
+    Shrink,
+    described,
+    parse_budget,
+)
 from engine.kv.shrink.latent import full_rank
 from engine.kv.shrink.run import SOURCES, ShrinkRun, held_out_sequence, shrink_runs
 from engine.timing.disturbance import advice
-from i18n import N_, _, language
+from i18n import N_, _, chinese, language
 from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
+from ui.kept_widgets import kept_radio
 from ui.record import keep_experiments
 from ui.sections.kv_long import long_section
 from ui.state import current_experiments
 from ui.tables import show_table
+from ui.text import listed
 
 DEFAULT_METHODS = ("latent", "topk", "h2o", "snapkv", "window")
 DEFAULT_BUDGETS = "25%, 50%"
@@ -32,7 +41,7 @@ SOURCE_LABELS = {"run": N_("your last run"), "held-out": N_("a held-out text (th
 MAX_BUDGETS = 4
 METHODS_KEPT = "kv_shrink_method_ids"  # the methods chosen, by id: the same in every language
 
-INTRO = N_("The article's frontier: models are now redesigned around the KV cache. DeepSeek "
+INTRO = N_("The frontier the article ends on: models are now redesigned around the KV cache. DeepSeek "
            "caches one small **latent** per token (MLA) and attends **sparsely**; long contexts "
            "drop old tokens (**eviction**). Each method below runs on the loaded model, reading "
            "your last run's tokens teacher-forced, and is compared with the unmodified model: "
@@ -96,8 +105,8 @@ def _chosen(trace: Trace | None, lm: LoadedModel | None) -> list[Shrink]:
         budgets = c2.text_input(_("Budgets (comma-separated)"), DEFAULT_BUDGETS, max_chars=60,
                                 key="kv_shrink_budgets",
                                 help=_("'full', a whole number or a percentage, e.g. 25%, 50%, 16"))
-        source = st.radio(_("Read"), SOURCES, horizontal=True, key="kv_shrink_source",
-                          format_func=lambda s: _(SOURCE_LABELS[s]))
+        source = kept_radio(_("Read"), SOURCES, horizontal=True, key="kv_shrink_source",
+                            format_func=lambda s: _(SOURCE_LABELS[s]))
         pressed = st.form_submit_button(_("Measure each method"), icon=":material/science:")
     st.session_state[METHODS_KEPT] = list(methods)
     chosen = _budgets(budgets, quiet=not pressed) or []
@@ -128,34 +137,37 @@ def _measure(trace: Trace, lm: LoadedModel, shrinks: list[Shrink], source: str) 
 
 def _results(runs: list[ShrinkRun], trace: Trace, lm: LoadedModel) -> None:
     c1, c2 = st.columns(2)
-    axis = c1.radio(_("Bytes"), list(AXES), format_func=lambda a: _(AXES[a]), horizontal=True,
-                    key="kv_shrink_axis")
-    metric = c2.radio(_("Quality"), list(METRICS), format_func=lambda m: _(METRICS[m]),
-                      horizontal=True, key="kv_shrink_metric")
+    with c1:
+        axis = kept_radio(_("Bytes"), list(AXES), format_func=lambda a: _(AXES[a]),
+                          horizontal=True, key="kv_shrink_axis")
+    with c2:
+        metric = kept_radio(_("Quality"), list(METRICS), format_func=lambda m: _(METRICS[m]),
+                            horizontal=True, key="kv_shrink_metric")
     with st.container(key="kv_shrink_chart"):  # assets/style.css: no point labels on a phone
         show_chart(shrink_chart(runs, metric, axis), name="kv shrink")
     st.caption(_("A budget counts something different for each method (a latent rank, keys "
                  "read per head, tokens held): compare the points by their bytes on the x axis, "
                  "not by the budget's number. Each label (on a phone: touch the point) gives what "
-                 "the budget came to."))
+                 "the budget came to. On bytes held, sparse attention sits on the unmodified "
+                 "model: it keeps the whole cache and reads less of it."))
     dense = runs[0]
     _table(runs)
-    st.caption(_("Unmodified model: {held:,} B of KV cache at the end, perplexity {ppl:.3f} of "
+    st.caption(_("Unmodified model: {held:,.2f} MiB of KV cache at the end, perplexity {ppl:.3f} of "
                  "the tokens read ({source}), decode {ms:.1f} ms per step (median). Each "
                  "method read the same {tokens} tokens after a {prompt}-token prompt, "
                  "teacher-forced: KL and top-1 compare {positions} next-token distributions "
                  "(after the prompt, then after each token read), perplexity scores the "
                  "{tokens} tokens.").format(
-        held=int(dense.dense_kv_bytes[-1]), ppl=dense.dense_ppl, ms=dense.dense_decode_ms,
+        held=dense.dense_kv_bytes[-1] / 2**20, ppl=dense.dense_ppl, ms=dense.dense_decode_ms,
         positions=len(dense.kl), tokens=len(dense.nll), prompt=dense.prompt_tokens,
         source=_(SOURCE_LABELS[dense.source])))
-    delayed = [described(r.method, r.budget) for r in runs if r.delayed]
+    delayed = [described(r.method, r.budget, short=True) for r in runs if r.delayed]
     if delayed:
         st.warning(_("Other work on this machine delayed the decode steps of {runs}: their "
                      "decode times show the machine, not the method (bytes and quality do not "
-                     "depend on it). {advice}").format(runs=", ".join(delayed),
-                                                       advice=advice(config().hosted)),
-                   icon=":material/hourglass_top:")
+                     "depend on it). {advice}").format(
+            runs=_("every run") if len(delayed) == len(runs) else listed(delayed),
+            advice=advice(config().hosted)), icon=":material/hourglass_top:")
     _latent_line(runs, lm)
     _heatmap(runs, lm)
     read = ("--held-out" if dense.source == "held-out"
@@ -171,15 +183,15 @@ def _table(runs: list[ShrinkRun]) -> None:
     """A row per method and budget: what it held and read, how far it moved, how fast."""
     number = st.column_config.NumberColumn
     show_table(pd.DataFrame([{
-        "method": described(r.method, r.budget), "resolved": resolved_text(r),
-        "held": r.kv_bytes[-1] / 1024, "share": r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]),
-        "read": float(np.median(r.read_bytes)) / 1024 if len(r.read_bytes) else 0.0,
+        "method": described(r.method, r.budget, short=True), "resolved": resolved_text(r),
+        "held": r.kv_bytes[-1] / 2**20, "share": r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]),
+        "read": float(np.median(r.read_bytes)) / 2**20 if len(r.read_bytes) else 0.0,
         "kl": r.mean_kl, "top1": r.top1_agreement, "ppl": r.ppl, "ms": r.decode_ms}
         for r in runs]), hide_index=True, html=True, column_config={
         "method": _("method · budget"), "resolved": _("budget came to"),
-        "held": number(_("KV held (KiB)"), format="%.1f"),
+        "held": number(_("KV held (MiB)"), format="%.2f"),
         "share": number(_("of the unmodified"), format="percent"),
-        "read": number(_("KV read per step (KiB)"), format="%.1f"),
+        "read": number(_("KV read per step (MiB)"), format="%.2f"),
         "kl": number(_("mean KL (nats)"), format="%.4f"),
         "top1": number(_("top-1 agreement"), format="percent"),
         "ppl": number(_("perplexity"), format="%.3f"),
@@ -192,6 +204,8 @@ def resolved_text(run: ShrinkRun) -> str:
         return _("rank {n}").format(n=run.count)
     if run.method in SPARSE_METHODS:
         return _("{n} keys per head").format(n=run.count)
+    if run.method in PROMPT_METHODS:
+        return _("{n} prompt tokens kept, and the new ones").format(n=run.count)
     return _("{n} tokens held").format(n=run.count)
 
 
@@ -231,6 +245,7 @@ def _heatmap(runs: list[ShrinkRun], lm: LoadedModel) -> None:
 def _not_listed(runs: list[ShrinkRun]) -> str:
     if not runs:
         return ""
-    return " " + _("Not listed, as they attend to every token: {runs} (a latent cache is "
-                   "smaller, not sparser).").format(
-        runs=", ".join(described(r.method, r.budget) for r in runs))
+    return ("" if chinese() else " ") + _(
+        "Not listed, as they attend to every token: {runs} (a latent cache is smaller, not "
+        "sparser).").format(runs=listed([described(r.method, r.budget, short=True) for r in runs]))
+

@@ -32,6 +32,8 @@ METHODS = {
     "window": N_("eviction: StreamingLLM (sinks + window)"),
     "knorm": N_("eviction: key norm"),
 }
+SHORT_NAMES = {"latent": N_("latent"), "topk": "top-k", "indexer": N_("indexer"), "h2o": "H2O",
+               "snapkv": "SnapKV", "window": "StreamingLLM", "knorm": N_("key norm")}
 TOKEN_METHODS = ("h2o", "window", "snapkv", "knorm")  # a budget of cached tokens
 SPARSE_METHODS = ("topk", "indexer")  # a budget of keys attended per step
 PROMPT_METHODS = ("snapkv", "knorm")  # compress the prompt once, after the prefill
@@ -99,6 +101,12 @@ class Shrink:
         return f"{self.method} {self.budget.text()}"
 
 
-def described(method: str, budget: str) -> str:
-    """A method at a budget in the reader's language: "eviction: H2O (heavy hitters) · 25%"."""
-    return f"{_(METHODS[method])} · {_('full') if budget == 'full' else budget}"
+def described_budget(budget: str) -> str:
+    return _("full") if budget == "full" else budget
+
+
+def described(method: str, budget: str, short: bool = False) -> str:
+    """A method at a budget in the reader's language: "eviction: H2O (heavy hitters) · 25%", or
+    `short`: "H2O · 25%"."""
+    name = _(SHORT_NAMES[method]) if short else _(METHODS[method])
+    return f"{name} · {described_budget(budget)}"

@@ -26,7 +26,7 @@ from ...errors import InputError
 from ...forward import cache_layer_bytes, prepare_prompt
 from ...loader import LoadedModel
 from ...quant.texts import TEXTS_DIR, read_text
-from .budget import Shrink, described
+from .budget import METHODS, Shrink, described_budget
 from .run import delayed_between, sample, teacher_forced, threads_used
 
 NEEDLE = "The secret number of the archive is 4817."
@@ -89,8 +89,9 @@ def needle_probe(lm: LoadedModel, shrinks: list[Shrink], tokens: int, depth: flo
         if stop is not None and stop.is_set():
             break
         say(_("Reading the haystack with the unmodified model…") if shrink is None else
-            _("Reading the haystack with {method}…").format(
-                method=described(shrink.method, shrink.budget.text())), i / (len(shrinks) + 1))
+            _("Reading the haystack with {method} at a budget of {budget}…").format(
+                method=_(METHODS[shrink.method]), budget=described_budget(shrink.budget.text())),
+            i / (len(shrinks) + 1))
         run = teacher_forced(lm, ids, len(prompt), shrink, stop=stop)
         picks = [int(lp.argmax()) for lp in run.logps[:len(answer)]]
         logprob = sum(float(lp[t]) for lp, t in zip(run.logps, answer))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from ...quant.texts import TEXTS_DIR, read_text
 from ...timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT
 from ..cachelab import check_sequence
 from .attend import ShrinkAttention
-from .budget import SPARSE_METHODS, TOKEN_METHODS, Shrink, described
+from .budget import METHODS, SPARSE_METHODS, TOKEN_METHODS, Shrink, described_budget
 from .evict import EvictLayer
 from .latent import full_rank, latent_cache
 from .sparse import IndexedLayer, indexer_projections
@@ -159,8 +160,10 @@ def _read_bytes(cache: DynamicCache) -> int:
 
 @torch.inference_mode()
 def teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrink | None,
-                   record_layer: int | None = None, stop: threading.Event | None = None) -> Forced:
-    """Prefill ids[:n_prompt], then one token at a time through the rest (None: unmodified)."""
+                   record_layer: int | None = None, stop: threading.Event | None = None,
+                   done: Callable[[float], None] = lambda fraction: None) -> Forced:
+    """Prefill ids[:n_prompt], then one token at a time through the rest (None: unmodified);
+    `done(fraction of the tokens read)` after each forward."""
     count = resolve(lm, shrink, n_prompt, len(ids)) if shrink is not None else 0
     cache = _cache(lm, shrink, count)
     attend = None
@@ -186,6 +189,7 @@ def teacher_forced(lm: LoadedModel, ids: list[int], n_prompt: int, shrink: Shrin
             attend.read_bytes = 0
             if shrink.method in SPARSE_METHODS:
                 attend.k = _sparse_k(shrink, i + 1)
+        done(i / len(ids))
         start = clock_ms(lm.device)
         out = forward(seq[:, i:i + 1])
         times.append(clock_ms(lm.device) - start)
@@ -238,15 +242,34 @@ def shrink_runs(lm: LoadedModel, ids: list[int], n_prompt: int, shrinks: list[Sh
     if not 1 <= n_prompt < len(ids):
         raise ValueError("the prompt must leave at least one token to predict")
     layer = lm.spec.layers // 2 if layer is None else layer
-    say(_("Reading the tokens with the unmodified model…"), 0.0)
-    dense = teacher_forced(lm, ids, n_prompt, None, stop=stop)
-    for i, shrink in enumerate(shrinks):
+    passes = len(shrinks) + 1
+    text = _("Reading the tokens with the unmodified model…")
+    say(text, 0.0)
+    dense = teacher_forced(lm, ids, n_prompt, None, stop=stop,
+                           done=every_half_second(lambda f: say(text, f / passes)))
+    for i, shrink in enumerate(shrinks, start=1):
         if stop is not None and stop.is_set():
             return
-        say(_("Reading the tokens with {method}…").format(
-            method=described(shrink.method, shrink.budget.text())), (i + 1) / (len(shrinks) + 1))
+        text = _("Reading the tokens with {method} at a budget of {budget}…").format(
+            method=_(METHODS[shrink.method]), budget=described_budget(shrink.budget.text()))
+        say(text, i / passes)
         yield compare(lm, ids, n_prompt, shrink, dense,
-                      teacher_forced(lm, ids, n_prompt, shrink, layer, stop), layer, source)
+                      teacher_forced(lm, ids, n_prompt, shrink, layer, stop,
+                                     done=every_half_second(
+                                         lambda f, i=i, text=text: say(text, (i + f) / passes))),
+                      layer, source)
+
+
+def every_half_second(tell: Callable[[float], None]) -> Callable[[float], None]:
+    """`tell(fraction)`, at most twice a second (a progress bar, not every decode step)."""
+    last = [0.0]
+
+    def told(fraction: float) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5:
+            last[0] = now
+            tell(fraction)
+    return told
 
 
 
