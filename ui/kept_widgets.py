@@ -34,8 +34,19 @@ def kept_radio(label: str, options: Sequence[Any], *, key: str,
                format_func: Callable[[Any], str], **kwargs: Any) -> Any:
     """`st.radio` of `options` shown through `format_func`; the option chosen is kept under `key`
     (by value: the same in every language). In a form, the value kept is the one submitted."""
+    return _kept(st.radio, label, options, key, format_func, kwargs)
+
+
+def kept_selectbox(label: str, options: Sequence[Any], *, key: str,
+                   format_func: Callable[[Any], str], **kwargs: Any) -> Any:
+    """`st.selectbox`, as `kept_radio`."""
+    return _kept(st.selectbox, label, options, key, format_func, kwargs)
+
+
+def _kept(widget: Callable[..., Any], label: str, options: Sequence[Any], key: str,
+          format_func: Callable[[Any], str], kwargs: dict[str, Any]) -> Any:
     kept = st.session_state.get(key)
-    value = st.radio(label, options, index=list(options).index(kept) if kept in options else 0,
-                     format_func=format_func, key=f"{key}_{language()}", **kwargs)
+    value = widget(label, options, index=list(options).index(kept) if kept in options else 0,
+                   format_func=format_func, key=f"{key}_{language()}", **kwargs)
     st.session_state[key] = value
     return value

@@ -84,6 +84,15 @@ def test_the_tab_and_the_methods_stay_through_presentation_mode_and_another_lang
                                       "again, greedily):")).wait_for(timeout=240_000)
     no_exception(page)
     assert checked(page, "kv_shrink_axis") == 1 and checked(page, "kv_shrink_metric") == 1
+    page.get_by_test_id("stSidebar").get_by_text("English", exact=True).click()
+    page.get_by_role("tab", name="Shrink the cache itself").wait_for(timeout=60_000)
+    wait_for_app(page)
+    assert selected(page, "Shrink the cache itself")
+    assert checked(page, "kv_shrink_axis") == 1 and checked(page, "kv_shrink_metric") == 1
+    picker = page.locator('[class*="st-key-kv_shrink_pick_"]').filter(visible=True)
+    shown = picker.evaluate("e => e.textContent + ' ' + [...e.querySelectorAll('input')]"
+                            ".map(i => i.value).join(' ')")
+    assert "sparse attention, exact top-k" in shown, shown  # not the Chinese label kept
     page.close()
 
 

@@ -28,7 +28,7 @@ from i18n import N_, _, chinese, language
 from ui.common import show_chart
 from ui.config import config
 from ui.experiment import Job, run_experiment
-from ui.kept_widgets import kept_radio
+from ui.kept_widgets import kept_radio, kept_selectbox
 from ui.record import keep_experiments
 from ui.sections.kv_long import long_section
 from ui.state import current_experiments
@@ -230,8 +230,9 @@ def _heatmap(runs: list[ShrinkRun], lm: LoadedModel) -> None:
         return
     labels = [described(r.method, r.budget) for r in shown]
     c1, c2 = st.columns([3, 2])
-    pick = c1.selectbox(_("Which keys a head attended to"), range(len(shown)),
-                        format_func=lambda i: labels[i], key="kv_shrink_pick")
+    with c1:
+        pick = kept_selectbox(_("Which keys a head attended to"), list(range(len(shown))),
+                              format_func=lambda i: labels[i], key="kv_shrink_pick")
     head = c2.slider(_("Head"), 0, lm.spec.heads - 1, 0, key="kv_shrink_head")
     run = shown[min(pick, len(shown) - 1)]
     show_chart(kept_heatmap(run, head), name="kv shrink heatmap")
