@@ -46,15 +46,18 @@ def _bytes(run: ShrinkRun, axis: str, dense: bool = False) -> float:
     return float(np.median(series)) if len(series) else 0.0
 
 
-def budget_label(run: ShrinkRun) -> str:
-    """What a point's budget came to, short: a rank, keys per head, tokens held."""
+def budget_label(run: ShrinkRun, short: bool = True) -> str:
+    """What a run's budget came to, in its method's unit: a rank, keys per head, tokens held
+    (`short`: a chart point's label)."""
     if run.method == "latent":
-        return _("r={n}").format(n=run.count)
-    if run.method in SPARSE_METHODS:
-        return _("k={n}").format(n=run.count)
-    if run.method in PROMPT_METHODS:
-        return _("{n} tok + new").format(n=run.count)
-    return _("{n} tok").format(n=run.count)
+        text = N_("r={n}") if short else N_("rank {n}")
+    elif run.method in SPARSE_METHODS:
+        text = N_("k={n}") if short else N_("{n} keys per head")
+    elif run.method in PROMPT_METHODS:
+        text = N_("{n} tok + new") if short else N_("{n} prompt tokens kept, and the new ones")
+    else:
+        text = N_("{n} tok") if short else N_("{n} tokens held")
+    return _(text).format(n=run.count)
 
 
 def shrink_chart(runs: list[ShrinkRun], metric: str = "kl", axis: str = "read") -> go.Figure:

@@ -10,12 +10,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from charts.kv_shrink import AXES, METRICS, kept_heatmap, shrink_chart
+from charts.kv_shrink import AXES, METRICS, budget_label, kept_heatmap, shrink_chart
 from engine import LoadedModel, Trace
 from engine.errors import InputError
 from engine.kv.shrink.budget import (
     METHODS,
-    PROMPT_METHODS,
     SPARSE_METHODS,
     Shrink,
     described,
@@ -183,7 +182,7 @@ def _table(runs: list[ShrinkRun]) -> None:
     """A row per method and budget: what it held and read, how far it moved, how fast."""
     number = st.column_config.NumberColumn
     show_table(pd.DataFrame([{
-        "method": described(r.method, r.budget, short=True), "resolved": resolved_text(r),
+        "method": described(r.method, r.budget, short=True), "resolved": budget_label(r, short=False),
         "held": r.kv_bytes[-1] / 2**20, "share": r.kv_bytes[-1] / max(1, r.dense_kv_bytes[-1]),
         "read": float(np.median(r.read_bytes)) / 2**20 if len(r.read_bytes) else 0.0,
         "kl": r.mean_kl, "top1": r.top1_agreement, "ppl": r.ppl, "ms": r.decode_ms}
@@ -196,17 +195,6 @@ def _table(runs: list[ShrinkRun]) -> None:
         "top1": number(_("top-1 agreement"), format="percent"),
         "ppl": number(_("perplexity"), format="%.3f"),
         "ms": number(_("decode ms per step (median)"), format="%.1f")})
-
-
-def resolved_text(run: ShrinkRun) -> str:
-    """What a run's budget came to, in its method's unit."""
-    if run.method == "latent":
-        return _("rank {n}").format(n=run.count)
-    if run.method in SPARSE_METHODS:
-        return _("{n} keys per head").format(n=run.count)
-    if run.method in PROMPT_METHODS:
-        return _("{n} prompt tokens kept, and the new ones").format(n=run.count)
-    return _("{n} tokens held").format(n=run.count)
 
 
 def _latent_line(runs: list[ShrinkRun], lm: LoadedModel) -> None:
