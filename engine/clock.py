@@ -83,9 +83,12 @@ class MachineSample:
     own_ticks: int | None
 
     @classmethod
-    def now(cls, device: torch.device) -> "MachineSample":
+    def now(cls, device: torch.device, fresh: bool = False) -> "MachineSample":
+        """`fresh`: the tick counters read now, not the per-SHARE_S cache (the two ends of a
+        stretch of work shorter than SHARE_S would otherwise read the same counters)."""
         wall = clock_ms(device)
-        return cls(wall, process_cpu_ms(), *_ticks())
+        ticks = (_machine_ticks(), _own_ticks()) if fresh else _ticks()
+        return cls(wall, process_cpu_ms(), *ticks)
 
 
 def others_share(before: MachineSample, after: MachineSample) -> float | None:

@@ -61,7 +61,13 @@ def step_delayed(step: Step, threads: int) -> bool:
     share = cpu_share(step, threads)
     if share is None or step.others_share is None:
         return False
-    return step.others_share >= OTHERS_LIMIT and share < CPU_SHARE_LIMIT
+    return over_limits(step.others_share, share)
+
+
+def over_limits(others_share: float, cpu_share: float) -> bool:
+    """The delay rule: other processes used ≥ OTHERS_LIMIT of all CPUs while this one got
+    < CPU_SHARE_LIMIT of its threads' possible time."""
+    return others_share >= OTHERS_LIMIT and cpu_share < CPU_SHARE_LIMIT
 
 
 @dataclass(frozen=True, slots=True)

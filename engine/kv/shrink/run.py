@@ -28,17 +28,14 @@ from i18n import _
 from ...attention import overriding
 from ...clock import (
     MachineSample,
-    _machine_ticks,
-    _own_ticks,
     clock_ms,
     others_share,
-    process_cpu_ms,
     usable_cores,
 )
 from ...forward import cache_layer_bytes
 from ...loader import LoadedModel
 from ...quant.texts import TEXTS_DIR, read_text
-from ...timing.disturbance import CPU_SHARE_LIMIT, OTHERS_LIMIT
+from ...timing.disturbance import over_limits
 from ..cachelab import check_sequence
 from .attend import ShrinkAttention
 from .budget import METHODS, SPARSE_METHODS, TOKEN_METHODS, Shrink, described_budget
@@ -274,20 +271,18 @@ def every_half_second(tell: Callable[[float], None]) -> Callable[[float], None]:
 
 
 def delayed_between(before: MachineSample, after: MachineSample, threads: int) -> bool | None:
-    """The app's delay rule (engine/timing/disturbance.py) over a stretch of measured work:
-    other processes used ≥ OTHERS_LIMIT of the CPUs while this one got < CPU_SHARE_LIMIT of its
-    threads' time. None where /proc says nothing or the stretch is under a clock tick."""
+    """The app's delay rule (engine/timing/disturbance.py `over_limits`) over a stretch of
+    measured work. None where /proc says nothing or the stretch is under a clock tick."""
     others = others_share(before, after)
     wall = after.wall_ms - before.wall_ms
     if others is None or wall <= 0:
         return None
-    share = (after.cpu_ms - before.cpu_ms) / (max(1, threads) * wall)
-    return others >= OTHERS_LIMIT and share < CPU_SHARE_LIMIT
+    return over_limits(others, (after.cpu_ms - before.cpu_ms) / (max(1, threads) * wall))
 
 
 def sample(lm: LoadedModel) -> MachineSample:
     """Now, with the machine's tick counters read afresh (not the per-tick cache)."""
-    return MachineSample(clock_ms(lm.device), process_cpu_ms(), _machine_ticks(), _own_ticks())
+    return MachineSample.now(lm.device, fresh=True)
 
 
 def threads_used() -> int:
